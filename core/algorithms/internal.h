@@ -1,0 +1,21 @@
+// Builders of the individual algorithms (used by core/algorithms.cc only). Each is a pure
+// function from a spec and a layout to an unvalidated schedule; it throws Error(kUnsupported)
+// for a collective it does not implement.
+#pragma once
+
+#include "core/builder.h"
+#include "core/schedule.h"
+
+namespace tandem::algorithms {
+
+Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_recursive_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_halving_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_direct(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+
+// A range of chunk slots (shorthand used by every builder).
+inline SlotRange slots(BufferKind buffer, uint32_t first, uint32_t count = 1) { return {buffer, first, count}; }
+
+}  // namespace tandem::algorithms

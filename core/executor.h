@@ -1,0 +1,48 @@
+// The executor contract: what every backend (host threads, SimGrid, CUDA, NCCL) implements.
+//
+// run() executes a validated schedule once for every rank. Each backend honours the semantics in
+// core/schedule.h: lanes issue in order, sends are eager, per-(src, dst, lane) FIFO matching,
+// deps before an op starts, kAvg as a sum divided by nranks at the end. Chunks map to elements
+// through ChunkMap(count, chunks_per_block, tiles, align): the program runs once per tile, tile
+// after tile on each lane, so consecutive tiles pipeline across ranks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+
+namespace tandem {
+
+// One rank's buffers. In-place runs pass aliased pointers exactly as NCCL defines them (see
+// in_place_input_chunk); the schedule's dependencies are inferred with that aliasing, so both
+// forms are safe. Buffers belong to the caller.
+struct RankBuffers {
+  void* input = nullptr;
+  void* output = nullptr;
+};
+
+struct RunContext {
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // a rank waiting longer fails
+  uint32_t tiles = 1;                                           // pipelining depth (>= 1)
+  int64_t align_elements = 1;                                   // chunk boundaries on multiples of this
+};
+
+struct RunResult {
+  double seconds = 0;  // the backend's clock: wall time on real backends, simulated time in sim
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string name() const = 0;
+  // Runs `schedule` for `spec` (its count, dtype and op) over `buffers` (one per rank).
+  // Throws Error(kTimeout) naming the rank that never arrived, Error(kBackend) on other failures.
+  virtual RunResult run(const Schedule& schedule, const CollectiveSpec& spec, std::span<const RankBuffers> buffers,
+                        const RunContext& context) = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,173 @@
+// The schedule IR: what every algorithm produces and every executor runs.
+//
+// Logical view. A collective moves *chunks*. Every buffer of a collective is a sequence of
+// blocks of `count` elements (all_reduce: 1 input block and 1 output block; all_gather: 1 input
+// block and nranks output blocks; ...; see BufferGeometry), and every block is cut into
+// `chunks_per_block` chunks. Chunk `c` of a buffer is sub-chunk `c % chunks_per_block` of block
+// `c / chunks_per_block`. A schedule never names a byte: chunks become element ranges only when
+// an executor runs it (ChunkMap), so one schedule serves every message size.
+//
+// Lowered view. Each rank has one or more *lanes* (think NCCL channels / CUDA streams): ordered
+// lists of ops. Ops: Send, Recv, RecvReduce, Copy, Reduce over contiguous chunk ranges of the
+// Input, Output or Scratch buffer. Semantics every executor implements:
+//   - A lane issues its ops in order. A Send is eager: it completes once its data is taken,
+//     without waiting for the receiver. A Recv / RecvReduce waits for the matching Send.
+//   - Sends from rank a to rank b on lane l match Recvs on rank b from a on lane l in FIFO order.
+//   - `deps` lists, per op, the ops of the same rank that must have completed before it starts
+//     (inferred by the builder from who last wrote / read each chunk slot). Same-lane deps are
+//     implied by issue order too; cross-lane deps are what lets lanes run concurrently.
+//   - RecvReduce: dst = src (+) received. Reduce: dst = dst (+) src. Copy: dst = src.
+//   - kAvg reduces as a sum; executors divide the collective's reduced outputs by nranks at the end.
+// A *round* is the depth of an op in the data-dependency DAG, a matched Send/Recv pair counting as
+// one node: in a ring all_reduce, step s of every rank is round s.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace tandem {
+
+enum class BufferKind : uint8_t { kInput, kOutput, kScratch };
+
+enum class OpKind : uint8_t { kSend, kRecv, kRecvReduce, kCopy, kReduce };
+
+std::string_view name(BufferKind b);
+std::string_view name(OpKind k);
+
+// A contiguous run of chunk slots in one buffer of one rank.
+struct SlotRange {
+  BufferKind buffer = BufferKind::kInput;
+  uint32_t first = 0;
+  uint32_t count = 0;
+
+  bool operator==(const SlotRange&) const = default;
+};
+
+struct Op {
+  OpKind kind = OpKind::kSend;
+  int32_t peer = -1;  // Send / Recv / RecvReduce: the other rank; -1 for local ops
+  SlotRange src;      // Send: data sent; RecvReduce: local operand; Copy / Reduce: source
+  SlotRange dst;      // Recv / RecvReduce / Copy / Reduce: slots written; unused by Send
+
+  bool reads_src() const { return kind != OpKind::kRecv; }
+  bool writes_dst() const { return kind != OpKind::kSend; }
+  bool is_recv() const { return kind == OpKind::kRecv || kind == OpKind::kRecvReduce; }
+  // Number of chunks moved (the payload of a Send / Recv).
+  uint32_t chunks() const { return kind == OpKind::kSend ? src.count : dst.count; }
+};
+
+// An op of the same rank, named by lane and position.
+struct OpRef {
+  uint32_t lane = 0;
+  uint32_t index = 0;
+  bool operator==(const OpRef&) const = default;
+};
+
+struct Lane {
+  std::vector<Op> ops;
+  // Dependencies in CSR form: deps of op i are deps[dep_begin[i] .. dep_begin[i+1]).
+  std::vector<uint32_t> dep_begin{0};
+  std::vector<OpRef> deps;
+  // Filled by validate(): the round of each op.
+  std::vector<uint32_t> rounds;
+
+  size_t dep_count(size_t i) const { return dep_begin[i + 1] - dep_begin[i]; }
+  const OpRef* deps_of(size_t i) const { return deps.data() + dep_begin[i]; }
+};
+
+struct RankProgram {
+  std::vector<Lane> lanes;
+  uint32_t scratch_chunks = 0;  // scratch slot s has the size of sub-chunk s % chunks_per_block
+};
+
+// How many blocks of `count` elements each buffer of a collective holds, and whether the
+// collective can run in place (output aliasing input as NCCL defines it).
+struct BufferGeometry {
+  uint32_t input_blocks = 1;
+  uint32_t output_blocks = 1;
+  bool in_place_supported = true;
+};
+BufferGeometry buffer_geometry(Collective c, int nranks);
+
+// In-place aliasing, as NCCL defines it: all_reduce / broadcast / reduce: output == input;
+// all_gather: input is output block `rank`; reduce_scatter: output is input block `rank`.
+// Returns the input chunk that output chunk `output_chunk` of `rank` aliases.
+uint32_t in_place_input_chunk(Collective c, int rank, uint32_t output_chunk, uint32_t chunks_per_block);
+
+// What a schedule is built for: the collective, the rank count and (broadcast / reduce) the root.
+// `count`, `dtype` and `op` are part of the spec so callers can pass one object around, but
+// algorithms never look at them: schedules are size- and type-independent.
+struct CollectiveSpec {
+  Collective collective = Collective::kAllReduce;
+  int64_t count = 0;  // elements per block (see BufferGeometry)
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int nranks = 1;
+};
+
+// How ranks sit on the machine, as the algorithms see it. Rank r lives on node
+// r / ranks_per_node. `ring_order` is the order the topology prefers for rings (empty: 0..n-1).
+struct RankLayout {
+  int nranks = 1;
+  int ranks_per_node = 1;
+  std::vector<int> ring_order;
+
+  static RankLayout flat(int nranks);
+  static RankLayout nodes(int nnodes, int ranks_per_node);
+  int node_count() const { return (nranks + ranks_per_node - 1) / ranks_per_node; }
+};
+
+struct AlgoParams {
+  int channels = 1;        // ring: parallel rings, each on its own lane
+  int pipeline_chunks = 1;  // tree / chains: chunks a message is cut into so hops overlap
+  Algorithm inter_node = Algorithm::kRing;  // hierarchical: the algorithm between nodes
+  bool operator==(const AlgoParams&) const = default;
+};
+
+struct Schedule {
+  static constexpr int kSchemaVersion = 1;
+
+  Collective collective = Collective::kAllReduce;
+  Algorithm algorithm = Algorithm::kRing;
+  int nranks = 1;
+  int root = 0;
+  uint32_t chunks_per_block = 1;
+  AlgoParams params;
+  std::vector<RankProgram> ranks;
+  uint32_t num_rounds = 0;  // filled by validate()
+
+  BufferGeometry geometry() const { return buffer_geometry(collective, nranks); }
+  uint32_t chunk_count(int rank, BufferKind buffer) const;
+  size_t op_count() const;
+};
+
+// Maps the chunks of a block to element ranges, by the balanced aligned partition: a block of
+// `count` elements is `units` = ceil(count / align) aligned units; piece i of k over n units
+// starts at i*floor(n/k) + min(i, n mod k). Tiles (pipelining, orthogonal to the algorithm) cut
+// the block first, then each tile is cut into chunks the same way.
+struct ElementRange {
+  int64_t offset = 0;
+  int64_t count = 0;
+};
+class ChunkMap {
+ public:
+  ChunkMap(int64_t count, uint32_t chunks_per_block, uint32_t tiles = 1, int64_t align_elements = 1);
+  uint32_t tiles() const { return tiles_; }
+  // Elements of sub-chunk `sub` of tile `tile`, relative to the start of a block.
+  ElementRange range(uint32_t tile, uint32_t sub) const;
+  // The largest chunk over all tiles (sizes scratch slots).
+  int64_t max_chunk_elements() const;
+
+ private:
+  int64_t count_, align_, units_;
+  uint32_t chunks_, tiles_;
+};
+
+// Piece i of k of n items by the balanced partition (the first n mod k pieces are one larger).
+inline int64_t balanced_offset(int64_t n, int64_t k, int64_t i) { return i * (n / k) + (i < n % k ? i : n % k); }
+
+}  // namespace tandem
