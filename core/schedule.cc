@@ -1,1 +1,112 @@
-// (in progress)
+#include "core/schedule.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tandem {
+
+std::string_view name(BufferKind b) {
+  switch (b) {
+    case BufferKind::kInput: return "In";
+    case BufferKind::kOutput: return "Out";
+    case BufferKind::kScratch: return "Scratch";
+  }
+  return "?";
+}
+
+std::string_view name(OpKind k) {
+  switch (k) {
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kRecvReduce: return "recv_reduce";
+    case OpKind::kCopy: return "copy";
+    case OpKind::kReduce: return "reduce";
+  }
+  return "?";
+}
+
+BufferGeometry buffer_geometry(Collective c, int nranks) {
+  const auto n = static_cast<uint32_t>(nranks);
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce: return {1, 1, true};
+    case Collective::kReduceScatter: return {n, 1, true};
+    case Collective::kAllGather: return {1, n, true};
+    case Collective::kAllToAll: return {n, n, false};
+    case Collective::kSendRecv: return {1, 1, false};
+  }
+  return {};
+}
+
+uint32_t in_place_input_chunk(Collective c, int rank, uint32_t output_chunk, uint32_t chunks_per_block) {
+  switch (c) {
+    case Collective::kAllGather:
+      // Output block `rank` is the input; other output blocks alias nothing: the caller only asks
+      // for chunks of block `rank`.
+      return output_chunk - static_cast<uint32_t>(rank) * chunks_per_block;
+    case Collective::kReduceScatter: return output_chunk + static_cast<uint32_t>(rank) * chunks_per_block;
+    default: return output_chunk;
+  }
+}
+
+RankLayout RankLayout::flat(int nranks) {
+  RankLayout layout;
+  layout.nranks = nranks;
+  layout.ranks_per_node = 1;
+  return layout;
+}
+
+RankLayout RankLayout::nodes(int nnodes, int ranks_per_node) {
+  RankLayout layout;
+  layout.nranks = nnodes * ranks_per_node;
+  layout.ranks_per_node = ranks_per_node;
+  return layout;
+}
+
+uint32_t Schedule::chunk_count(int rank, BufferKind buffer) const {
+  const BufferGeometry g = geometry();
+  switch (buffer) {
+    case BufferKind::kInput: return g.input_blocks * chunks_per_block;
+    case BufferKind::kOutput: return g.output_blocks * chunks_per_block;
+    case BufferKind::kScratch: return ranks[static_cast<size_t>(rank)].scratch_chunks;
+  }
+  return 0;
+}
+
+size_t Schedule::op_count() const {
+  size_t total = 0;
+  for (const RankProgram& rank : ranks) {
+    for (const Lane& lane : rank.lanes) total += lane.ops.size();
+  }
+  return total;
+}
+
+ChunkMap::ChunkMap(int64_t count, uint32_t chunks_per_block, uint32_t tiles, int64_t align_elements)
+    : count_(count), align_(align_elements), chunks_(chunks_per_block), tiles_(tiles) {
+  if (count < 0) fail(ErrorCode::kInvalidArgument, "element count {} is negative", count);
+  if (chunks_per_block == 0) fail(ErrorCode::kInvalidArgument, "chunks per block must be at least 1");
+  if (tiles == 0) fail(ErrorCode::kInvalidArgument, "tiles must be at least 1");
+  if (align_elements < 1) fail(ErrorCode::kInvalidArgument, "alignment must be at least 1 element");
+  units_ = (count + align_ - 1) / align_;
+}
+
+ElementRange ChunkMap::range(uint32_t tile, uint32_t sub) const {
+  // Units of the tile, then units of the chunk inside the tile; the last unit may be short.
+  const int64_t tile_first = balanced_offset(units_, tiles_, tile);
+  const int64_t tile_units = balanced_offset(units_, tiles_, tile + 1) - tile_first;
+  const int64_t first = tile_first + balanced_offset(tile_units, chunks_, sub);
+  const int64_t last = tile_first + balanced_offset(tile_units, chunks_, sub + 1);
+  const int64_t begin = std::min(first * align_, count_);
+  const int64_t end = std::min(last * align_, count_);
+  return {begin, end - begin};
+}
+
+int64_t ChunkMap::max_chunk_elements() const {
+  // Tile 0 and chunk 0 get the largest piece of the balanced partition.
+  return range(0, 0).count;
+}
+
+}  // namespace tandem

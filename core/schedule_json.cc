@@ -1,1 +1,207 @@
-// (in progress)
+#include "core/schedule_json.h"
+
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+
+json range_json(const SlotRange& range) { return json::array({std::string(name(range.buffer)), range.first, range.count}); }
+
+// Strict reading with the JSON path in every message.
+class Reader {
+ public:
+  [[noreturn]] static void bad(const std::string& path, const std::string& what) {
+    fail(ErrorCode::kFormat, "schedule JSON: {}: {}", path.empty() ? "(top level)" : path, what);
+  }
+
+  static const json& object(const json& value, const std::string& path, std::initializer_list<const char*> keys) {
+    if (!value.is_object()) bad(path, "expected an object");
+    for (const char* key : keys) {
+      if (!value.contains(key)) bad(path, fmt::format("missing field '{}'", key));
+    }
+    for (const auto& [key, unused] : value.items()) {
+      bool known = false;
+      for (const char* k : keys) known |= key == k;
+      if (!known) bad(path, fmt::format("unknown field '{}'", key));
+    }
+    return value;
+  }
+
+  static int64_t integer(const json& value, const std::string& path, int64_t min, int64_t max) {
+    if (!value.is_number_integer()) bad(path, "expected an integer");
+    const auto v = value.get<int64_t>();
+    if (v < min || v > max) bad(path, fmt::format("{} out of range [{}, {}]", v, min, max));
+    return v;
+  }
+
+  static std::string text(const json& value, const std::string& path) {
+    if (!value.is_string()) bad(path, "expected a string");
+    return value.get<std::string>();
+  }
+
+  static const json& array(const json& value, const std::string& path) {
+    if (!value.is_array()) bad(path, "expected an array");
+    return value;
+  }
+
+  template <typename Parse>
+  static auto named(const json& value, const std::string& path, Parse parse) {
+    const std::string t = text(value, path);
+    try {
+      return parse(t);
+    } catch (const Error& e) {
+      bad(path, e.what());
+    }
+  }
+};
+
+constexpr int64_t kMaxU32 = 0xffffffffll;
+constexpr int64_t kMaxRanks = 1 << 20;  // checked at load: more ranks than any cluster tandem models
+
+BufferKind parse_buffer(const std::string& text, const std::string& path) {
+  for (BufferKind b : {BufferKind::kInput, BufferKind::kOutput, BufferKind::kScratch}) {
+    if (name(b) == text) return b;
+  }
+  Reader::bad(path, fmt::format("unknown buffer '{}' (expected In, Out or Scratch)", text));
+}
+
+OpKind parse_op_kind(const std::string& text, const std::string& path) {
+  for (OpKind k : {OpKind::kSend, OpKind::kRecv, OpKind::kRecvReduce, OpKind::kCopy, OpKind::kReduce}) {
+    if (name(k) == text) return k;
+  }
+  Reader::bad(path, fmt::format("unknown op '{}' (expected send, recv, recv_reduce, copy or reduce)", text));
+}
+
+SlotRange parse_range(const json& value, const std::string& path) {
+  const json& a = Reader::array(value, path);
+  if (a.size() != 3) Reader::bad(path, "expected [buffer, first, count]");
+  return {parse_buffer(Reader::text(a[0], path + "[0]"), path + "[0]"),
+          static_cast<uint32_t>(Reader::integer(a[1], path + "[1]", 0, kMaxU32)),
+          static_cast<uint32_t>(Reader::integer(a[2], path + "[2]", 0, kMaxU32))};
+}
+
+}  // namespace
+
+std::string schedule_to_json(const Schedule& s, int indent) {
+  json ranks = json::array();
+  for (const RankProgram& rank : s.ranks) {
+    json lanes = json::array();
+    for (const Lane& lane : rank.lanes) {
+      json ops = json::array();
+      for (size_t i = 0; i < lane.ops.size(); ++i) {
+        const Op& op = lane.ops[i];
+        json deps = json::array();
+        for (size_t d = lane.dep_begin[i]; d < lane.dep_begin[i + 1]; ++d) {
+          deps.push_back(json::array({lane.deps[d].lane, lane.deps[d].index}));
+        }
+        json o = {{"op", name(op.kind)}, {"deps", deps}};
+        if (op.kind == OpKind::kSend || op.is_recv()) o["peer"] = op.peer;
+        if (op.reads_src()) o["src"] = range_json(op.src);
+        if (op.writes_dst()) o["dst"] = range_json(op.dst);
+        ops.push_back(std::move(o));
+      }
+      lanes.push_back({{"ops", std::move(ops)}});
+    }
+    ranks.push_back({{"scratch_chunks", rank.scratch_chunks}, {"lanes", std::move(lanes)}});
+  }
+  json doc = {{"schema_version", Schedule::kSchemaVersion},
+              {"collective", name(s.collective)},
+              {"algorithm", name(s.algorithm)},
+              {"nranks", s.nranks},
+              {"root", s.root},
+              {"chunks_per_block", s.chunks_per_block},
+              {"params",
+               {{"channels", s.params.channels},
+                {"pipeline_chunks", s.params.pipeline_chunks},
+                {"inter_node", name(s.params.inter_node)}}},
+              {"ranks", std::move(ranks)}};
+  return doc.dump(indent);
+}
+
+Schedule schedule_from_json(const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(ErrorCode::kFormat, "schedule JSON: not valid JSON: {}", e.what());
+  }
+  const json& top = Reader::object(doc, "", {"schema_version", "collective", "algorithm", "nranks", "root",
+                                             "chunks_per_block", "params", "ranks"});
+  const int64_t version = Reader::integer(top["schema_version"], "schema_version", 0, kMaxU32);
+  if (version != Schedule::kSchemaVersion) {
+    Reader::bad("schema_version", fmt::format("version {} is not supported (this tandem reads version {})", version,
+                                              Schedule::kSchemaVersion));
+  }
+  Schedule s;
+  s.collective = Reader::named(top["collective"], "collective", parse_collective);
+  s.algorithm = Reader::named(top["algorithm"], "algorithm", parse_algorithm);
+  s.nranks = static_cast<int>(Reader::integer(top["nranks"], "nranks", 1, kMaxRanks));
+  s.root = static_cast<int>(Reader::integer(top["root"], "root", 0, s.nranks - 1));
+  s.chunks_per_block = static_cast<uint32_t>(Reader::integer(top["chunks_per_block"], "chunks_per_block", 1, kMaxU32));
+  const json& params = Reader::object(top["params"], "params", {"channels", "pipeline_chunks", "inter_node"});
+  s.params.channels = static_cast<int>(Reader::integer(params["channels"], "params.channels", 1, 1024));
+  s.params.pipeline_chunks =
+      static_cast<int>(Reader::integer(params["pipeline_chunks"], "params.pipeline_chunks", 1, 1 << 20));
+  s.params.inter_node = Reader::named(params["inter_node"], "params.inter_node", parse_algorithm);
+
+  const json& ranks = Reader::array(top["ranks"], "ranks");
+  if (ranks.size() != static_cast<size_t>(s.nranks)) {
+    Reader::bad("ranks", fmt::format("{} rank programs for nranks {}", ranks.size(), s.nranks));
+  }
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string rpath = fmt::format("ranks[{}]", r);
+    const json& rank_doc = Reader::object(ranks[r], rpath, {"scratch_chunks", "lanes"});
+    RankProgram rank;
+    rank.scratch_chunks =
+        static_cast<uint32_t>(Reader::integer(rank_doc["scratch_chunks"], rpath + ".scratch_chunks", 0, kMaxU32));
+    const json& lanes = Reader::array(rank_doc["lanes"], rpath + ".lanes");
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const std::string lpath = fmt::format("{}.lanes[{}]", rpath, l);
+      const json& ops = Reader::array(Reader::object(lanes[l], lpath, {"ops"})["ops"], lpath + ".ops");
+      Lane lane;
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const std::string opath = fmt::format("{}.ops[{}]", lpath, i);
+        if (!ops[i].is_object() || !ops[i].contains("op")) Reader::bad(opath, "expected an object with field 'op'");
+        Op op;
+        op.kind = parse_op_kind(Reader::text(ops[i]["op"], opath + ".op"), opath + ".op");
+        const bool comm = op.kind == OpKind::kSend || op.is_recv();
+        std::vector<const char*> keys = {"op", "deps"};
+        if (comm) keys.push_back("peer");
+        if (op.reads_src()) keys.push_back("src");
+        if (op.writes_dst()) keys.push_back("dst");
+        const json& o = ops[i];
+        for (const char* key : keys) {
+          if (!o.contains(key)) Reader::bad(opath, fmt::format("missing field '{}' for a {}", key, name(op.kind)));
+        }
+        for (const auto& [key, unused] : o.items()) {
+          if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+            Reader::bad(opath, fmt::format("unknown field '{}' for a {}", key, name(op.kind)));
+          }
+        }
+        if (comm) op.peer = static_cast<int32_t>(Reader::integer(o["peer"], opath + ".peer", -1, kMaxRanks));
+        if (op.reads_src()) op.src = parse_range(o["src"], opath + ".src");
+        if (op.writes_dst()) op.dst = parse_range(o["dst"], opath + ".dst");
+        const json& deps = Reader::array(o["deps"], opath + ".deps");
+        for (size_t d = 0; d < deps.size(); ++d) {
+          const std::string dpath = fmt::format("{}.deps[{}]", opath, d);
+          const json& pair = Reader::array(deps[d], dpath);
+          if (pair.size() != 2) Reader::bad(dpath, "expected [lane, op]");
+          lane.deps.push_back({static_cast<uint32_t>(Reader::integer(pair[0], dpath + "[0]", 0, kMaxU32)),
+                               static_cast<uint32_t>(Reader::integer(pair[1], dpath + "[1]", 0, kMaxU32))});
+        }
+        lane.ops.push_back(op);
+        lane.dep_begin.push_back(static_cast<uint32_t>(lane.deps.size()));
+      }
+      rank.lanes.push_back(std::move(lane));
+    }
+    s.ranks.push_back(std::move(rank));
+  }
+  return s;
+}
+
+}  // namespace tandem

@@ -1,1 +1,126 @@
-// (in progress)
+// Ring algorithms. With C channels, each channel is an independent ring on its own lane over its
+// own share of every block: chunks_per_block = C * g for all_reduce (channel c owns chunks
+// [c*g, (c+1)*g), one per member), C for reduce_scatter / all_gather (one chunk per block and
+// channel), and C * pipeline_chunks for the broadcast / reduce chains.
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "core/algorithms/internal.h"
+#include "core/algorithms/ring_primitives.h"
+#include "core/error.h"
+
+namespace tandem::algorithms {
+namespace {
+
+// The ring order: the layout's preferred order, or 0..n-1.
+std::vector<int> ring_members(const RankLayout& layout, int nranks) {
+  if (layout.ring_order.empty()) {
+    std::vector<int> order(static_cast<size_t>(nranks));
+    std::iota(order.begin(), order.end(), 0);
+    return order;
+  }
+  if (layout.ring_order.size() != static_cast<size_t>(nranks)) {
+    fail(ErrorCode::kInvalidArgument, "ring order has {} ranks, expected {}", layout.ring_order.size(), nranks);
+  }
+  std::vector<bool> seen(static_cast<size_t>(nranks), false);
+  for (int r : layout.ring_order) {
+    if (r < 0 || r >= nranks || seen[static_cast<size_t>(r)]) {
+      fail(ErrorCode::kInvalidArgument, "ring order is not a permutation of 0..{} (rank {})", nranks - 1, r);
+    }
+    seen[static_cast<size_t>(r)] = true;
+  }
+  return layout.ring_order;
+}
+
+// The members rotated so that `first` leads.
+std::vector<int> rotated(std::vector<int> members, int first) {
+  const auto it = std::find(members.begin(), members.end(), first);
+  std::rotate(members.begin(), it, members.end());
+  return members;
+}
+
+}  // namespace
+
+Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+  const int n = spec.nranks;
+  const int channels = params.channels;
+  if (channels < 1) fail(ErrorCode::kInvalidArgument, "ring needs at least 1 channel, got {}", channels);
+  if (params.pipeline_chunks < 1) fail(ErrorCode::kInvalidArgument, "pipeline_chunks must be at least 1");
+  const std::vector<int> members = ring_members(layout, n);
+  const auto g = static_cast<uint32_t>(n);
+  const auto C = static_cast<uint32_t>(channels);
+  constexpr auto kIn = BufferKind::kInput;
+  constexpr auto kOut = BufferKind::kOutput;
+
+  switch (spec.collective) {
+    case Collective::kAllReduce: {
+      ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, C * g, params);
+      for (uint32_t c = 0; c < C; ++c) {
+        const uint32_t base = c * g;
+        auto in = [&](uint32_t j) { return slots(kIn, base + j); };
+        auto out = [&](uint32_t j) { return slots(kOut, base + j); };
+        ring_reduce_scatter(b, static_cast<int>(c), members, in, out, out);
+        ring_all_gather(b, static_cast<int>(c), members, out);
+      }
+      return std::move(b).finish();
+    }
+    case Collective::kReduceScatter: {
+      // Segment j is block members[j]... of rank j: the block the owner keeps is its own rank's.
+      ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, C, params);
+      for (uint32_t c = 0; c < C; ++c) {
+        auto own = [&](uint32_t j) { return slots(kIn, static_cast<uint32_t>(members[j]) * C + c); };
+        auto partial = [&](uint32_t) { return slots(BufferKind::kScratch, c); };
+        auto final = [&](uint32_t) { return slots(kOut, c); };
+        ring_reduce_scatter(b, static_cast<int>(c), members, own, partial, final);
+      }
+      return std::move(b).finish();
+    }
+    case Collective::kAllGather: {
+      ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, C, params);
+      for (uint32_t c = 0; c < C; ++c) {
+        auto data = [&](uint32_t j) { return slots(kOut, static_cast<uint32_t>(members[j]) * C + c); };
+        auto first = [&](uint32_t) { return slots(kIn, c); };
+        for (uint32_t p = 0; p < g; ++p) b.copy(members[p], static_cast<int>(c), slots(kIn, c), data(p));
+        ring_all_gather(b, static_cast<int>(c), members, data, first);
+      }
+      return std::move(b).finish();
+    }
+    case Collective::kBroadcast: {
+      // A chain from the root along the ring, pipelined over chunks:
+      //   root --c0,c1,..--> m1 --c0,c1,..--> m2 ... (every member forwards chunk i once it has it)
+      const uint32_t k = C * static_cast<uint32_t>(params.pipeline_chunks);
+      ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, k, params);
+      const std::vector<int> chain = rotated(members, spec.root);
+      for (uint32_t i = 0; i < k; ++i) {
+        const int lane = static_cast<int>(i % C);
+        b.copy(chain[0], lane, slots(kIn, i), slots(kOut, i));
+        for (uint32_t p = 0; p + 1 < g; ++p) {
+          b.transfer(lane, chain[p], p == 0 ? slots(kIn, i) : slots(kOut, i), chain[p + 1], slots(kOut, i));
+        }
+      }
+      return std::move(b).finish();
+    }
+    case Collective::kReduce: {
+      // A chain that ends at the root: root+1 -> root+2 -> ... -> root, partial sums in scratch.
+      const uint32_t k = C * static_cast<uint32_t>(params.pipeline_chunks);
+      ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, k, params);
+      std::vector<int> chain = rotated(members, spec.root);
+      std::rotate(chain.begin(), chain.begin() + 1, chain.end());  // the root is last
+      for (uint32_t i = 0; i < k; ++i) {
+        const int lane = static_cast<int>(i % C);
+        if (g == 1) b.copy(chain[0], lane, slots(kIn, i), slots(kOut, i));
+        for (uint32_t p = 0; p + 1 < g; ++p) {
+          const SlotRange sent = p == 0 ? slots(kIn, i) : slots(BufferKind::kScratch, i);
+          const SlotRange result = p + 2 == g ? slots(kOut, i) : slots(BufferKind::kScratch, i);
+          b.transfer_reduce(lane, chain[p], sent, chain[p + 1], slots(kIn, i), result);
+        }
+      }
+      return std::move(b).finish();
+    }
+    default: break;
+  }
+  fail(ErrorCode::kUnsupported, "ring does not implement {}", name(spec.collective));
+}
+
+}  // namespace tandem::algorithms

@@ -1,0 +1,127 @@
+// Every algorithm x collective it implements x rank counts x chunking, built, validated and
+// symbolically checked (out of place and in place): the postcondition proven without data.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/algorithms.h"
+#include "core/error.h"
+#include "core/validate.h"
+
+namespace tandem {
+namespace {
+
+std::vector<int> rank_counts() {
+  std::vector<int> counts;
+  for (int n = 1; n <= 17; ++n) counts.push_back(n);
+  for (int n : {24, 32, 64, 128}) counts.push_back(n);
+  return counts;
+}
+
+// Layouts an algorithm is checked on: flat, and for hierarchical/tree every whole-node split.
+std::vector<RankLayout> layouts(Algorithm a, int n) {
+  std::vector<RankLayout> result;
+  if (a != Algorithm::kHierarchical) result.push_back(RankLayout::flat(n));
+  if (a == Algorithm::kHierarchical || a == Algorithm::kTree) {
+    for (int per_node : {2, 3, 4, 8}) {
+      if (n % per_node == 0) result.push_back(RankLayout::nodes(n / per_node, per_node));
+    }
+    if (a == Algorithm::kHierarchical) result.push_back(RankLayout::nodes(1, n));
+  }
+  return result;
+}
+
+struct SweepCount {
+  int cases = 0;
+};
+
+TEST(Algorithms, SymbolicSweep) {
+  int cases = 0;
+  for (Algorithm a : all_algorithms()) {
+    for (Collective c : all_collectives()) {
+      if (!supports(a, c)) continue;
+      for (int n : rank_counts()) {
+        for (const RankLayout& layout : layouts(a, n)) {
+          for (int chunking : {1, 2, 3}) {
+            AlgoParams params;
+            params.channels = chunking;
+            params.pipeline_chunks = chunking;
+            for (int root : {0, n - 1, n / 2}) {
+              if (root != 0 && c != Collective::kBroadcast && c != Collective::kReduce) continue;
+              const CollectiveSpec spec{c, 0, DataType::kF32, ReduceOp::kSum, root, n};
+              SCOPED_TRACE(fmt::format("{} {} n={} per_node={} chunking={} root={}", name(a), name(c), n,
+                                       layout.ranks_per_node, chunking, root));
+              EXPECT_NO_THROW(build_checked_schedule(spec, layout, a, params));
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("symbolic sweep: %d cases\n", cases);
+  EXPECT_GT(cases, 1000);
+}
+
+TEST(Algorithms, LargeRingAndTree) {
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree}) {
+    const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 1024};
+    const Schedule s = build_checked_schedule(spec, RankLayout::flat(1024), a);
+    if (a == Algorithm::kRing) {
+      EXPECT_EQ(s.num_rounds, 2u * 1023u);  // one round per ring step
+    }
+    EXPECT_GT(s.op_count(), 0u);
+  }
+  // A ring over a rail-aligned order is checked like any other.
+  RankLayout layout = RankLayout::nodes(4, 8);
+  for (int i = 0; i < 32; ++i) layout.ring_order.push_back((i % 4) * 8 + i / 4);
+  EXPECT_NO_THROW(build_checked_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 32}, layout,
+                                         Algorithm::kRing, {2, 1, Algorithm::kRing}));
+}
+
+TEST(Algorithms, RingRoundsAndOpCounts) {
+  // n ranks, C channels: each channel has 2(n-1) steps, every rank sends once per step.
+  const Schedule s = build_checked_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 8},
+                                            RankLayout::flat(8), Algorithm::kRing, {2, 1, Algorithm::kRing});
+  EXPECT_EQ(s.chunks_per_block, 16u);
+  EXPECT_EQ(s.num_rounds, 14u);
+  size_t sends = 0;
+  for (const RankProgram& rank : s.ranks) {
+    ASSERT_EQ(rank.lanes.size(), 2u);
+    for (const Lane& lane : rank.lanes) {
+      for (const Op& op : lane.ops) sends += op.kind == OpKind::kSend;
+    }
+  }
+  EXPECT_EQ(sends, 8u * 2u * 14u);
+}
+
+TEST(Algorithms, UnsupportedPairsAreClearErrors) {
+  const CollectiveSpec spec{Collective::kAllToAll, 0, DataType::kF32, ReduceOp::kSum, 0, 4};
+  try {
+    build_schedule(spec, RankLayout::flat(4), Algorithm::kRing);
+    FAIL() << "ring all_to_all accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_STREQ(e.what(), "algorithm 'ring' does not implement all_to_all; algorithms for all_to_all: direct");
+  }
+  EXPECT_THROW(build_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 6}, RankLayout::nodes(1, 4),
+                              Algorithm::kHierarchical),
+               Error);
+  EXPECT_THROW(build_schedule({Collective::kBroadcast, 0, DataType::kF32, ReduceOp::kSum, 4, 4}, RankLayout::flat(4),
+                              Algorithm::kRing),
+               Error);
+}
+
+TEST(Algorithms, DefaultAlgorithmIsSupported) {
+  for (Collective c : all_collectives()) {
+    for (int64_t count : {int64_t{1}, int64_t{1} << 24}) {
+      for (const RankLayout& layout : {RankLayout::flat(8), RankLayout::nodes(2, 4)}) {
+        const CollectiveSpec spec{c, count, DataType::kF32, ReduceOp::kSum, 0, layout.nranks};
+        EXPECT_TRUE(supports(default_algorithm(spec, layout), c)) << name(c);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
