@@ -1,1 +1,189 @@
-// (in progress)
+// NCCL's double binary tree all_reduce.
+//
+// Two binary trees span the same ranks so that every rank is a leaf in (at least) one of them:
+// each tree reduces half of the data up to its root and broadcasts the result back down, and the
+// two halves together use every rank's send and receive bandwidth. Inside a tree, the reduce (up)
+// and the broadcast (down) run on separate lanes, so chunk c can come down while chunk c+1 is
+// still going up (NCCL's split tree).
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "core/algorithms/internal.h"
+#include "core/error.h"
+
+namespace tandem::algorithms {
+namespace {
+
+// Upper bound on AlgoParams::pipeline_chunks: each chunk is a few ops per rank and lane, and a
+// schedule of millions of ops is a caller's mistake rather than a useful pipeline.
+constexpr int kMaxPipelineChunks = 1024;
+
+// Tree 0 uses lanes 0 (up) and 1 (down), tree 1 lanes 2 and 3.
+constexpr int kTreeCount = 2;
+int up_lane(int tree) { return 2 * tree; }
+int down_lane(int tree) { return 2 * tree + 1; }
+
+// One member's links in one tree; -1 means "none".
+struct TreeLinks {
+  int parent = -1;
+  std::vector<int> children;
+};
+
+// ncclGetBtree (NCCL src/graph/trees.cc). With `bit` the lowest set bit of r, r's parent clears
+// that bit and sets the next one up; its children sit bit/2 below and above it. Rank 0 is the
+// root and has a single child, the largest power of two below n. For 8 members:
+//
+//              0            rank:    0  1  2  3  4  5  6  7
+//              |            parent:  -  2  4  2  0  6  4  6
+//              4
+//           /     \          r = 6: bit = 2, parent = (6 ^ 2) | 4 = 4,
+//          2       6         children 6 - 1 = 5 and 6 + 1 = 7
+//         / \     / \        (leaves: the odd ranks)
+//        1   3   5   7
+//
+// When n is not a power of two, a parent beyond n falls back to r ^ bit (drop the bit) and the
+// upper child shrinks (r + bit/4, r + bit/8, ...) until it is in range.
+TreeLinks binary_tree(int n, int r) {
+  TreeLinks links;
+  if (r == 0) {
+    int bit = 1;
+    while (bit < n) bit <<= 1;
+    if (n > 1) links.children.push_back(bit >> 1);
+    return links;
+  }
+  const int bit = r & -r;
+  links.parent = (r ^ bit) | (bit << 1);
+  if (links.parent >= n) links.parent = r ^ bit;
+  int low_bit = bit >> 1;
+  if (low_bit > 0) links.children.push_back(r - low_bit);
+  while (low_bit > 0 && r + low_bit >= n) low_bit >>= 1;
+  if (low_bit > 0) links.children.push_back(r + low_bit);
+  return links;
+}
+
+// ncclGetDtree: the second tree. For even n it mirrors the first (r' = n-1-r), for odd n it
+// shifts it by one (r' = r-1 mod n), so that the leaves of one tree are the inner nodes of the
+// other. For 8 members (mirror):
+//
+//              7            rank:    0  1  2  3  4  5  6  7
+//              |            parent:  1  3  1  7  5  3  5  -
+//              3
+//           /     \          rank r sits where rank 7 - r sits in the first tree
+//          5       1
+//         / \     / \        (leaves: the even ranks)
+//        6   4   2   0
+TreeLinks second_tree(int n, int r) {
+  const bool mirror = n % 2 == 0;
+  const auto to_tree = [&](int x) { return mirror ? n - 1 - x : (x - 1 + n) % n; };
+  const auto from_tree = [&](int x) { return x < 0 ? -1 : mirror ? n - 1 - x : (x + 1) % n; };
+  TreeLinks links = binary_tree(n, to_tree(r));
+  links.parent = from_tree(links.parent);
+  for (int& child : links.children) child = from_tree(child);
+  return links;
+}
+
+// The links of every rank in tree `tree`. The trees above run over nodes; each node joins them
+// through its first rank (its head), and the node's other ranks hang below the head as a chain,
+// as NCCL's intra-node chains do. Tree 0 over 3 nodes of 4 ranks (node tree: 0 -> 2 -> 1):
+//
+//    node 0:   0 - 1 - 2 - 3
+//              |
+//    node 2:   8 - 9 - 10 - 11
+//              |
+//    node 1:   4 - 5 - 6 - 7
+//
+// With one rank per node this is the plain tree over ranks; with one node it is a single chain.
+// A head reduces its node-tree children first, then its chain child: at most 3 children, as
+// NCCL_MAX_TREE_ARITY allows.
+std::vector<TreeLinks> rank_tree(int nranks, int ranks_per_node, int tree) {
+  const int node_count = (nranks + ranks_per_node - 1) / ranks_per_node;
+  std::vector<TreeLinks> ranks(static_cast<size_t>(nranks));
+  for (int node = 0; node < node_count; ++node) {
+    const int head = node * ranks_per_node;
+    const int end = std::min(head + ranks_per_node, nranks);
+    const TreeLinks node_links = tree == 0 ? binary_tree(node_count, node) : second_tree(node_count, node);
+    TreeLinks& head_links = ranks[head];
+    head_links.parent = node_links.parent < 0 ? -1 : node_links.parent * ranks_per_node;
+    for (int child : node_links.children) head_links.children.push_back(child * ranks_per_node);
+    for (int r = head; r < end; ++r) {
+      if (r > head) ranks[r].parent = r - 1;
+      if (r + 1 < end) ranks[r].children.push_back(r + 1);
+    }
+  }
+  return ranks;
+}
+
+void check_arguments(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+  if (spec.collective != Collective::kAllReduce) {
+    fail(ErrorCode::kUnsupported, "tree does not implement {}; it implements all_reduce only", name(spec.collective));
+  }
+  if (spec.nranks < 1) fail(ErrorCode::kInvalidArgument, "tree: nranks must be at least 1, got {}", spec.nranks);
+  if (layout.nranks != spec.nranks) {
+    fail(ErrorCode::kInvalidArgument, "tree: layout has {} ranks but the collective has {}", layout.nranks,
+         spec.nranks);
+  }
+  if (layout.ranks_per_node < 1) {
+    fail(ErrorCode::kInvalidArgument, "tree: ranks_per_node must be at least 1, got {}", layout.ranks_per_node);
+  }
+  if (params.pipeline_chunks < 1 || params.pipeline_chunks > kMaxPipelineChunks) {
+    fail(ErrorCode::kInvalidArgument, "tree: pipeline_chunks must be in [1, {}], got {}", kMaxPipelineChunks,
+         params.pipeline_chunks);
+  }
+}
+
+}  // namespace
+
+// Chunks of the block, P = params.pipeline_chunks:
+//
+//    | tree 0: chunks 0 .. P-1 | tree 1: chunks P .. 2P-1 |
+//
+// Chunk c of tree t, on each rank:
+//    up   (lane 2t):   Output[c] = Input[c] (+) child 0 (+) child 1 (+) ...; send Output[c] to parent
+//                      (a leaf sends Input[c]; the root keeps the full sum)
+//    down (lane 2t+1): receive Output[c] from parent (not the root); send Output[c] to each child
+// The down receive overwrites the partial sum the up phase left in Output[c]; the builder orders
+// it after the up send of that chunk (and, in place, after a leaf's send of Input[c]).
+Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+  check_arguments(spec, layout, params);
+  const int nranks = spec.nranks;
+  const uint32_t per_tree = static_cast<uint32_t>(params.pipeline_chunks);
+  ScheduleBuilder builder(spec.collective, Algorithm::kTree, nranks, spec.root, kTreeCount * per_tree, params);
+  if (nranks == 1) {
+    builder.copy(0, 0, slots(BufferKind::kInput, 0, kTreeCount * per_tree),
+                 slots(BufferKind::kOutput, 0, kTreeCount * per_tree));
+    return std::move(builder).finish();
+  }
+
+  std::array<std::vector<TreeLinks>, kTreeCount> trees;
+  for (int t = 0; t < kTreeCount; ++t) trees[t] = rank_tree(nranks, layout.ranks_per_node, t);
+
+  // Each rank's ops in the order it runs them: chunk by chunk, up before down.
+  for (int r = 0; r < nranks; ++r) {
+    for (uint32_t i = 0; i < per_tree; ++i) {
+      for (int t = 0; t < kTreeCount; ++t) {
+        const TreeLinks& links = trees[t][r];
+        const uint32_t c = static_cast<uint32_t>(t) * per_tree + i;
+        const SlotRange input = slots(BufferKind::kInput, c);
+        const SlotRange output = slots(BufferKind::kOutput, c);
+        SlotRange partial = input;
+        for (int child : links.children) {
+          builder.recv_reduce(r, up_lane(t), child, partial, output);
+          partial = output;
+        }
+        if (links.parent >= 0) builder.send(r, up_lane(t), links.parent, partial);
+      }
+      for (int t = 0; t < kTreeCount; ++t) {
+        const TreeLinks& links = trees[t][r];
+        const SlotRange output = slots(BufferKind::kOutput, static_cast<uint32_t>(t) * per_tree + i);
+        if (links.parent >= 0) builder.recv(r, down_lane(t), links.parent, output);
+        for (int child : links.children) builder.send(r, down_lane(t), child, output);
+      }
+    }
+  }
+  return std::move(builder).finish();
+}
+
+}  // namespace tandem::algorithms
