@@ -1,0 +1,358 @@
+// tandem bench <collective>: nccl-tests' sweep over message sizes, run through a Communicator on a
+// backend, printed as nccl-tests' table. Conventions (sizes -> counts, busbw) in nccl_tests_table.h;
+// the #wrong check in bench_check.h.
+//
+// Per size and per placement (out-of-place, then in-place where the collective has one):
+//   -w warmup runs, then -n timed runs (time = mean of the backend's own clock over the -n runs),
+//   then up to -c check runs, each on fresh inputs with poisoned outputs, stopping at the first run
+//   with wrong elements.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "app/backends.h"
+#include "app/bench_check.h"
+#include "app/cli_common.h"
+#include "app/commands.h"
+#include "app/nccl_tests_table.h"
+#include "core/algorithms.h"
+#include "core/communicator.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+namespace {
+
+// One rank per thread on the host backend; beyond this a typo is likelier than a plan.
+constexpr int kMaxBenchRanks = 4096;
+// Buffers start on cache-line boundaries.
+constexpr std::align_val_t kBufferAlignment{64};
+// Leave this share of the available memory to everything else.
+constexpr double kMemoryHeadroom = 0.9;
+
+struct BenchOptions {
+  std::string collective;
+  std::string backend = "host";
+  std::string min_bytes = "32M";
+  std::string max_bytes = "32M";
+  std::string step_bytes = "1M";
+  int64_t step_factor = 1;
+  int nranks = 1;
+  std::string algorithm = "auto";
+  std::string dtype = "float";
+  std::string op = "sum";
+  int iters = 20;
+  int warmup_iters = 1;
+  int check_iters = 1;
+  int root = 0;
+  int ranks_per_node = 0;
+  int channels = 1;
+};
+
+// An uninitialised, aligned byte buffer (filling is the caller's business: the check poisons it).
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(size_t bytes)
+      : data_(static_cast<std::byte*>(::operator new[](bytes == 0 ? 1 : bytes, kBufferAlignment))) {}
+  ~AlignedBuffer() { ::operator delete[](data_, kBufferAlignment); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  std::byte* data() const { return data_; }
+
+ private:
+  std::byte* data_;
+};
+
+std::string format_bytes(double bytes) {
+  if (bytes >= double(1 << 30)) return fmt::format("{:.1f} GiB", bytes / double(1 << 30));
+  if (bytes >= double(1 << 20)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
+  return fmt::format("{:.0f} B", bytes);
+}
+
+// MemAvailable from /proc/meminfo in bytes; empty where it cannot be read.
+std::optional<double> available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024.0;
+  }
+  return std::nullopt;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+// Everything the command line asks for, parsed and checked before any memory is touched.
+struct BenchPlan {
+  Collective collective = Collective::kAllReduce;
+  Algorithm algorithm = Algorithm::kAuto;
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;  // 0 for collectives without a root (the table shows -1)
+  bool rooted = false;
+  RankLayout layout;
+  std::vector<int64_t> sizes;
+  int64_t min_bytes = 0, max_bytes = 0, step_bytes = 0;
+};
+
+BenchPlan make_plan(const BenchOptions& options) {
+  BenchPlan plan;
+  plan.collective = parse_collective_name(options.collective);
+  plan.algorithm = parse_algorithm_name(options.algorithm);
+  plan.dtype = parse_data_type(options.dtype);
+  plan.op = parse_reduce_op(options.op);
+  plan.layout = make_layout(options.nranks, options.ranks_per_node);
+  plan.rooted = plan.collective == Collective::kBroadcast || plan.collective == Collective::kReduce;
+  if (plan.rooted) {
+    if (options.root < 0 || options.root >= options.nranks) {
+      fail(ErrorCode::kInvalidArgument, "root {} (-r) is out of range for {} ranks (-g)", options.root,
+           options.nranks);
+    }
+    plan.root = options.root;
+  }
+  if (plan.algorithm != Algorithm::kAuto && !supports(plan.algorithm, plan.collective)) {
+    fail(ErrorCode::kUnsupported, "{}", unsupported_message(plan.algorithm, plan.collective));
+  }
+  plan.min_bytes = parse_size_bytes(options.min_bytes, "-b/--minbytes");
+  plan.max_bytes = parse_size_bytes(options.max_bytes, "-e/--maxbytes");
+  plan.step_bytes = parse_size_bytes(options.step_bytes, "-i/--stepbytes");
+  plan.sizes = sweep_sizes(plan.min_bytes, plan.max_bytes, options.step_factor, plan.step_bytes);
+  return plan;
+}
+
+// Per-rank buffers sized for the largest size of the sweep, and the pointers a run uses.
+class RankMemory {
+ public:
+  RankMemory(const BenchPlan& plan, int64_t max_input_bytes, int64_t max_output_bytes) {
+    for (int rank = 0; rank < plan.layout.nranks; ++rank) {
+      inputs_.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_input_bytes)));
+      outputs_.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_output_bytes)));
+    }
+  }
+
+  std::vector<RankBuffers> buffers(Collective collective, int64_t count, DataType dtype, bool in_place) const {
+    std::vector<RankBuffers> result;
+    for (size_t rank = 0; rank < inputs_.size(); ++rank) {
+      result.push_back(place_buffers(collective, static_cast<int>(rank), count, dtype, in_place, inputs_[rank]->data(),
+                                     outputs_[rank]->data()));
+    }
+    return result;
+  }
+
+ private:
+  std::vector<std::unique_ptr<AlignedBuffer>> inputs_;
+  std::vector<std::unique_ptr<AlignedBuffer>> outputs_;
+};
+
+// "tree for 8 .. 1024 B, ring for 4096 .. 67108864 B": which algorithm kAuto picked per size.
+std::string describe_auto_choices(const std::vector<std::pair<int64_t, Algorithm>>& choices) {
+  std::string out;
+  size_t begin = 0;
+  for (size_t i = 1; i <= choices.size(); ++i) {
+    if (i < choices.size() && choices[i].second == choices[begin].second) continue;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} for {} .. {} B", name(choices[begin].second), choices[begin].first, choices[i - 1].first);
+    begin = i;
+  }
+  return out;
+}
+
+void run_bench(const BenchOptions& options, CommandStatus& status) {
+  const BenchPlan plan = make_plan(options);
+  std::unique_ptr<Executor> executor = make_executor(options.backend);
+  const int nranks = plan.layout.nranks;
+
+  CommunicatorOptions communicator_options;
+  communicator_options.algorithm = plan.algorithm;
+  communicator_options.params.channels = options.channels;
+  Communicator communicator(*executor, plan.layout, communicator_options);
+
+  // Memory for the largest size, per rank, checked against what the machine has.
+  int64_t max_input_bytes = 0, max_output_bytes = 0;
+  const int64_t element_bytes = static_cast<int64_t>(size_bytes(plan.dtype));
+  for (int64_t bytes : plan.sizes) {
+    SizeCounts counts = nccl_tests_counts(plan.collective, bytes, plan.dtype, nranks);
+    max_input_bytes = std::max(max_input_bytes, counts.input_elements * element_bytes);
+    max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
+  }
+  const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
+  if (std::optional<double> available = available_memory_bytes();
+      available && needed > kMemoryHeadroom * *available) {
+    fail(ErrorCode::kInvalidArgument,
+         "bench needs {} of host memory for {} ranks up to {} bytes (-e); {} is available; lower -e or -g",
+         format_bytes(needed), nranks, plan.max_bytes, format_bytes(*available));
+  }
+  RankMemory memory(plan, max_input_bytes, max_output_bytes);
+
+  // Header, as nccl-tests prints it.
+  fmt::print("# tandem {} bench {}: nccl-tests-style table\n", version_string(), name(plan.collective));
+  fmt::print(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: 1 "
+      "validation: {} graph: 0\n",
+      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+      options.step_factor > 1 ? "factor" : "bytes", options.warmup_iters, options.iters, options.check_iters);
+  fmt::print("#\n# Using devices\n");
+  const std::string host = host_name();
+  for (int rank = 0; rank < nranks; ++rank) {
+    fmt::print("#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {} backend rank thread\n", rank,
+               static_cast<long>(getpid()), host, rank, options.backend, executor->name());
+  }
+  fmt::print("#\n# Backend: {}, algorithm: {}, ranks per node: {}, channels: {}\n#\n", options.backend,
+             plan.algorithm == Algorithm::kAuto ? "auto" : name(plan.algorithm), plan.layout.ranks_per_node,
+             options.channels);
+  fmt::print("{}", format_column_header());
+  std::fflush(stdout);
+
+  const bool in_place_supported = buffer_geometry(plan.collective, nranks).in_place_supported;
+  const bool reduction = is_reduction(plan.collective);
+  Progress progress;
+  std::vector<BenchRow> rows;
+  std::vector<std::pair<int64_t, Algorithm>> auto_choices;
+
+  for (size_t size_index = 0; size_index < plan.sizes.size(); ++size_index) {
+    const SizeCounts counts = nccl_tests_counts(plan.collective, plan.sizes[size_index], plan.dtype, nranks);
+    CollectiveSpec spec;
+    spec.collective = plan.collective;
+    spec.count = counts.count;
+    spec.dtype = plan.dtype;
+    spec.op = plan.op;
+    spec.root = plan.root;
+    spec.nranks = nranks;
+    if (plan.algorithm == Algorithm::kAuto) {
+      auto_choices.emplace_back(counts.size_bytes, communicator.choose(spec));
+    }
+
+    auto measure = [&](bool in_place) {
+      const char* placement = in_place ? "in-place" : "out-of-place";
+      auto phase = [&](const char* what) {
+        progress.update(fmt::format("tandem bench: {} B ({}/{}), {}, {}", counts.size_bytes, size_index + 1,
+                                    plan.sizes.size(), placement, what));
+      };
+      const std::vector<RankBuffers> buffers = memory.buffers(plan.collective, counts.count, plan.dtype, in_place);
+      CheckSpec check{plan.collective, plan.dtype, plan.op, plan.root, nranks, counts.count, 0};
+
+      // Timed runs work on the pattern; in place, a reduction would compound it run after run
+      // (sums overflow), so those runs reduce zeros instead.
+      phase("timing");
+      if (in_place && reduction) {
+        for (const RankBuffers& b : buffers) {
+          std::memset(b.input, 0, static_cast<size_t>(counts.input_elements * element_bytes));
+        }
+      } else {
+        fill_inputs(check, buffers);
+      }
+      for (int i = 0; i < options.warmup_iters; ++i) communicator.run(spec, buffers, plan.algorithm);
+      double seconds = 0;
+      for (int i = 0; i < options.iters; ++i) seconds += communicator.run(spec, buffers, plan.algorithm).seconds;
+      seconds /= options.iters;
+
+      std::optional<int64_t> wrong;
+      if (options.check_iters > 0) {
+        phase("checking");
+        wrong = 0;
+        for (int c = 0; c < options.check_iters && *wrong == 0; ++c) {
+          check.seed = static_cast<uint64_t>(c) + 1;
+          poison_outputs(check, buffers);
+          fill_inputs(check, buffers);  // after the poison: in place, the input lives in the output
+          communicator.run(spec, buffers, plan.algorithm);
+          wrong = count_wrong(check, buffers);
+        }
+      }
+      return make_result(seconds, counts, plan.collective, nranks, wrong);
+    };
+
+    BenchRow row;
+    row.counts = counts;
+    row.type_name = nccl_tests_type_name(plan.dtype);
+    row.redop = reduction ? name(plan.op) : std::string_view("none");
+    row.root = plan.rooted ? plan.root : -1;
+    row.out_of_place = measure(false);
+    if (in_place_supported) row.in_place = measure(true);
+    progress.clear();
+    fmt::print("{}", format_row(row));
+    std::fflush(stdout);
+    rows.push_back(row);
+  }
+
+  fmt::print("{}", format_footer(rows));
+  if (!auto_choices.empty()) fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(auto_choices));
+  std::fflush(stdout);
+
+  const int64_t failed = failed_results(rows);
+  if (failed > 0) {
+    std::fprintf(stderr, "tandem: error: %lld of the results above have wrong elements (#wrong)\n",
+                 static_cast<long long>(failed));
+    status.exit_code = kExitFailure;
+  } else {
+    status.exit_code = kExitSuccess;
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "bench",
+      "Sweep message sizes of one collective like nccl-tests and print its table: time, algbw, busbw and "
+      "#wrong (a real data check), out-of-place and in-place. Sizes: 8, 64K, 64M, 1G (K/M/G = 1024^1..3).");
+  command
+      ->add_option("collective", options->collective,
+                   "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
+                   "(also allreduce, allgather, reducescatter, alltoall, sendrecv)")
+      ->required();
+  command->add_option("--backend", options->backend, "executor: host (ranks as threads; sim, cuda, nccl later)")
+      ->capture_default_str();
+  command->add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();
+  command->add_option("-e,--maxbytes", options->max_bytes, "largest size in bytes")->capture_default_str();
+  command->add_option("-i,--stepbytes", options->step_bytes, "size increment when -f is 1")->capture_default_str();
+  command->add_option("-f,--stepfactor", options->step_factor, "size multiplier (> 1 replaces -i)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  command->add_option("-g,--ngpus", options->nranks, "number of ranks (host backend: one thread each)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBenchRanks));
+  command
+      ->add_option("--algo", options->algorithm,
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical or auto")
+      ->capture_default_str();
+  command
+      ->add_option("-d,--datatype", options->dtype,
+                   "float, half, bfloat16, double, int32, int64 (or f32, f16, bf16, f64, i32, i64)")
+      ->capture_default_str();
+  command->add_option("-o,--op", options->op, "sum, prod, min, max or avg")->capture_default_str();
+  command->add_option("-n,--iters", options->iters, "timed runs per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  command->add_option("-w,--warmup_iters", options->warmup_iters, "untimed runs before the timed ones")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  command->add_option("-c,--check", options->check_iters, "data-check runs per size (0: no check, #wrong N/A)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  command->add_option("-r,--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
+  command->add_option("--ranks-per-node", options->ranks_per_node,
+                      "ranks per node (hierarchical); default: 1, a flat layout");
+  command->add_option("--channels", options->channels, "parallel rings (ring algorithm)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  command->callback([options, &status] { run_bench(*options, status); });
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,93 @@
+#include "app/cli_common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <utility>
+
+namespace tandem::app {
+
+int exit_code_for(const Error& error) {
+  switch (error.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnsupported:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+std::string version_string() {
+#ifdef TANDEM_VERSION
+  return TANDEM_VERSION;
+#else
+  return "unknown";
+#endif
+}
+
+namespace {
+
+std::string normalized(std::string_view text) {
+  std::string out(text);
+  std::replace(out.begin(), out.end(), '-', '_');
+  return out;
+}
+
+}  // namespace
+
+Collective parse_collective_name(std::string_view text) {
+  // nccl-tests names its binaries all_reduce_perf, alltoall_perf, sendrecv_perf, ...
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kAliases{{
+      {"allreduce", "all_reduce"},
+      {"allgather", "all_gather"},
+      {"reducescatter", "reduce_scatter"},
+      {"alltoall", "all_to_all"},
+      {"sendrecv", "send_recv"},
+  }};
+  std::string name = normalized(text);
+  for (const auto& [alias, canonical] : kAliases) {
+    if (name == alias) return parse_collective(canonical);
+  }
+  return parse_collective(name);
+}
+
+Algorithm parse_algorithm_name(std::string_view text) {
+  std::string name = normalized(text);
+  if (name == "auto") return Algorithm::kAuto;
+  return parse_algorithm(name);
+}
+
+RankLayout make_layout(int nranks, int ranks_per_node) {
+  if (nranks < 1) fail(ErrorCode::kInvalidArgument, "the rank count must be at least 1 (got {})", nranks);
+  if (ranks_per_node == 0) return RankLayout::flat(nranks);
+  if (ranks_per_node < 1 || ranks_per_node > nranks) {
+    fail(ErrorCode::kInvalidArgument, "--ranks-per-node must be between 1 and the rank count {} (got {})", nranks,
+         ranks_per_node);
+  }
+  RankLayout layout = RankLayout::flat(nranks);
+  layout.ranks_per_node = ranks_per_node;
+  return layout;
+}
+
+Progress::Progress() : enabled_(isatty(STDERR_FILENO) == 1) {}
+
+Progress::~Progress() { clear(); }
+
+void Progress::update(std::string_view text) {
+  if (!enabled_) return;
+  // Carriage return, the text, then erase to the end of the line.
+  std::fprintf(stderr, "\r%.*s\033[K", static_cast<int>(text.size()), text.data());
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void Progress::clear() {
+  if (!enabled_ || !shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_ = false;
+}
+
+}  // namespace tandem::app

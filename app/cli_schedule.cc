@@ -1,0 +1,141 @@
+// tandem schedule: build a schedule and print it for a person (default) or as JSON (--json), or
+// load a JSON schedule and check it (--check FILE).
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "app/cli_common.h"
+#include "app/commands.h"
+#include "app/schedule_text.h"
+#include "core/algorithms.h"
+#include "core/error.h"
+#include "core/schedule_json.h"
+#include "core/validate.h"
+
+namespace tandem::app {
+
+namespace {
+
+struct ScheduleOptions {
+  std::string collective;
+  std::string algorithm = "ring";
+  int nranks = 0;
+  int root = 0;
+  int channels = 1;
+  int pipeline_chunks = 1;
+  int ranks_per_node = 0;
+  std::string inter_node = "ring";
+  bool json = false;
+  std::string check_file;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorCode::kIo, "cannot read '{}': {}", path, std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCode::kIo, "cannot read '{}': {}", path, std::strerror(errno));
+  return text.str();
+}
+
+void check_file(const std::string& path) {
+  std::string text = read_file(path);
+  Schedule schedule;
+  try {
+    schedule = schedule_from_json(text);
+    validate(schedule);
+    symbolic_check(schedule);
+  } catch (const Error& error) {
+    throw Error(error.code(), fmt::format("{}: {}", path, error.what()));
+  }
+  fmt::print("ok: {}: {}; valid, postcondition holds\n", path, schedule_summary(schedule));
+}
+
+void build_and_print(const ScheduleOptions& options) {
+  if (options.collective.empty() || options.nranks == 0) {
+    fail(ErrorCode::kInvalidArgument, "schedule needs --collective and --nranks (or --check FILE)");
+  }
+  CollectiveSpec spec;
+  spec.collective = parse_collective_name(options.collective);
+  spec.nranks = options.nranks;
+  spec.count = 1;  // schedules are size-independent
+  RankLayout layout = make_layout(options.nranks, options.ranks_per_node);
+  if (options.root < 0 || options.root >= options.nranks) {
+    fail(ErrorCode::kInvalidArgument, "--root {} is out of range for {} ranks", options.root, options.nranks);
+  }
+  spec.root = options.root;
+
+  Algorithm algorithm = parse_algorithm_name(options.algorithm);
+  if (algorithm == Algorithm::kAuto) algorithm = default_algorithm(spec, layout);
+  AlgoParams params;
+  params.channels = options.channels;
+  params.pipeline_chunks = options.pipeline_chunks;
+  params.inter_node = parse_algorithm_name(options.inter_node);
+  if (params.inter_node == Algorithm::kAuto) {
+    fail(ErrorCode::kInvalidArgument, "--inter-node needs a named algorithm, not auto");
+  }
+  if (!supports(algorithm, spec.collective)) {
+    fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
+  }
+
+  Schedule schedule = build_checked_schedule(spec, layout, algorithm, params);
+  if (options.json) {
+    std::cout << schedule_to_json(schedule) << "\n";
+  } else {
+    std::cout << format_schedule_text(schedule);
+  }
+}
+
+}  // namespace
+
+void add_schedule_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<ScheduleOptions>();
+  CLI::App* command = app.add_subcommand(
+      "schedule",
+      "Build a collective's schedule and print what each rank does round by round (or its JSON with --json); "
+      "or check a JSON schedule with --check FILE.");
+  command->add_option("--collective", options->collective,
+                      "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
+                      "(nccl-tests names such as allreduce also work)");
+  command->add_option("--algo", options->algorithm,
+                      "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, or auto")
+      ->capture_default_str();
+  command->add_option("--nranks", options->nranks, "number of ranks")->check(CLI::Range(1, 1 << 20));
+  command->add_option("--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
+  command->add_option("--channels", options->channels, "parallel rings, each on its own lane")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  command->add_option("--pipeline-chunks", options->pipeline_chunks,
+                      "chunks a message is cut into so tree / chain hops overlap")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  command->add_option("--ranks-per-node", options->ranks_per_node,
+                      "ranks per node (hierarchical algorithms); default: 1, a flat layout");
+  command->add_option("--inter-node", options->inter_node, "hierarchical: the algorithm between nodes")
+      ->capture_default_str();
+  command->add_flag("--json", options->json, "print the schedule as JSON (schedule_to_json) instead of text");
+  command->add_option(
+      "--check", options->check_file,
+      "load a JSON schedule, validate and symbolically check it; prints 'ok: ...' or the error");
+  command->callback([options, command, &status] {
+    if (!options->check_file.empty()) {
+      for (const char* name : {"--collective", "--algo", "--nranks", "--root", "--channels", "--pipeline-chunks",
+                               "--ranks-per-node", "--inter-node", "--json"}) {
+        if (command->count(name) > 0) fail(ErrorCode::kInvalidArgument, "--check FILE cannot be combined with {}", name);
+      }
+      check_file(options->check_file);
+    } else {
+      build_and_print(*options);
+    }
+    status.exit_code = kExitSuccess;
+  });
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,22 @@
+// The subcommands of the `tandem` command line. Each add_*_command registers one subcommand on the
+// root CLI11 app; its callback runs the command and writes the process exit status into `status`.
+// Errors a user can cause are thrown as tandem::Error; main() turns them into one line on stderr.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace tandem::app {
+
+struct CommandStatus {
+  int exit_code = 0;
+};
+
+// tandem schedule: build, print, export (--json) or check (--check FILE) a schedule.
+void add_schedule_command(CLI::App& app, CommandStatus& status);
+
+// tandem bench <collective>: nccl-tests-style sweep of message sizes on a backend.
+void add_bench_command(CLI::App& app, CommandStatus& status);
+
+}  // namespace tandem::app

@@ -1,0 +1,293 @@
+// Runs the built `tandem` binary (TANDEM_BINARY) and checks what a user sees: stdout, stderr and
+// the exit code.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+struct Outcome {
+  std::string out;
+  std::string err;
+  int exit_code = -1;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tandem_cli_" + name; }
+
+// `args` is passed through the shell; tests only use plain words.
+Outcome run_tandem(const std::string& args) {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
+  int status = std::system(command.c_str());
+  Outcome outcome;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.out = read_text(out);
+  outcome.err = read_text(err);
+  return outcome;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> fields_of(const std::string& line) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string field; in >> field;) fields.push_back(field);
+  return fields;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A usage error: nothing on stdout, exactly one line on stderr, exit code 2.
+void expect_usage_error(const Outcome& outcome, const std::string& mentions) {
+  EXPECT_EQ(outcome.exit_code, 2) << outcome.err;
+  EXPECT_EQ(outcome.out, "");
+  std::vector<std::string> lines = lines_of(outcome.err);
+  ASSERT_EQ(lines.size(), 1u) << outcome.err;
+  EXPECT_EQ(lines[0].rfind("tandem: error: ", 0), 0u) << lines[0];
+  EXPECT_TRUE(contains(lines[0], mentions)) << lines[0] << " does not mention " << mentions;
+}
+
+// The data rows of a bench table: lines not starting with '#'.
+std::vector<std::vector<std::string>> table_rows(const std::string& out) {
+  std::vector<std::vector<std::string>> rows;
+  for (const std::string& line : lines_of(out)) {
+    if (!line.empty() && line[0] != '#') rows.push_back(fields_of(line));
+  }
+  return rows;
+}
+
+TEST(Cli, VersionAndHelp) {
+  Outcome version = run_tandem("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("tandem ", 0), 0u) << version.out;
+
+  Outcome help = run_tandem("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_TRUE(contains(help.out, "schedule"));
+  EXPECT_TRUE(contains(help.out, "bench"));
+
+  Outcome bench_help = run_tandem("bench --help");
+  EXPECT_EQ(bench_help.exit_code, 0);
+  for (const char* flag : {"--minbytes", "--maxbytes", "--stepfactor", "--stepbytes", "--ngpus", "--iters",
+                           "--warmup_iters", "--check", "--datatype", "--op", "--root", "--algo", "--backend",
+                           "--ranks-per-node", "--channels"}) {
+    EXPECT_TRUE(contains(bench_help.out, flag)) << flag;
+  }
+  Outcome schedule_help = run_tandem("schedule --help");
+  EXPECT_EQ(schedule_help.exit_code, 0);
+  for (const char* flag : {"--collective", "--algo", "--nranks", "--root", "--channels", "--pipeline-chunks",
+                           "--ranks-per-node", "--json", "--check"}) {
+    EXPECT_TRUE(contains(schedule_help.out, flag)) << flag;
+  }
+}
+
+TEST(Cli, NoSubcommandIsAUsageError) { expect_usage_error(run_tandem(""), "subcommand"); }
+
+TEST(Cli, BenchPrintsTheNcclTestsTable) {
+  Outcome outcome = run_tandem("bench all_reduce --backend host -b 256K -e 1M -f 2 -g 4 -n 3 -w 1");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_TRUE(contains(outcome.out,
+                       "# nThread 1 nGpus 4 minBytes 262144 maxBytes 1048576 step: 2(factor) warmup iters: 1 "
+                       "iters: 3 agg iters: 1 validation: 1 graph: 0"))
+      << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "# Using devices"));
+  EXPECT_TRUE(contains(outcome.out, "#  Rank  3 Group  0"));
+  EXPECT_TRUE(contains(outcome.out, "out-of-place"));
+  EXPECT_TRUE(contains(outcome.out, "#wrong"));
+  EXPECT_TRUE(contains(outcome.out, "# Out of bounds values : 0 OK"));
+
+  auto rows = table_rows(outcome.out);
+  ASSERT_EQ(rows.size(), 3u) << outcome.out;
+  const std::vector<std::string> sizes{"262144", "524288", "1048576"};
+  double busbw_sum = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    ASSERT_EQ(row.size(), 13u) << outcome.out;
+    EXPECT_EQ(row[0], sizes[i]);
+    EXPECT_EQ(std::stoll(row[1]), std::stoll(sizes[i]) / 4);  // float elements
+    EXPECT_EQ(row[2], "float");
+    EXPECT_EQ(row[3], "sum");
+    EXPECT_EQ(row[4], "-1");
+    for (size_t half : {size_t{5}, size_t{9}}) {
+      double time_us = std::stod(row[half]), algbw = std::stod(row[half + 1]), busbw = std::stod(row[half + 2]);
+      EXPECT_GT(time_us, 0);
+      // algbw = S / t (printed with 2 decimals): recompute from the printed time.
+      double expected_algbw = std::stod(sizes[i]) / (time_us * 1e-6) / 1e9;
+      EXPECT_NEAR(algbw, expected_algbw, 0.006 + expected_algbw * 0.01) << fmt::format("{}", fmt::join(row, " "));
+      // busbw = algbw * 2(n-1)/n, up to the rounding of both printed values.
+      EXPECT_NEAR(busbw, algbw * 1.5, 0.006 * 1.5 + 0.006);
+      EXPECT_EQ(row[half + 3], "0");
+      busbw_sum += busbw;
+    }
+  }
+  // Footer: mean busbw over all six results.
+  for (const std::string& line : lines_of(outcome.out)) {
+    if (line.rfind("# Avg bus bandwidth    : ", 0) == 0) {
+      EXPECT_NEAR(std::stod(line.substr(25)), busbw_sum / 6, 0.01);
+    }
+  }
+  EXPECT_TRUE(contains(outcome.out, "# Avg bus bandwidth    : "));
+}
+
+// Every collective, on a prime rank count, with the nccl-tests count arithmetic and a clean check.
+TEST(Cli, BenchEveryCollectiveChecksClean) {
+  const std::map<std::string, std::string> collectives{
+      {"all_reduce", "all_reduce"}, {"reducescatter", "reduce_scatter"}, {"allgather", "all_gather"},
+      {"broadcast", "broadcast"},   {"reduce", "reduce"},                {"alltoall", "all_to_all"},
+      {"sendrecv", "send_recv"}};
+  for (const auto& [spelling, collective] : collectives) {
+    SCOPED_TRACE(spelling);
+    Outcome outcome = run_tandem(fmt::format("bench {} -b 1K -e 16K -f 4 -g 3 -n 2 -r 1", spelling));
+    ASSERT_EQ(outcome.exit_code, 0) << outcome.err << outcome.out;
+    auto rows = table_rows(outcome.out);
+    ASSERT_EQ(rows.size(), 3u) << outcome.out;
+    const bool total = collective == "all_gather" || collective == "reduce_scatter" || collective == "all_to_all";
+    const bool reduction = collective == "all_reduce" || collective == "reduce_scatter" || collective == "reduce";
+    const bool rooted = collective == "broadcast" || collective == "reduce";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& row = rows[i];
+      ASSERT_EQ(row.size(), 13u) << outcome.out;
+      const long long bytes = 1024LL << (2 * i);
+      const long long count = total ? bytes / 4 / 3 : bytes / 4;
+      EXPECT_EQ(std::stoll(row[1]), count);
+      EXPECT_EQ(std::stoll(row[0]), total ? count * 3 * 4 : bytes);
+      EXPECT_EQ(row[3], reduction ? "sum" : "none");
+      EXPECT_EQ(row[4], rooted ? "1" : "-1");
+      EXPECT_EQ(row[8], "0") << outcome.out;
+      EXPECT_TRUE(row[12] == "0" || (row[9] == "N/A" && row[12] == "N/A")) << outcome.out;
+    }
+    EXPECT_TRUE(contains(outcome.out, "# Out of bounds values : 0 OK"));
+  }
+}
+
+TEST(Cli, BenchEveryDataTypeAndOpChecksClean) {
+  for (const char* dtype : {"float", "half", "bfloat16", "double", "int32", "int64", "bf16", "f16"}) {
+    for (const char* op : {"sum", "prod", "min", "max", "avg"}) {
+      SCOPED_TRACE(fmt::format("{} {}", dtype, op));
+      Outcome outcome = run_tandem(fmt::format("bench all_reduce -b 4K -e 4K -g 5 -n 1 -w 0 -d {} -o {}", dtype, op));
+      ASSERT_EQ(outcome.exit_code, 0) << outcome.err << outcome.out;
+      auto rows = table_rows(outcome.out);
+      ASSERT_EQ(rows.size(), 1u);
+      EXPECT_EQ(rows[0][3], op);
+      EXPECT_EQ(rows[0][8], "0");
+      EXPECT_EQ(rows[0][12], "0");
+    }
+  }
+}
+
+TEST(Cli, BenchWithoutCheckShowsNotApplicable) {
+  Outcome outcome = run_tandem("bench all_gather -b 1K -e 1K -g 2 -n 1 -c 0");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  auto rows = table_rows(outcome.out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][8], "N/A");
+  EXPECT_TRUE(contains(outcome.out, "validation: 0"));
+}
+
+TEST(Cli, BenchUsageErrorsAreOneLine) {
+  expect_usage_error(run_tandem("bench all_reduce --bogus"), "--bogus");
+  expect_usage_error(run_tandem("bench"), "collective");
+  expect_usage_error(run_tandem("bench allreduc -b 8 -e 8"), "allreduc");
+  expect_usage_error(run_tandem("bench all_reduce --algo rign -b 8 -e 8"), "rign");
+  expect_usage_error(run_tandem("bench all_reduce -d float8 -b 8 -e 8"), "float8");
+  expect_usage_error(run_tandem("bench all_reduce -o mean -b 8 -e 8"), "mean");
+  expect_usage_error(run_tandem("bench all_reduce -b 8X"), "8X");
+  expect_usage_error(run_tandem("bench all_reduce -b 64M -e 8"), "-b");
+  expect_usage_error(run_tandem("bench all_reduce -g 0"), "--ngpus");
+  expect_usage_error(run_tandem("bench all_reduce -n abc"), "--iters");
+  expect_usage_error(run_tandem("bench broadcast -g 4 -r 4 -b 8 -e 8"), "root");
+  expect_usage_error(run_tandem("bench all_to_all --algo ring -g 4 -b 8 -e 8"), "all_to_all");
+  expect_usage_error(run_tandem("bench all_reduce --backend sim -b 8 -e 8"),
+                     "backend 'sim' is not available in this build yet");
+  expect_usage_error(run_tandem("bench all_reduce --backend quantum -b 8 -e 8"), "quantum");
+}
+
+TEST(Cli, ScheduleTextShowsRoundsAndOps) {
+  Outcome outcome = run_tandem("schedule --collective all_reduce --algo ring --nranks 4");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_EQ(outcome.out.rfind("all_reduce ring: 4 ranks, ", 0), 0u) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, " rounds, "));
+  EXPECT_TRUE(contains(outcome.out, "round 0\n"));
+  EXPECT_TRUE(contains(outcome.out, "  r0 L0 send In["));
+  EXPECT_TRUE(contains(outcome.out, "recv-reduce "));
+}
+
+TEST(Cli, ScheduleJsonRoundTripsThroughCheck) {
+  struct Case {
+    const char* args;
+    const char* summary;
+  };
+  for (const Case& c : {Case{"--collective all_reduce --algo ring --nranks 8", "all_reduce ring: 8 ranks"},
+                        Case{"--collective broadcast --algo ring --nranks 5 --root 2", "broadcast ring: 5 ranks"},
+                        Case{"--collective all_reduce --algo tree --nranks 6 --pipeline-chunks 3", "all_reduce tree: 6 ranks"},
+                        Case{"--collective reduce_scatter --algo halving_doubling --nranks 7",
+                             "reduce_scatter halving_doubling: 7 ranks"},
+                        Case{"--collective all_reduce --algo hierarchical --nranks 8 --ranks-per-node 4",
+                             "all_reduce hierarchical: 8 ranks"},
+                        Case{"--collective alltoall --algo direct --nranks 3", "all_to_all direct: 3 ranks"}}) {
+    SCOPED_TRACE(c.args);
+    Outcome json = run_tandem(fmt::format("schedule {} --json", c.args));
+    ASSERT_EQ(json.exit_code, 0) << json.err;
+    EXPECT_TRUE(contains(json.out, "schema_version"));
+    const std::string path = temp_path("schedule.json");
+    std::ofstream(path) << json.out;
+
+    Outcome check = run_tandem(fmt::format("schedule --check '{}'", path));
+    ASSERT_EQ(check.exit_code, 0) << check.err;
+    EXPECT_EQ(check.out.rfind("ok: ", 0), 0u) << check.out;
+    EXPECT_TRUE(contains(check.out, c.summary)) << check.out;
+  }
+}
+
+TEST(Cli, ScheduleCheckReportsBadFilesInOneLine) {
+  Outcome missing = run_tandem("schedule --check /nonexistent/schedule.json");
+  EXPECT_EQ(missing.exit_code, 1);
+  ASSERT_EQ(lines_of(missing.err).size(), 1u) << missing.err;
+  EXPECT_TRUE(contains(missing.err, "tandem: error: cannot read '/nonexistent/schedule.json'"));
+
+  // A schema version from the future is a format error naming the file.
+  Outcome json = run_tandem("schedule --collective all_reduce --algo ring --nranks 2 --json");
+  ASSERT_EQ(json.exit_code, 0);
+  std::string text = json.out;
+  size_t at = text.find("\"schema_version\"");
+  ASSERT_NE(at, std::string::npos);
+  size_t digit = text.find_first_of("0123456789", at);
+  ASSERT_NE(digit, std::string::npos);
+  text[digit] = '9';
+  const std::string path = temp_path("future.json");
+  std::ofstream(path) << text;
+  Outcome future = run_tandem(fmt::format("schedule --check '{}'", path));
+  EXPECT_EQ(future.exit_code, 1);
+  ASSERT_EQ(lines_of(future.err).size(), 1u) << future.err;
+  EXPECT_TRUE(contains(future.err, "tandem: error: " + path + ": ")) << future.err;
+}
+
+TEST(Cli, ScheduleUsageErrors) {
+  expect_usage_error(run_tandem("schedule --algo ring"), "--nranks");
+  expect_usage_error(run_tandem("schedule --collective all_to_all --algo ring --nranks 4"), "all_to_all");
+  expect_usage_error(run_tandem("schedule --collective broadcast --nranks 4 --root 7"), "--root");
+  expect_usage_error(run_tandem("schedule --check x.json --nranks 4"), "--check");
+}
+
+}  // namespace
