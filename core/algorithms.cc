@@ -36,7 +36,7 @@ std::string unsupported_message(Algorithm algorithm, Collective collective) {
 }
 
 Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
-                        const AlgoParams& params) {
+                        const AlgoParams& params, ScheduleForm form) {
   if (spec.nranks < 1) fail(ErrorCode::kInvalidArgument, "need at least 1 rank, got {}", spec.nranks);
   if (layout.nranks != spec.nranks) {
     fail(ErrorCode::kInvalidArgument, "layout has {} ranks but the collective has {}", layout.nranks, spec.nranks);
@@ -47,7 +47,7 @@ Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Al
   if (algorithm == Algorithm::kAuto) algorithm = default_algorithm(spec, layout);
   if (!supports(algorithm, spec.collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
   switch (algorithm) {
-    case Algorithm::kRing: return algorithms::build_ring(spec, layout, params);
+    case Algorithm::kRing: return algorithms::build_ring(spec, layout, params, form);
     case Algorithm::kTree: return algorithms::build_tree(spec, layout, params);
     case Algorithm::kRecursiveDoubling: return algorithms::build_recursive_doubling(spec, layout, params);
     case Algorithm::kHalvingDoubling: return algorithms::build_halving_doubling(spec, layout, params);
@@ -59,8 +59,8 @@ Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Al
 }
 
 Schedule build_checked_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
-                                const AlgoParams& params) {
-  Schedule schedule = build_schedule(spec, layout, algorithm, params);
+                                const AlgoParams& params, ScheduleForm form) {
+  Schedule schedule = build_schedule(spec, layout, algorithm, params, form);
   validate(schedule);
   symbolic_check(schedule);
   return schedule;

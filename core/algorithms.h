@@ -15,12 +15,13 @@ std::string unsupported_message(Algorithm algorithm, Collective collective);
 
 // Builds the schedule of `algorithm` for `spec` on `layout`. Throws Error(kUnsupported) for an
 // unsupported pair and Error(kInvalidArgument) for bad parameters. Does not validate.
+// `form` asks for the rank-symmetric form where the algorithm has one (see Symmetry).
 Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
-                        const AlgoParams& params = {});
+                        const AlgoParams& params = {}, ScheduleForm form = ScheduleForm::kExplicit);
 
 // build_schedule + validate + symbolic_check: what every caller that runs a schedule uses.
 Schedule build_checked_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
-                                const AlgoParams& params = {});
+                                const AlgoParams& params = {}, ScheduleForm form = ScheduleForm::kExplicit);
 
 // The default algorithm for a collective when none is given and no cost model is at hand:
 // latency-bound sizes take logarithmic algorithms, bandwidth-bound sizes take rings.

@@ -22,8 +22,18 @@ ScheduleBuilder::ScheduleBuilder(Collective collective, Algorithm algorithm, int
   emission_.resize(static_cast<size_t>(nranks));
 }
 
+ScheduleBuilder ScheduleBuilder::symmetric(Collective collective, Algorithm algorithm, std::vector<int> order,
+                                           uint32_t rotation_group, uint32_t chunks_per_block, const AlgoParams& params) {
+  ScheduleBuilder b(collective, algorithm, static_cast<int>(order.size()), 0, chunks_per_block, params);
+  if (rotation_group == 0) fail(ErrorCode::kInvalidArgument, "builder: rotation group must be at least 1");
+  b.schedule_.symmetry = {std::move(order), rotation_group};
+  b.schedule_.ranks.resize(1);
+  b.emission_.resize(1);
+  return b;
+}
+
 void ScheduleBuilder::append(int rank, int lane, const Op& op) {
-  if (rank < 0 || rank >= schedule_.nranks) {
+  if (rank < 0 || static_cast<size_t>(rank) >= schedule_.ranks.size()) {
     fail(ErrorCode::kInvalidArgument, "builder: rank {} out of range [0, {})", rank, schedule_.nranks);
   }
   if (lane < 0) fail(ErrorCode::kInvalidArgument, "builder: negative lane {}", lane);
@@ -89,7 +99,7 @@ struct SlotUse {
 
 void infer_dependencies(Schedule& schedule, const std::vector<std::vector<OpRef>>* emission) {
   const bool in_place = schedule.geometry().in_place_supported;
-  for (int r = 0; r < schedule.nranks; ++r) {
+  for (int r = 0; r < static_cast<int>(schedule.ranks.size()); ++r) {
     RankProgram& rank = schedule.ranks[static_cast<size_t>(r)];
     // In-place aliased output chunks share their input chunk's storage, so the inferred order is
     // safe whether the caller runs in place or not.

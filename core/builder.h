@@ -16,6 +16,11 @@ class ScheduleBuilder {
   ScheduleBuilder(Collective collective, Algorithm algorithm, int nranks, int root, uint32_t chunks_per_block,
                   const AlgoParams& params = {});
 
+  // A builder of a rank-symmetric schedule (see Symmetry): emit position 0's program as rank 0,
+  // with peers given as position offsets.
+  static ScheduleBuilder symmetric(Collective collective, Algorithm algorithm, std::vector<int> order,
+                                   uint32_t rotation_group, uint32_t chunks_per_block, const AlgoParams& params = {});
+
   int nranks() const { return schedule_.nranks; }
   uint32_t chunks_per_block() const { return schedule_.chunks_per_block; }
 

@@ -81,7 +81,28 @@ size_t Schedule::op_count() const {
   for (const RankProgram& rank : ranks) {
     for (const Lane& lane : rank.lanes) total += lane.ops.size();
   }
-  return total;
+  return symmetric() ? total * static_cast<size_t>(nranks) : total;
+}
+
+Schedule expand(const Schedule& schedule) {
+  if (!schedule.symmetric()) return schedule;
+  Schedule out = schedule;
+  out.symmetry = {};
+  out.ranks.assign(static_cast<size_t>(schedule.nranks), RankProgram{});
+  const RankProgram& base = schedule.ranks.at(0);
+  const auto n = static_cast<uint64_t>(schedule.nranks);
+  for (uint64_t p = 0; p < n; ++p) {
+    RankProgram& rank = out.ranks[static_cast<size_t>(schedule.symmetry.order[p])];
+    rank = base;
+    for (Lane& lane : rank.lanes) {
+      for (Op& op : lane.ops) {
+        if (op.peer >= 0) op.peer = schedule.symmetry.order[(p + static_cast<uint64_t>(op.peer)) % n];
+        if (op.src.count > 0) op.src.first = schedule.symmetry.rotate(op.src.first, p);
+        if (op.dst.count > 0) op.dst.first = schedule.symmetry.rotate(op.dst.first, p);
+      }
+    }
+  }
+  return out;
 }
 
 ChunkMap::ChunkMap(int64_t count, uint32_t chunks_per_block, uint32_t tiles, int64_t align_elements)

@@ -128,6 +128,28 @@ struct AlgoParams {
   bool operator==(const AlgoParams&) const = default;
 };
 
+// A rank-symmetric schedule stores one program, for ring position 0, that every position runs
+// relabelled: the rank at position p is order[p]; an op's `peer` is a position offset d (the peer
+// of position p is position (p + d) mod n); chunk c at position p is chunk
+// (c / G) * G + (c % G + p) mod G, G = rotation_group (chunk ranges are single chunks). A flat ring
+// is such a schedule; storing it once keeps a 16,384-rank ring (5e8 ops) a few MB, and lets the
+// checkers and the simulator reason about one position instead of all.
+struct Symmetry {
+  std::vector<int> order;
+  uint32_t rotation_group = 0;
+
+  bool operator==(const Symmetry&) const = default;
+  // Chunk `chunk` of the template as seen at ring position `position`.
+  uint32_t rotate(uint32_t chunk, uint64_t position) const {
+    const uint32_t g = rotation_group;
+    return chunk / g * g + static_cast<uint32_t>((chunk % g + position) % g);
+  }
+};
+
+// Which form build_schedule returns: one program per rank, or the rank-symmetric form where the
+// algorithm has one (ring all_reduce); algorithms without one return the explicit form.
+enum class ScheduleForm : uint8_t { kExplicit, kSymmetric };
+
 struct Schedule {
   static constexpr int kSchemaVersion = 1;
 
@@ -137,13 +159,19 @@ struct Schedule {
   int root = 0;
   uint32_t chunks_per_block = 1;
   AlgoParams params;
-  std::vector<RankProgram> ranks;
-  uint32_t num_rounds = 0;  // filled by validate()
+  std::vector<RankProgram> ranks;  // one per rank; for a symmetric schedule only position 0's
+  Symmetry symmetry;               // empty order: explicit
+  uint32_t num_rounds = 0;         // filled by validate()
 
+  bool symmetric() const { return !symmetry.order.empty(); }
   BufferGeometry geometry() const { return buffer_geometry(collective, nranks); }
   uint32_t chunk_count(int rank, BufferKind buffer) const;
+  // Ops over all ranks (for a symmetric schedule: the template's ops times nranks).
   size_t op_count() const;
 };
+
+// The explicit form of a symmetric schedule (a copy of an explicit one). Rounds are kept.
+Schedule expand(const Schedule& schedule);
 
 // Maps the chunks of a block to element ranges, by the balanced aligned partition: a block of
 // `count` elements is `units` = ceil(count / align) aligned units; piece i of k over n units

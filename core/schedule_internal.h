@@ -97,4 +97,10 @@ struct Dag {
 // topologically. Throws Error(kInvalidSchedule) for an unmatched or mis-sized message or a cycle.
 Dag build_dag(const Schedule& schedule);
 
+// Symmetric schedules: the structure of the Symmetry itself (one program, `order` a permutation,
+// chunk counts multiples of the rotation group). Throws Error(kInvalidSchedule).
+void check_symmetry(const Schedule& schedule);
+// symbolic_check() of a symmetric schedule, replaying position 0 only (see symmetric_check.cc).
+void symbolic_check_symmetric(const Schedule& schedule);
+
 }  // namespace tandem::detail

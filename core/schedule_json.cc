@@ -119,6 +119,9 @@ std::string schedule_to_json(const Schedule& s, int indent) {
                {{"channels", s.params.channels},
                 {"pipeline_chunks", s.params.pipeline_chunks},
                 {"inter_node", name(s.params.inter_node)}}},
+              {"symmetry", s.symmetric() ? json{{"order", s.symmetry.order},
+                                                {"rotation_group", s.symmetry.rotation_group}}
+                                          : json(nullptr)},
               {"ranks", std::move(ranks)}};
   return doc.dump(indent);
 }
@@ -131,7 +134,7 @@ Schedule schedule_from_json(const std::string& text) {
     fail(ErrorCode::kFormat, "schedule JSON: not valid JSON: {}", e.what());
   }
   const json& top = Reader::object(doc, "", {"schema_version", "collective", "algorithm", "nranks", "root",
-                                             "chunks_per_block", "params", "ranks"});
+                                             "chunks_per_block", "params", "symmetry", "ranks"});
   const int64_t version = Reader::integer(top["schema_version"], "schema_version", 0, kMaxU32);
   if (version != Schedule::kSchemaVersion) {
     Reader::bad("schema_version", fmt::format("version {} is not supported (this tandem reads version {})", version,
@@ -149,9 +152,20 @@ Schedule schedule_from_json(const std::string& text) {
       static_cast<int>(Reader::integer(params["pipeline_chunks"], "params.pipeline_chunks", 1, 1 << 20));
   s.params.inter_node = Reader::named(params["inter_node"], "params.inter_node", parse_algorithm);
 
+  if (!top["symmetry"].is_null()) {
+    const json& sym = Reader::object(top["symmetry"], "symmetry", {"order", "rotation_group"});
+    const json& order = Reader::array(sym["order"], "symmetry.order");
+    for (size_t p = 0; p < order.size(); ++p) {
+      s.symmetry.order.push_back(
+          static_cast<int>(Reader::integer(order[p], fmt::format("symmetry.order[{}]", p), 0, s.nranks - 1)));
+    }
+    s.symmetry.rotation_group =
+        static_cast<uint32_t>(Reader::integer(sym["rotation_group"], "symmetry.rotation_group", 1, kMaxU32));
+  }
   const json& ranks = Reader::array(top["ranks"], "ranks");
-  if (ranks.size() != static_cast<size_t>(s.nranks)) {
-    Reader::bad("ranks", fmt::format("{} rank programs for nranks {}", ranks.size(), s.nranks));
+  const size_t programs = s.symmetric() ? 1 : static_cast<size_t>(s.nranks);
+  if (ranks.size() != programs) {
+    Reader::bad("ranks", fmt::format("{} rank programs, expected {}", ranks.size(), programs));
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     const std::string rpath = fmt::format("ranks[{}]", r);

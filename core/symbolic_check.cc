@@ -144,6 +144,10 @@ void check_once(const Schedule& s, const detail::Dag& dag, bool in_place) {
 }  // namespace
 
 void symbolic_check(const Schedule& schedule) {
+  if (schedule.symmetric()) {
+    detail::symbolic_check_symmetric(schedule);
+    return;
+  }
   const detail::Dag dag = detail::build_dag(schedule);
   check_once(schedule, dag, false);
   if (schedule.geometry().in_place_supported) check_once(schedule, dag, true);

@@ -20,7 +20,7 @@ using detail::OpLoc;
 
 void check_bounds(const Schedule& s) {
   const uint32_t k = s.chunks_per_block;
-  for (int r = 0; r < s.nranks; ++r) {
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     const RankProgram& rank = s.ranks[static_cast<size_t>(r)];
     for (uint32_t l = 0; l < rank.lanes.size(); ++l) {
       const Lane& lane = rank.lanes[l];
@@ -46,6 +46,11 @@ void check_bounds(const Schedule& s) {
                                range.first, uint64_t{range.first} + range.count, name(range.buffer), limit));
           }
         };
+        if (s.symmetric()) {
+          for (const SlotRange* range : {&op.src, &op.dst}) {
+            if (range->count > 1) reject(s, at, "symmetric schedules move single chunks: range of several chunks");
+          }
+        }
         if (op.reads_src()) check_range(op.src, "src");
         if (op.writes_dst()) {
           check_range(op.dst, "dst");
@@ -84,17 +89,36 @@ std::vector<uint32_t> match_pairs(const Schedule& s, const detail::OpIndex& inde
     return (static_cast<uint64_t>(from) * static_cast<uint64_t>(s.nranks) + static_cast<uint64_t>(to)) * 65536u + lane;
   };
   std::map<uint64_t, Queues> pairs;  // ordered: the first error reported is deterministic
-  for (int r = 0; r < s.nranks; ++r) {
+  // A symmetric template's sends with offset d meet its receives with offset n - d (the same
+  // template op, run by the position d ahead).
+  const bool symmetric = s.symmetric();
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     const RankProgram& rank = s.ranks[static_cast<size_t>(r)];
     for (uint32_t l = 0; l < rank.lanes.size(); ++l) {
       const auto& ops = rank.lanes[l].ops;
       for (uint32_t i = 0; i < ops.size(); ++i) {
-        if (ops[i].kind == OpKind::kSend) pairs[key(r, ops[i].peer, l)].sends.push_back({r, l, i});
-        if (ops[i].is_recv()) pairs[key(ops[i].peer, r, l)].recvs.push_back({r, l, i});
+        if (ops[i].kind == OpKind::kSend) {
+          pairs[symmetric ? key(0, ops[i].peer, l) : key(r, ops[i].peer, l)].sends.push_back({r, l, i});
+        }
+        if (ops[i].is_recv()) {
+          pairs[symmetric ? key(0, (s.nranks - ops[i].peer) % s.nranks, l) : key(ops[i].peer, r, l)].recvs.push_back(
+              {r, l, i});
+        }
       }
     }
   }
   const uint32_t k = s.chunks_per_block;
+  // Same size at every position: the sub-chunk of the sent chunk at the sender's position equals
+  // that of the receiving slot at the receiver's (see Symmetry::rotate; G divides k).
+  auto same_size = [&](const Op& send_op, const Op& recv_op) {
+    if (send_op.src.count != recv_op.dst.count) return false;
+    if (!symmetric) return send_op.src.first % k == recv_op.dst.first % k;
+    const uint32_t g = s.symmetry.rotation_group;
+    const uint32_t sent = send_op.src.first;
+    const uint32_t received = recv_op.dst.first;
+    const uint32_t sender_offset = static_cast<uint32_t>(recv_op.peer);
+    return (sent / g * g) % k == (received / g * g) % k && (sent % g + sender_offset) % g == received % g;
+  };
   std::vector<uint32_t> matched_send(index.total, kNone);
   for (const auto& [unused, q] : pairs) {
     const size_t common = std::min(q.sends.size(), q.recvs.size());
@@ -103,7 +127,7 @@ std::vector<uint32_t> match_pairs(const Schedule& s, const detail::OpIndex& inde
       const OpLoc& rcv = q.recvs[m];
       const Op& send_op = s.ranks[static_cast<size_t>(snd.rank)].lanes[snd.lane].ops[snd.index];
       const Op& recv_op = s.ranks[static_cast<size_t>(rcv.rank)].lanes[rcv.lane].ops[rcv.index];
-      if (send_op.src.count != recv_op.dst.count || send_op.src.first % k != recv_op.dst.first % k) {
+      if (!same_size(send_op, recv_op)) {
         reject(s, rcv,
                fmt::format("per-pair FIFO order violated: message {} from rank {} on lane {} is {} x{} (sub-chunk {}) "
                            "but this receive expects {} x{} (sub-chunk {})",
@@ -147,7 +171,7 @@ detail::Dag build_dag_with_rounds(const Schedule& s, std::vector<uint32_t>& roun
   std::vector<uint32_t> indegree(index.total, 0);
   std::vector<uint32_t> dependents_begin(index.total + 1, 0);
   std::vector<uint32_t> matched_recv(index.total, kNone);
-  for (int r = 0; r < s.nranks; ++r) {
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     const RankProgram& rank = s.ranks[static_cast<size_t>(r)];
     for (uint32_t l = 0; l < rank.lanes.size(); ++l) {
       const Lane& lane = rank.lanes[l];
@@ -222,7 +246,9 @@ detail::Dag detail::build_dag(const Schedule& s) {
 
 void validate(Schedule& s) {
   if (s.nranks < 1) fail(ErrorCode::kInvalidSchedule, "schedule has {} ranks", s.nranks);
-  if (s.ranks.size() != static_cast<size_t>(s.nranks)) {
+  if (s.symmetric()) {
+    detail::check_symmetry(s);
+  } else if (s.ranks.size() != static_cast<size_t>(s.nranks)) {
     fail(ErrorCode::kInvalidSchedule, "schedule declares {} ranks but has programs for {}", s.nranks, s.ranks.size());
   }
   if (s.chunks_per_block == 0) fail(ErrorCode::kInvalidSchedule, "chunks_per_block is 0");
@@ -237,7 +263,7 @@ void validate(Schedule& s) {
   for (uint32_t r : round) num_rounds = std::max(num_rounds, r + 1);
 
 
-  for (int r = 0; r < s.nranks; ++r) {
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     RankProgram& rank = s.ranks[static_cast<size_t>(r)];
     for (uint32_t l = 0; l < rank.lanes.size(); ++l) {
       Lane& lane = rank.lanes[l];
@@ -256,7 +282,7 @@ void validate(Schedule& s) {
   };
   const bool in_place = s.geometry().in_place_supported;
   std::vector<Touch> touches;
-  for (int r = 0; r < s.nranks; ++r) {
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     const RankProgram& rank = s.ranks[static_cast<size_t>(r)];
     const detail::SlotStorage storage(s, r, in_place);
     touches.clear();

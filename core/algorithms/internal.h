@@ -8,7 +8,8 @@
 
 namespace tandem::algorithms {
 
-Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params,
+                    ScheduleForm form = ScheduleForm::kExplicit);
 Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
 Schedule build_recursive_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
 Schedule build_halving_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);

@@ -42,7 +42,8 @@ std::vector<int> rotated(std::vector<int> members, int first) {
 
 }  // namespace
 
-Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params,
+                    ScheduleForm form) {
   const int n = spec.nranks;
   const int channels = params.channels;
   if (channels < 1) fail(ErrorCode::kInvalidArgument, "ring needs at least 1 channel, got {}", channels);
@@ -55,6 +56,19 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
 
   switch (spec.collective) {
     case Collective::kAllReduce: {
+      if (form == ScheduleForm::kSymmetric && n > 1) {
+        // Position 0's program; position p runs it with chunks rotated by p inside each channel's
+        // window of g chunks, and the ring neighbours at offsets +1 and -1 (= g-1).
+        ScheduleBuilder b = ScheduleBuilder::symmetric(spec.collective, Algorithm::kRing, members, g, C * g, params);
+        for (uint32_t c = 0; c < C; ++c) {
+          const uint32_t base = c * g;
+          auto in = [&](uint32_t j) { return slots(kIn, base + j); };
+          auto out = [&](uint32_t j) { return slots(kOut, base + j); };
+          ring_reduce_scatter_symmetric(b, static_cast<int>(c), g, in, out, out);
+          ring_all_gather_symmetric(b, static_cast<int>(c), g, out);
+        }
+        return std::move(b).finish();
+      }
       ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, C * g, params);
       for (uint32_t c = 0; c < C; ++c) {
         const uint32_t base = c * g;

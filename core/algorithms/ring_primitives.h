@@ -70,4 +70,27 @@ void ring_all_gather(ScheduleBuilder& b, int lane, std::span<const int> members,
   ring_all_gather(b, lane, members, data, data);
 }
 
+// The same two rings as programs of ring position 0 for a rank-symmetric schedule (rank 0 of the
+// builder is the template; peers are the offsets +1 and g-1, segments are seen from position 0).
+template <typename Own, typename Partial, typename Final>
+void ring_reduce_scatter_symmetric(ScheduleBuilder& b, int lane, uint32_t members, Own own, Partial partial,
+                                   Final final) {
+  const auto g = static_cast<int64_t>(members);
+  for (int64_t s = 0; s + 1 < g; ++s) {
+    const uint32_t out_segment = ring_mod(-s - 1, g);
+    const uint32_t in_segment = ring_mod(-s - 2, g);
+    b.send(0, lane, 1, s == 0 ? own(out_segment) : partial(out_segment));
+    b.recv_reduce(0, lane, static_cast<int>(g) - 1, own(in_segment), s + 2 == g ? final(in_segment) : partial(in_segment));
+  }
+}
+
+template <typename Data>
+void ring_all_gather_symmetric(ScheduleBuilder& b, int lane, uint32_t members, Data data) {
+  const auto g = static_cast<int64_t>(members);
+  for (int64_t s = 0; s + 1 < g; ++s) {
+    b.send(0, lane, 1, data(ring_mod(-s, g)));
+    b.recv(0, lane, static_cast<int>(g) - 1, data(ring_mod(-s - 1, g)));
+  }
+}
+
 }  // namespace tandem::algorithms

@@ -2,6 +2,7 @@
 // symbolically checked (out of place and in place): the postcondition proven without data.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -77,6 +78,61 @@ TEST(Algorithms, LargeRingAndTree) {
   for (int i = 0; i < 32; ++i) layout.ring_order.push_back((i % 4) * 8 + i / 4);
   EXPECT_NO_THROW(build_checked_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 32}, layout,
                                          Algorithm::kRing, {2, 1, Algorithm::kRing}));
+}
+
+TEST(Algorithms, SymmetricRingMatchesTheExplicitRing) {
+  for (int n : {2, 3, 5, 8, 13, 64}) {
+    for (int channels : {1, 2}) {
+      RankLayout layout = RankLayout::flat(n);
+      // A non-identity ring order: stride 5 where it is a permutation, else reversed.
+      for (int i = 0; i < n; ++i) layout.ring_order.push_back(std::gcd(5, n) == 1 ? i * 5 % n : n - 1 - i);
+      const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, n};
+      const AlgoParams params{channels, 1, Algorithm::kRing};
+      const Schedule symmetric = build_checked_schedule(spec, layout, Algorithm::kRing, params, ScheduleForm::kSymmetric);
+      ASSERT_TRUE(symmetric.symmetric());
+      Schedule expanded = expand(symmetric);
+      validate(expanded);
+      symbolic_check(expanded);
+      Schedule explicit_form = build_checked_schedule(spec, layout, Algorithm::kRing, params);
+      EXPECT_EQ(expanded.num_rounds, symmetric.num_rounds);
+      EXPECT_EQ(expanded.op_count(), symmetric.op_count());
+      // The same programs, op for op.
+      for (int r = 0; r < n; ++r) {
+        for (size_t l = 0; l < explicit_form.ranks[r].lanes.size(); ++l) {
+          const auto& a = explicit_form.ranks[r].lanes[l].ops;
+          const auto& b = expanded.ranks[r].lanes[l].ops;
+          ASSERT_EQ(a.size(), b.size());
+          for (size_t i = 0; i < a.size(); ++i) {
+            EXPECT_TRUE(a[i].kind == b[i].kind && a[i].peer == b[i].peer && a[i].src == b[i].src && a[i].dst == b[i].dst)
+                << "n=" << n << " rank " << r << " lane " << l << " op " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Algorithms, SymmetricCheckCatchesABrokenTemplate) {
+  Schedule s = build_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 6}, RankLayout::flat(6),
+                              Algorithm::kRing, {}, ScheduleForm::kSymmetric);
+  // Turn the first reduce-scatter receive into a plain receive: contributions go missing.
+  Op& op = s.ranks[0].lanes[0].ops[1];
+  ASSERT_EQ(op.kind, OpKind::kRecvReduce);
+  op.kind = OpKind::kRecv;
+  op.src = {};
+  validate(s);
+  try {
+    symbolic_check(s);
+    FAIL() << "broken template accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCheckFailed);
+    EXPECT_NE(std::string(e.what()).find("ring position 0"), std::string::npos) << e.what();
+  }
+  // A peer offset that breaks matching is a validation error.
+  Schedule t = build_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 6}, RankLayout::flat(6),
+                              Algorithm::kRing, {}, ScheduleForm::kSymmetric);
+  t.ranks[0].lanes[0].ops[0].peer = 2;
+  EXPECT_THROW(validate(t), Error);
 }
 
 TEST(Algorithms, RingRoundsAndOpCounts) {

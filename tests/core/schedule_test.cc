@@ -235,7 +235,16 @@ TEST(ScheduleJson, MatchesGoldenFiles) {
     if (std::getenv("TANDEM_UPDATE_GOLDEN") != nullptr) std::ofstream(path) << schedule_to_json(s) << "\n";
     const std::string golden = read_file(path);
     ASSERT_FALSE(golden.empty()) << path;
-    EXPECT_EQ(schedule_to_json(s) + "\n", golden) << c.file;
+    const std::string now = schedule_to_json(s) + "\n";
+    if (now != golden) {
+      // Name the first differing line instead of printing two whole schedules.
+      std::istringstream a(now), b(golden);
+      std::string line_now, line_golden;
+      int line = 1;
+      while (std::getline(a, line_now) && std::getline(b, line_golden) && line_now == line_golden) ++line;
+      ADD_FAILURE() << path << " differs at line " << line << ": now '" << line_now << "', golden '" << line_golden
+                    << "'";
+    }
   }
 }
 

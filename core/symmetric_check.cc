@@ -1,0 +1,234 @@
+// Checks of rank-symmetric schedules without expanding them. By symmetry every ring position
+// does what position 0 does, relabelled, so replaying position 0 is enough: a message position 0
+// receives from the position e ahead is what position 0 itself sent from the same template op,
+// shifted by e (its chunk rotated by e, its contributor positions moved by e). Values hold exact
+// contributor bitsets over positions (n bits), so the replay costs O(template ops * n / 64).
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "core/schedule_internal.h"
+
+namespace tandem::detail {
+namespace {
+
+// Sets of ring positions as n-bit rows of one flat word array (no allocation per op: at 16,384
+// ranks a row is 2 KiB and the template has 65,532 ops).
+class PositionSets {
+ public:
+  PositionSets(uint32_t n, size_t rows) : n_(n), width_((n + 63) / 64), words_(rows * width_, 0) {}
+
+  size_t rows() const { return words_.size() / width_; }
+  // Empties every row and makes `rows` of them (memory is kept between calls).
+  void reset(size_t rows) {
+    words_.reserve((rows + kSpareRows) * width_);  // message rows come and go without reallocating
+    words_.assign(rows * width_, 0);
+  }
+  // A new empty row; invalidates row pointers.
+  size_t add_row() {
+    words_.resize(words_.size() + width_, 0);
+    return rows() - 1;
+  }
+
+  uint64_t* row(size_t r) { return words_.data() + r * width_; }
+  const uint64_t* row(size_t r) const { return words_.data() + r * width_; }
+  size_t width() const { return width_; }
+
+  void set(size_t r, uint32_t q) { row(r)[q / 64] |= uint64_t{1} << (q % 64); }
+  void copy(size_t to, const uint64_t* from) { std::copy(from, from + width_, row(to)); }
+  bool intersects(const uint64_t* a, const uint64_t* b) const {
+    for (size_t w = 0; w < width_; ++w) {
+      if (a[w] & b[w]) return true;
+    }
+    return false;
+  }
+  void merge(uint64_t* into, const uint64_t* other) const {
+    for (size_t w = 0; w < width_; ++w) into[w] |= other[w];
+  }
+  uint32_t count(const uint64_t* a) const {
+    uint32_t total = 0;
+    for (size_t w = 0; w < width_; ++w) total += static_cast<uint32_t>(__builtin_popcountll(a[w]));
+    return total;
+  }
+  // out = `in` with position q moved to (q + shift) mod n; out must not alias in.
+  void rotate(const uint64_t* in, uint32_t shift, uint64_t* out) const {
+    std::fill(out, out + width_, 0);
+    shift %= n_;
+    // Bits [0, n - shift) move up by `shift`; bits [n - shift, n) wrap down to [0, shift).
+    for (uint32_t from = 0; from < n_ - shift; from += 64) {
+      or_bits_at(out, from + shift, bits(in, from, n_ - shift), std::min<uint32_t>(64, n_ - shift - from));
+    }
+    for (uint32_t from = n_ - shift; from < n_; from += 64) {
+      or_bits_at(out, from - (n_ - shift), bits(in, from, n_), std::min<uint32_t>(64, n_ - from));
+    }
+  }
+
+ private:
+  // Up to 64 bits of `in` starting at bit `from`, none at or past `end`.
+  uint64_t bits(const uint64_t* in, uint32_t from, uint32_t end) const {
+    const uint32_t w = from / 64, b = from % 64;
+    uint64_t value = in[w] >> b;
+    if (b != 0 && w + 1 < width_) value |= in[w + 1] << (64 - b);
+    const uint32_t len = std::min<uint32_t>(64, end - from);
+    return len == 64 ? value : value & ((uint64_t{1} << len) - 1);
+  }
+  void or_bits_at(uint64_t* out, uint32_t to, uint64_t value, uint32_t len) const {
+    const uint32_t w = to / 64, b = to % 64;
+    out[w] |= value << b;
+    if (b != 0 && b + len > 64) out[w + 1] |= value >> (64 - b);
+  }
+
+  static constexpr size_t kSpareRows = 64;
+
+  uint32_t n_;
+  size_t width_;
+  std::vector<uint64_t> words_;
+};
+
+// What a slot or a message holds besides its contributor positions.
+struct Meta {
+  bool written = false;
+  uint32_t chunk = 0;  // the chunk of the collective this value is (as seen at position 0)
+};
+
+void replay(const Schedule& s, const Dag& dag, bool in_place, PositionSets& sets) {
+  const auto n = static_cast<uint32_t>(s.nranks);
+  const Symmetry& sym = s.symmetry;
+  const SlotStorage storage(s, 0, in_place);
+  const auto& lanes = s.ranks[0].lanes;
+
+  // Rows: one per storage slot, one scratch row, then message snapshots, each from its send until
+  // the matching receive consumes it (rows are recycled: a ring has one or two in flight).
+  const size_t temp = storage.size();
+  sets.reset(storage.size() + 1);
+  std::vector<Meta> meta(sets.rows());
+  std::vector<uint32_t> send_row(dag.index.total, 0);
+  std::vector<uint32_t> free_rows;
+
+  const uint32_t input_chunks = s.geometry().input_blocks * s.chunks_per_block;
+  for (uint32_t c = 0; c < input_chunks; ++c) {
+    const uint32_t id = storage.id(BufferKind::kInput, c);
+    meta[id] = {true, c};
+    sets.set(id, 0);
+  }
+  const char* mode = in_place ? "in place" : "out of place";
+  for (const uint32_t g : dag.order) {
+    const OpLoc& at = dag.loc[g];
+    const Op& op = lanes[at.lane].ops[at.index];
+    auto bad = [&](const std::string& what) {
+      fail(ErrorCode::kCheckFailed, "ring position 0 template, {} ({}): {}", op_location(0, at.lane, at.index, op),
+           mode, what);
+    };
+    auto read = [&](const SlotRange& range) -> uint32_t {
+      const uint32_t id = storage.id(range.buffer, range.first);
+      if (!meta[id].written) {
+        bad(fmt::format("reads {} before anything was written to it", slot_name(range.buffer, range.first)));
+      }
+      return id;
+    };
+    // Writes the sum of row `a` (meta ma) and row `b` into slot `dst`.
+    auto combine = [&](const Meta& ma, const uint64_t* a, const Meta& mb, const uint64_t* b, uint32_t dst) {
+      if (ma.chunk != mb.chunk) bad(fmt::format("reduces chunk {} with chunk {}", ma.chunk, mb.chunk));
+      if (sets.intersects(a, b)) bad("counts a contribution twice");
+      if (sets.row(dst) != a) sets.copy(dst, a);
+      sets.merge(sets.row(dst), b);
+      meta[dst] = ma;
+    };
+    switch (op.kind) {
+      case OpKind::kSend: {
+        const uint32_t src = read(op.src);
+        if (free_rows.empty()) {
+          free_rows.push_back(static_cast<uint32_t>(sets.add_row()));
+          meta.emplace_back();
+        }
+        send_row[g] = free_rows.back();
+        free_rows.pop_back();
+        sets.copy(send_row[g], sets.row(src));
+        meta[send_row[g]] = meta[src];
+        break;
+      }
+      case OpKind::kRecv:
+      case OpKind::kRecvReduce: {
+        // Sent by the position `peer` ahead: position 0's own snapshot, shifted by that offset.
+        const uint32_t message = send_row[dag.matched_send[g]];
+        const auto shift = static_cast<uint32_t>(op.peer);
+        sets.rotate(sets.row(message), shift, sets.row(temp));
+        const Meta received{true, sym.rotate(meta[message].chunk, shift)};
+        free_rows.push_back(message);
+        const uint32_t dst = storage.id(op.dst.buffer, op.dst.first);
+        if (op.kind == OpKind::kRecv) {
+          sets.copy(dst, sets.row(temp));
+          meta[dst] = received;
+        } else {
+          const uint32_t local = read(op.src);
+          combine(meta[local], sets.row(local), received, sets.row(temp), dst);
+        }
+        break;
+      }
+      case OpKind::kCopy: {
+        const uint32_t src = read(op.src);
+        const uint32_t dst = storage.id(op.dst.buffer, op.dst.first);
+        sets.copy(dst, sets.row(src));
+        meta[dst] = meta[src];
+        break;
+      }
+      case OpKind::kReduce: {
+        const uint32_t src = read(op.src);
+        const uint32_t dst = read(op.dst);
+        combine(meta[dst], sets.row(dst), meta[src], sets.row(src), dst);
+        break;
+      }
+    }
+  }
+  const uint32_t output_chunks = s.geometry().output_blocks * s.chunks_per_block;
+  for (uint32_t c = 0; c < output_chunks; ++c) {
+    const uint32_t id = storage.id(BufferKind::kOutput, c);
+    const uint32_t contributors = sets.count(sets.row(id));
+    // Symmetric schedules are all_reduce only: every output chunk sums every position.
+    if (!meta[id].written || meta[id].chunk != c || contributors != n) {
+      fail(ErrorCode::kCheckFailed,
+           "{} {} of {} ranks ({}): ring position 0 Out[{}] holds {}, expected chunk {} from all {} positions",
+           name(s.collective), name(s.algorithm), n, mode, c,
+           meta[id].written ? fmt::format("chunk {} from {} position(s)", meta[id].chunk, contributors)
+                            : std::string("nothing (never written)"),
+           c, n);
+    }
+  }
+}
+
+}  // namespace
+
+void check_symmetry(const Schedule& s) {
+  const Symmetry& sym = s.symmetry;
+  if (s.ranks.size() != 1) {
+    fail(ErrorCode::kInvalidSchedule, "symmetric schedule must hold exactly 1 program, has {}", s.ranks.size());
+  }
+  if (sym.order.size() != static_cast<size_t>(s.nranks)) {
+    fail(ErrorCode::kInvalidSchedule, "symmetry order has {} ranks, expected {}", sym.order.size(), s.nranks);
+  }
+  std::vector<bool> seen(static_cast<size_t>(s.nranks), false);
+  for (int r : sym.order) {
+    if (r < 0 || r >= s.nranks || seen[static_cast<size_t>(r)]) {
+      fail(ErrorCode::kInvalidSchedule, "symmetry order is not a permutation of 0..{} (rank {})", s.nranks - 1, r);
+    }
+    seen[static_cast<size_t>(r)] = true;
+  }
+  if (s.collective != Collective::kAllReduce) {
+    fail(ErrorCode::kInvalidSchedule, "symmetric schedules are defined for all_reduce only, not {}", name(s.collective));
+  }
+  const uint32_t g = sym.rotation_group;
+  if (g == 0 || s.chunks_per_block % g != 0 || s.ranks[0].scratch_chunks % g != 0) {
+    fail(ErrorCode::kInvalidSchedule,
+         "symmetry rotation group {} must divide chunks_per_block ({}) and scratch_chunks ({})", g, s.chunks_per_block,
+         s.ranks[0].scratch_chunks);
+  }
+}
+
+void symbolic_check_symmetric(const Schedule& s) {
+  const Dag dag = build_dag(s);
+  PositionSets sets(static_cast<uint32_t>(s.nranks), 0);
+  replay(s, dag, false, sets);
+  replay(s, dag, true, sets);
+}
+
+}  // namespace tandem::detail
