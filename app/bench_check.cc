@@ -224,7 +224,8 @@ double input_value(const CheckSpec& spec, int rank, int64_t index) {
 }
 
 void fill_inputs(const CheckSpec& spec, std::span<const RankBuffers> buffers) {
-  const int64_t elements = static_cast<int64_t>(buffer_geometry(spec.collective, spec.nranks).input_blocks) * spec.count;
+  const int64_t elements =
+      static_cast<int64_t>(buffer_geometry(spec.collective, spec.nranks).input_blocks) * spec.count;
   with_codec(spec.dtype, [&](auto codec) {
     using Codec = decltype(codec);
     using T = typename Codec::Storage;
@@ -245,8 +246,7 @@ void poison_outputs(const CheckSpec& spec, std::span<const RankBuffers> buffers)
 }
 
 int64_t count_wrong(const CheckSpec& spec, std::span<const RankBuffers> buffers) {
-  return with_codec(spec.dtype,
-                    [&](auto codec) { return count_wrong_typed<decltype(codec)>(spec, buffers); });
+  return with_codec(spec.dtype, [&](auto codec) { return count_wrong_typed<decltype(codec)>(spec, buffers); });
 }
 
 double reduction_tolerance(DataType dtype, ReduceOp op, int nranks, double expected, double magnitude_sum) {

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "app/backends.h"
 #include "app/bench_check.h"
@@ -121,8 +121,7 @@ BenchPlan make_plan(const BenchOptions& options) {
   plan.rooted = plan.collective == Collective::kBroadcast || plan.collective == Collective::kReduce;
   if (plan.rooted) {
     if (options.root < 0 || options.root >= options.nranks) {
-      fail(ErrorCode::kInvalidArgument, "root {} (-r) is out of range for {} ranks (-g)", options.root,
-           options.nranks);
+      fail(ErrorCode::kInvalidArgument, "root {} (-r) is out of range for {} ranks (-g)", options.root, options.nranks);
     }
     plan.root = options.root;
   }
@@ -192,8 +191,7 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
     max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
   }
   const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
-  if (std::optional<double> available = available_memory_bytes();
-      available && needed > kMemoryHeadroom * *available) {
+  if (std::optional<double> available = available_memory_bytes(); available && needed > kMemoryHeadroom * *available) {
     fail(ErrorCode::kInvalidArgument,
          "bench needs {} of host memory for {} ranks up to {} bytes (-e); {} is available; lower -e or -g",
          format_bytes(needed), nranks, plan.max_bytes, format_bytes(*available));

@@ -8,8 +8,8 @@
 #include <sstream>
 #include <string>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "app/cli_common.h"
 #include "app/commands.h"
@@ -104,16 +104,18 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--collective", options->collective,
                       "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
                       "(nccl-tests names such as allreduce also work)");
-  command->add_option("--algo", options->algorithm,
-                      "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, or auto")
+  command
+      ->add_option("--algo", options->algorithm,
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, or auto")
       ->capture_default_str();
   command->add_option("--nranks", options->nranks, "number of ranks")->check(CLI::Range(1, 1 << 20));
   command->add_option("--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
   command->add_option("--channels", options->channels, "parallel rings, each on its own lane")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  command->add_option("--pipeline-chunks", options->pipeline_chunks,
-                      "chunks a message is cut into so tree / chain hops overlap")
+  command
+      ->add_option("--pipeline-chunks", options->pipeline_chunks,
+                   "chunks a message is cut into so tree / chain hops overlap")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
   command->add_option("--ranks-per-node", options->ranks_per_node,
@@ -121,14 +123,14 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--inter-node", options->inter_node, "hierarchical: the algorithm between nodes")
       ->capture_default_str();
   command->add_flag("--json", options->json, "print the schedule as JSON (schedule_to_json) instead of text");
-  command->add_option(
-      "--check", options->check_file,
-      "load a JSON schedule, validate and symbolically check it; prints 'ok: ...' or the error");
+  command->add_option("--check", options->check_file,
+                      "load a JSON schedule, validate and symbolically check it; prints 'ok: ...' or the error");
   command->callback([options, command, &status] {
     if (!options->check_file.empty()) {
       for (const char* name : {"--collective", "--algo", "--nranks", "--root", "--channels", "--pipeline-chunks",
                                "--ranks-per-node", "--inter-node", "--json"}) {
-        if (command->count(name) > 0) fail(ErrorCode::kInvalidArgument, "--check FILE cannot be combined with {}", name);
+        if (command->count(name) > 0)
+          fail(ErrorCode::kInvalidArgument, "--check FILE cannot be combined with {}", name);
       }
       check_file(options->check_file);
     } else {

@@ -61,7 +61,8 @@ std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int64_t s
     fail(ErrorCode::kInvalidArgument, "invalid sizes: minimum {} bytes (-b) is larger than maximum {} bytes (-e)",
          min_bytes, max_bytes);
   }
-  if (step_factor < 1) fail(ErrorCode::kInvalidArgument, "the step factor (-f) must be at least 1 (got {})", step_factor);
+  if (step_factor < 1)
+    fail(ErrorCode::kInvalidArgument, "the step factor (-f) must be at least 1 (got {})", step_factor);
   bool multiply = step_factor > 1;
   if (multiply && min_bytes == 0 && max_bytes > 0) {
     fail(ErrorCode::kInvalidArgument, "a sweep by factor (-f {}) cannot start at 0 bytes (-b 0)", step_factor);
@@ -177,15 +178,15 @@ std::string format_time_us(double time_us) {
 
 std::string format_column_header() {
   std::string out;
-  out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place\n", "",
-                     "", "", "", "");
+  out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place\n",
+                     "", "", "", "", "");
   out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}\n",
                      "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
                      "busbw", "#wrong");
   // nccl-tests pads the units line to full width; the trailing blanks carry nothing.
   std::string units =
-      fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}", "(B)",
-                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+      fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}",
+                  "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   units.erase(units.find_last_not_of(' ') + 1);
   out += units + "\n";
   return out;

@@ -184,7 +184,8 @@ TEST(BenchCheck, InPlaceBuffersAliasAsNcclDefines) {
       place_buffers(Collective::kReduceScatter, 2, 3, DataType::kF16, true, input.data(), output.data());
   EXPECT_EQ(scatter.input, input.data());
   EXPECT_EQ(scatter.output, input.data() + 2 * 3 * 2);
-  RankBuffers all_reduce = place_buffers(Collective::kAllReduce, 2, 3, DataType::kF32, true, input.data(), output.data());
+  RankBuffers all_reduce =
+      place_buffers(Collective::kAllReduce, 2, 3, DataType::kF32, true, input.data(), output.data());
   EXPECT_EQ(all_reduce.input, all_reduce.output);
   RankBuffers out_of_place =
       place_buffers(Collective::kAllGather, 2, 3, DataType::kF32, false, input.data(), output.data());
@@ -205,8 +206,8 @@ TEST(BenchCheck, HostExecutorResultsPassTheCheck) {
           for (bool in_place : {false, true}) {
             if (in_place && !buffer_geometry(c, n).in_place_supported) continue;
             CheckSpec spec{c, DataType::kF32, ReduceOp::kSum, n / 2, n, count, 11};
-            SCOPED_TRACE(::testing::Message() << name(c) << " " << name(algorithm) << " n=" << n
-                                              << " count=" << count << (in_place ? " in place" : ""));
+            SCOPED_TRACE(::testing::Message() << name(c) << " " << name(algorithm) << " n=" << n << " count=" << count
+                                              << (in_place ? " in place" : ""));
             Allocations memory(spec);
             std::vector<RankBuffers> buffers = memory.place(spec, in_place);
             poison_outputs(spec, buffers);

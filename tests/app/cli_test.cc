@@ -1,6 +1,7 @@
 // Runs the built `tandem` binary (TANDEM_BINARY) and checks what a user sees: stdout, stderr and
 // the exit code.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -28,7 +29,10 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "tandem_cli_" + name; }
+// Per process, so that test runs of several build trees at once do not share files.
+std::string temp_path(const std::string& name) {
+  return fmt::format("{}tandem_cli_{}_{}", ::testing::TempDir(), getpid(), name);
+}
 
 // `args` is passed through the shell; tests only use plain words.
 Outcome run_tandem(const std::string& args) {
@@ -89,9 +93,9 @@ TEST(Cli, VersionAndHelp) {
 
   Outcome bench_help = run_tandem("bench --help");
   EXPECT_EQ(bench_help.exit_code, 0);
-  for (const char* flag : {"--minbytes", "--maxbytes", "--stepfactor", "--stepbytes", "--ngpus", "--iters",
-                           "--warmup_iters", "--check", "--datatype", "--op", "--root", "--algo", "--backend",
-                           "--ranks-per-node", "--channels"}) {
+  for (const char* flag :
+       {"--minbytes", "--maxbytes", "--stepfactor", "--stepbytes", "--ngpus", "--iters", "--warmup_iters", "--check",
+        "--datatype", "--op", "--root", "--algo", "--backend", "--ranks-per-node", "--channels"}) {
     EXPECT_TRUE(contains(bench_help.out, flag)) << flag;
   }
   Outcome schedule_help = run_tandem("schedule --help");
@@ -153,8 +157,9 @@ TEST(Cli, BenchPrintsTheNcclTestsTable) {
 // Every collective, on a prime rank count, with the nccl-tests count arithmetic and a clean check.
 TEST(Cli, BenchEveryCollectiveChecksClean) {
   const std::map<std::string, std::string> collectives{
-      {"all_reduce", "all_reduce"}, {"reducescatter", "reduce_scatter"}, {"allgather", "all_gather"},
-      {"broadcast", "broadcast"},   {"reduce", "reduce"},                {"alltoall", "all_to_all"},
+      {"all_reduce", "all_reduce"}, {"reducescatter", "reduce_scatter"},
+      {"allgather", "all_gather"},  {"broadcast", "broadcast"},
+      {"reduce", "reduce"},         {"alltoall", "all_to_all"},
       {"sendrecv", "send_recv"}};
   for (const auto& [spelling, collective] : collectives) {
     SCOPED_TRACE(spelling);
@@ -238,14 +243,15 @@ TEST(Cli, ScheduleJsonRoundTripsThroughCheck) {
     const char* args;
     const char* summary;
   };
-  for (const Case& c : {Case{"--collective all_reduce --algo ring --nranks 8", "all_reduce ring: 8 ranks"},
-                        Case{"--collective broadcast --algo ring --nranks 5 --root 2", "broadcast ring: 5 ranks"},
-                        Case{"--collective all_reduce --algo tree --nranks 6 --pipeline-chunks 3", "all_reduce tree: 6 ranks"},
-                        Case{"--collective reduce_scatter --algo halving_doubling --nranks 7",
-                             "reduce_scatter halving_doubling: 7 ranks"},
-                        Case{"--collective all_reduce --algo hierarchical --nranks 8 --ranks-per-node 4",
-                             "all_reduce hierarchical: 8 ranks"},
-                        Case{"--collective alltoall --algo direct --nranks 3", "all_to_all direct: 3 ranks"}}) {
+  for (const Case& c :
+       {Case{"--collective all_reduce --algo ring --nranks 8", "all_reduce ring: 8 ranks"},
+        Case{"--collective broadcast --algo ring --nranks 5 --root 2", "broadcast ring: 5 ranks"},
+        Case{"--collective all_reduce --algo tree --nranks 6 --pipeline-chunks 3", "all_reduce tree: 6 ranks"},
+        Case{"--collective reduce_scatter --algo halving_doubling --nranks 7",
+             "reduce_scatter halving_doubling: 7 ranks"},
+        Case{"--collective all_reduce --algo hierarchical --nranks 8 --ranks-per-node 4",
+             "all_reduce hierarchical: 8 ranks"},
+        Case{"--collective alltoall --algo direct --nranks 3", "all_to_all direct: 3 ranks"}}) {
     SCOPED_TRACE(c.args);
     Outcome json = run_tandem(fmt::format("schedule {} --json", c.args));
     ASSERT_EQ(json.exit_code, 0) << json.err;

@@ -140,8 +140,9 @@ TEST(FormatRow, IsNcclTestsPrintfLayout) {
   row.out_of_place = {1234.5, 54.36, 95.13, int64_t{0}};
   row.in_place = BenchResult{1200.0, 55.92, 97.86, int64_t{3}};
   char expected[512];
-  std::snprintf(expected, sizeof(expected), "%12li  %12li  %8s  %6s  %6i  %7s  %6.2f  %6.2f  %5li  %7s  %6.2f  %6.2f  %5li\n",
-                64L << 20, 16L << 20, "float", "sum", -1, " 1234.5", 54.36, 95.13, 0L, " 1200.0", 55.92, 97.86, 3L);
+  std::snprintf(expected, sizeof(expected),
+                "%12li  %12li  %8s  %6s  %6i  %7s  %6.2f  %6.2f  %5li  %7s  %6.2f  %6.2f  %5li\n", 64L << 20, 16L << 20,
+                "float", "sum", -1, " 1234.5", 54.36, 95.13, 0L, " 1200.0", 55.92, 97.86, 3L);
   EXPECT_EQ(format_row(row), expected);
 
   row.in_place.reset();
