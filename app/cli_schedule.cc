@@ -33,6 +33,7 @@ struct ScheduleOptions {
   int ranks_per_node = 0;
   std::string inter_node = "ring";
   bool json = false;
+  bool symmetric = false;
   std::string check_file;
 };
 
@@ -85,7 +86,8 @@ void build_and_print(const ScheduleOptions& options) {
     fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
   }
 
-  Schedule schedule = build_checked_schedule(spec, layout, algorithm, params);
+  Schedule schedule = build_checked_schedule(spec, layout, algorithm, params,
+                                             options.symmetric ? ScheduleForm::kSymmetric : ScheduleForm::kExplicit);
   if (options.json) {
     std::cout << schedule_to_json(schedule) << "\n";
   } else {
@@ -122,13 +124,16 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
                       "ranks per node (hierarchical algorithms); default: 1, a flat layout");
   command->add_option("--inter-node", options->inter_node, "hierarchical: the algorithm between nodes")
       ->capture_default_str();
+  command->add_flag("--symmetric", options->symmetric,
+                    "build the rank-symmetric form where the algorithm has one (ring all_reduce): one program "
+                    "for every rank; --json then writes that form");
   command->add_flag("--json", options->json, "print the schedule as JSON (schedule_to_json) instead of text");
   command->add_option("--check", options->check_file,
                       "load a JSON schedule, validate and symbolically check it; prints 'ok: ...' or the error");
   command->callback([options, command, &status] {
     if (!options->check_file.empty()) {
       for (const char* name : {"--collective", "--algo", "--nranks", "--root", "--channels", "--pipeline-chunks",
-                               "--ranks-per-node", "--inter-node", "--json"}) {
+                               "--ranks-per-node", "--inter-node", "--symmetric", "--json"}) {
         if (command->count(name) > 0)
           fail(ErrorCode::kInvalidArgument, "--check FILE cannot be combined with {}", name);
       }

@@ -57,7 +57,9 @@ std::string format_op(const Op& op) {
   return "?";
 }
 
-std::string format_schedule_text(const Schedule& schedule) {
+std::string format_schedule_text(const Schedule& stored) {
+  // A rank-symmetric schedule stores one program; a person wants to see every rank's.
+  const Schedule schedule = expand(stored);
   const BufferGeometry geometry = schedule.geometry();
   uint32_t max_scratch = 0;
   for (const RankProgram& program : schedule.ranks) max_scratch = std::max(max_scratch, program.scratch_chunks);
@@ -65,6 +67,10 @@ std::string format_schedule_text(const Schedule& schedule) {
   std::string out = schedule_summary(schedule) + "\n";
   out += fmt::format("  root {}, channels {}, pipeline chunks {}, inter-node {}\n", schedule.root,
                      schedule.params.channels, schedule.params.pipeline_chunks, name(schedule.params.inter_node));
+  if (stored.symmetric()) {
+    out += fmt::format("  stored in rank-symmetric form (one program, rotation group {}); every rank shown\n",
+                       stored.symmetry.rotation_group);
+  }
   out += fmt::format("  per rank: input {} block(s), output {} block(s), scratch up to {} chunk(s); in place: {}\n",
                      geometry.input_blocks, geometry.output_blocks, max_scratch,
                      geometry.in_place_supported ? "supported" : "not supported");

@@ -27,7 +27,7 @@ std::string format_op(const Op& op);
 
 // The summary, a few lines on parameters and buffers, then every op grouped by round, within a
 // round by rank, lane and issue order ("  r0 L0 send In[3] -> r1"). Needs a validated schedule
-// (Lane::rounds filled).
+// (Lane::rounds filled). A rank-symmetric schedule is expanded first, so every rank is shown.
 std::string format_schedule_text(const Schedule& schedule);
 
 }  // namespace tandem::app

@@ -251,7 +251,8 @@ TEST(Cli, ScheduleJsonRoundTripsThroughCheck) {
              "reduce_scatter halving_doubling: 7 ranks"},
         Case{"--collective all_reduce --algo hierarchical --nranks 8 --ranks-per-node 4",
              "all_reduce hierarchical: 8 ranks"},
-        Case{"--collective alltoall --algo direct --nranks 3", "all_to_all direct: 3 ranks"}}) {
+        Case{"--collective alltoall --algo direct --nranks 3", "all_to_all direct: 3 ranks"},
+        Case{"--collective all_reduce --algo ring --nranks 16 --symmetric", "all_reduce ring: 16 ranks"}}) {
     SCOPED_TRACE(c.args);
     Outcome json = run_tandem(fmt::format("schedule {} --json", c.args));
     ASSERT_EQ(json.exit_code, 0) << json.err;

@@ -54,5 +54,23 @@ TEST(ScheduleText, ListsEveryOpOnceRoundByRound) {
   }
 }
 
+TEST(ScheduleText, ShowsASymmetricScheduleExpanded) {
+  for (int n : {2, 5, 8}) {
+    CollectiveSpec spec{Collective::kAllReduce, 1, DataType::kF32, ReduceOp::kSum, 0, n};
+    Schedule explicit_form = build_checked_schedule(spec, RankLayout::flat(n), Algorithm::kRing);
+    Schedule symmetric_form =
+        build_checked_schedule(spec, RankLayout::flat(n), Algorithm::kRing, {}, ScheduleForm::kSymmetric);
+    ASSERT_TRUE(symmetric_form.symmetric());
+    std::string text = format_schedule_text(symmetric_form);
+    const std::string note =
+        fmt::format("  stored in rank-symmetric form (one program, rotation group {}); every rank shown\n",
+                    symmetric_form.symmetry.rotation_group);
+    size_t at = text.find(note);
+    ASSERT_NE(at, std::string::npos) << text;
+    text.erase(at, note.size());
+    EXPECT_EQ(text, format_schedule_text(explicit_form));
+  }
+}
+
 }  // namespace
 }  // namespace tandem::app
