@@ -1,0 +1,87 @@
+// sim::Simulator: runs schedules on a SimGrid model of a models::Topology and reports simulated
+// time. SimGrid keeps global state, so a process holds at most one Simulator (one platform);
+// run_isolated() runs a batch on a fresh platform in a child process, for sweeps over clusters.
+//
+// Network model ("fluid", the default): SimGrid's CM02 max-min sharing with cross-traffic and the
+// TCP-gamma cap off, so a lone transfer takes latency + bytes / bandwidth exactly and contention
+// comes only from flows sharing a link. Real-hardware efficiencies are explicit, named factors
+// (NetworkModel), applied to link bandwidths per link kind; NCCL's protocols add per-hop latency
+// and a payload efficiency. "packet" uses SimGrid's ns-3 model instead (small clusters only).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/schedule.h"
+#include "models/cluster.h"
+#include "models/topology.h"
+
+namespace tandem::sim {
+
+enum class Fidelity : uint8_t { kFluid, kPacket };
+std::string_view name(Fidelity fidelity);
+Fidelity parse_fidelity(std::string_view text);
+
+// NCCL's protocols as the simulator models them: LL moves 8 bytes per 4 of payload, LL128 120 of
+// every 128, Simple all of them; each has its own per-hop latency (docs/simulator.md).
+enum class Protocol : uint8_t { kLL, kLL128, kSimple };
+std::string_view name(Protocol protocol);
+Protocol parse_protocol(std::string_view text);
+
+struct NetworkModel {
+  Fidelity fidelity = Fidelity::kFluid;
+  // Share of a link's line rate that NCCL's kernels reach, per link kind (documented in
+  // docs/simulator.md with the measurements they come from). 1.0 everywhere = the ideal model.
+  double nvlink_efficiency = 0.824;   // 370.8 / 450 GB/s: NCCL's own NVLink model, ring busbw 365-370
+  double pcie_efficiency = 1.0;
+  double network_efficiency = 0.94;   // ConnectX-7: 46-48 GB/s of 50
+  double nvls_efficiency = 0.686;     // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
+  bool protocol_latencies = true;     // add NCCL's per-hop and base latencies (false: pure alpha-beta)
+
+  static NetworkModel ideal();        // efficiencies 1, no protocol latencies: alpha-beta exact
+};
+
+// What to run: a checked schedule (explicit or rank-symmetric) for `spec` (count and dtype give
+// the bytes), with rank r on GPU gpu_of_rank[r] of the topology.
+struct SimRequest {
+  const Schedule* schedule = nullptr;
+  CollectiveSpec spec;
+  std::vector<int> gpu_of_rank;    // empty: rank r on GPU r
+  Protocol protocol = Protocol::kSimple;
+  uint32_t tiles = 1;              // pipelining depth (see core/executor.h)
+};
+
+struct SimResult {
+  double seconds = 0;
+  uint64_t transfers = 0;          // point-to-point transfers the schedule moves
+  uint64_t simulated_transfers = 0;  // comms SimGrid actually simulated (fewer when compressed)
+  bool compressed = false;         // symmetric rounds simulated once each (see Simulator::run)
+};
+
+class Simulator {
+ public:
+  // Builds the SimGrid platform. At most one per process (throws Error(kBackend) on a second).
+  Simulator(const models::Topology& topology, const models::ClusterSpec& cluster, const NetworkModel& model);
+  ~Simulator();
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Simulates one collective and returns its simulated duration. A rank-symmetric schedule with
+  // identical rounds is simulated one representative round at a time (all n flows of that round
+  // at once, so contention is kept) and multiplied out; anything else runs op by op, one SimGrid
+  // actor per rank and lane.
+  SimResult run(const SimRequest& request);
+
+  // NVLink SHARP all_reduce of `bytes` over the GPUs of one node (in-switch reduction): every GPU
+  // link carries bytes * (1 + 1/n) at nvls_efficiency of the line rate. Throws Error(kUnsupported)
+  // when the GPU has no NVLS or the GPUs span nodes.
+  SimResult run_nvls_all_reduce(int64_t bytes, const std::vector<int>& gpus);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::sim

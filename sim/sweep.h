@@ -1,0 +1,53 @@
+// Collective sweeps on a simulated cluster: the unit of work behind `tandem run` (collective-sweep
+// workloads) and `tandem bench --backend sim`. run_sweep() builds the topology, the platform and
+// the schedules, runs every point, and returns one result per point. Because SimGrid allows one
+// platform per process, run_sweep runs in a child process by default (isolated = true), so a
+// caller can sweep several clusters (400G vs 800G) from one process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+#include "models/cluster.h"
+#include "sim/simulator.h"
+
+namespace tandem::sim {
+
+struct SweepPoint {
+  Collective collective = Collective::kAllReduce;
+  int64_t bytes = 0;                  // nccl-tests' size: all_gather / reduce_scatter count the total
+  std::string algorithm = "auto";     // a core algorithm name, "nvls", or "auto" (NCCL's tuner)
+  DataType dtype = DataType::kBF16;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+};
+
+struct SweepPointResult {
+  SweepPoint point;
+  bool ok = false;
+  std::string error;                  // why the point did not run (unsupported pair, ...)
+  std::string algorithm;              // the algorithm that ran (auto resolved)
+  Protocol protocol = Protocol::kSimple;
+  double seconds = 0;
+  double algbw_GBps = 0;              // nccl-tests conventions (GB = 1e9 B)
+  double busbw_GBps = 0;
+  uint64_t simulated_transfers = 0;
+};
+
+struct SweepRequest {
+  models::ClusterSpec cluster;
+  int gpus_per_node = 0;              // GPUs of each node taking part; 0 = all
+  bool rail_aligned = true;           // rail-aligned ring order (false: node-major)
+  NetworkModel network;
+  AlgoParams params;                  // channels etc. for the core algorithms
+  std::vector<SweepPoint> points;
+};
+
+std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated = true);
+
+// nccl-tests' bus-bandwidth factor for `collective` on n ranks (docs/cli.md).
+double bus_bandwidth_factor(Collective collective, int nranks);
+
+}  // namespace tandem::sim
