@@ -1,0 +1,205 @@
+#include "backend/host/collective_run.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace tandem::host {
+
+Signature Signature::of(const Schedule& schedule, const CollectiveSpec& spec, const RunContext& context) {
+  size_t lanes = 0;
+  for (const RankProgram& program : schedule.ranks) lanes = std::max(lanes, program.lanes.size());
+  return Signature{.collective = schedule.collective,
+                   .algorithm = schedule.algorithm,
+                   .nranks = schedule.nranks,
+                   .root = schedule.root,
+                   .chunks_per_block = schedule.chunks_per_block,
+                   .lanes = lanes,
+                   .op_count = schedule.op_count(),
+                   .count = spec.count,
+                   .dtype = spec.dtype,
+                   .op = spec.op,
+                   .tiles = context.tiles,
+                   .align_elements = context.align_elements};
+}
+
+std::string Signature::describe() const {
+  return fmt::format(
+      "{} ({}, {} ranks, root {}, count {}, {}, {}; {} chunks per block, {} lanes, {} ops; {} tiles, "
+      "align {})",
+      name(collective), name(algorithm), nranks, root, count, name(dtype), name(op), chunks_per_block, lanes, op_count,
+      tiles, align_elements);
+}
+
+std::string WaitPoint::describe(bool with_tile) const {
+  const std::string position =
+      with_tile ? fmt::format("tile {} lane {} op {}", tile, lane, op) : fmt::format("lane {} op {}", lane, op);
+  if (!waits_on_message) return fmt::format("{}, {} (on a dependency)", position, name(kind));
+  return fmt::format("{}, {} from {}", position, name(kind), peer);
+}
+
+CollectiveRun::CollectiveRun(uint64_t sequence, const Signature& signature)
+    : sequence_(sequence),
+      signature_(signature),
+      lanes_per_rank_(signature.lanes),
+      states_(static_cast<size_t>(signature.nranks), RankState::kAbsent),
+      wait_points_(static_cast<size_t>(signature.nranks)) {
+  inboxes_.reserve(static_cast<size_t>(signature.nranks));
+  for (int rank = 0; rank < signature.nranks; ++rank) {
+    inboxes_.push_back(std::make_unique<Inbox>());
+    inboxes_.back()->queues.resize(static_cast<size_t>(signature.nranks) * lanes_per_rank_);
+  }
+}
+
+std::string CollectiveRun::title() const {
+  return fmt::format("{} ({}, {} ranks)", name(signature_.collective), name(signature_.algorithm), signature_.nranks);
+}
+
+const Schedule& CollectiveRun::explicit_schedule(const Schedule& schedule) {
+  if (!schedule.symmetric()) return schedule;
+  std::call_once(expand_once_, [&] { expanded_ = expand(schedule); });
+  return expanded_;
+}
+
+void CollectiveRun::arrive(int rank, const Signature& signature) {
+  {
+    std::lock_guard lock(status_mutex_);
+    states_[static_cast<size_t>(rank)] = RankState::kRunning;
+  }
+  if (aborted()) throw_first_error();  // a straggler: the others have given up already
+  if (signature == signature_) return;
+  abort(ErrorCode::kBackend, fmt::format("desync in host collective #{}: rank {} called {}, but the first rank to "
+                                         "arrive called {}",
+                                         sequence_, rank, signature.describe(), signature_.describe()));
+  throw_first_error();
+}
+
+void CollectiveRun::finish(int rank) {
+  std::lock_guard lock(status_mutex_);
+  states_[static_cast<size_t>(rank)] = RankState::kFinished;
+}
+
+void CollectiveRun::fail(int rank, ErrorCode code, const std::string& message) {
+  {
+    std::lock_guard lock(status_mutex_);
+    states_[static_cast<size_t>(rank)] = RankState::kFailed;
+  }
+  abort(code, message);
+}
+
+void CollectiveRun::send(int src, int dst, int lane, Payload payload) {
+  Inbox& box = inbox(dst);
+  {
+    std::lock_guard lock(box.mutex);
+    box.queues[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)].push_back(std::move(payload));
+    ++box.deliveries;
+  }
+  box.delivered.notify_one();  // only dst's thread waits on its inbox
+}
+
+bool CollectiveRun::try_receive(int src, int dst, int lane, Payload& payload) {
+  Inbox& box = inbox(dst);
+  std::lock_guard lock(box.mutex);
+  auto& queue = box.queues[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)];
+  if (queue.empty()) return false;
+  payload = std::move(queue.front());
+  queue.pop_front();
+  return true;
+}
+
+uint64_t CollectiveRun::deliveries(int rank) {
+  Inbox& box = inbox(rank);
+  std::lock_guard lock(box.mutex);
+  return box.deliveries;
+}
+
+bool CollectiveRun::wait(int rank, uint64_t seen, Clock::time_point deadline, const WaitPoint& where) {
+  {
+    std::lock_guard lock(status_mutex_);
+    states_[static_cast<size_t>(rank)] = RankState::kWaiting;
+    wait_points_[static_cast<size_t>(rank)] = where;
+  }
+  bool woken;
+  {
+    Inbox& box = inbox(rank);
+    std::unique_lock lock(box.mutex);
+    woken = box.delivered.wait_until(lock, deadline, [&] { return box.deliveries != seen || aborted(); });
+  }
+  // A rank that timed out stays "waiting" where it was, for the other ranks' timeout messages.
+  if (!woken) return false;
+  std::lock_guard lock(status_mutex_);
+  states_[static_cast<size_t>(rank)] = RankState::kRunning;
+  return true;
+}
+
+void CollectiveRun::abort(ErrorCode code, const std::string& message) {
+  {
+    std::lock_guard lock(status_mutex_);
+    if (!first_error_) first_error_.emplace(code, message);
+  }
+  aborted_.store(true, std::memory_order_release);
+  // Take each inbox lock before notifying: a rank between its predicate check and its sleep holds
+  // that lock, so it either sees aborted() or is asleep and gets the notification.
+  for (auto& box : inboxes_) {
+    { std::lock_guard lock(box->mutex); }
+    box->delivered.notify_all();
+  }
+}
+
+void CollectiveRun::throw_first_error() {
+  std::lock_guard lock(status_mutex_);
+  if (!first_error_) throw Error(ErrorCode::kBackend, "host collective aborted without an error");
+  throw Error(first_error_->code(), first_error_->what());
+}
+
+std::string CollectiveRun::describe_rank(int rank) {
+  switch (states_[static_cast<size_t>(rank)]) {
+    case RankState::kAbsent:
+      return fmt::format("rank {} never arrived", rank);
+    case RankState::kRunning:
+      return fmt::format("rank {} is running", rank);
+    case RankState::kWaiting:
+      return fmt::format("rank {} waits on {}", rank,
+                         wait_points_[static_cast<size_t>(rank)].describe(signature_.tiles > 1));
+    case RankState::kFinished:
+      return fmt::format("rank {} has finished", rank);
+    case RankState::kFailed:
+      return fmt::format("rank {} has failed", rank);
+  }
+  return fmt::format("rank {} is in an unknown state", rank);
+}
+
+std::string CollectiveRun::timeout_message(int rank, const WaitPoint& where, std::chrono::milliseconds timeout) {
+  std::lock_guard lock(status_mutex_);
+  std::vector<int> absent;
+  for (int other = 0; other < signature_.nranks; ++other) {
+    if (states_[static_cast<size_t>(other)] == RankState::kAbsent) absent.push_back(other);
+  }
+  const bool with_tile = signature_.tiles > 1;
+  std::string here = fmt::format("rank {} waits on {}", rank, where.describe(with_tile));
+  const std::string head = fmt::format("{} timed out after {} ms: ", title(), timeout.count());
+  if (!absent.empty()) {
+    // Prefer a rank that waits on a missing rank directly over this one, which may wait further
+    // down a chain (in a ring, rank 0 waits on 7, which waits on 6, ..., on the missing 5).
+    const auto is_absent = [&](int peer) { return std::find(absent.begin(), absent.end(), peer) != absent.end(); };
+    if (!(where.waits_on_message && is_absent(where.peer))) {
+      for (int other = 0; other < signature_.nranks; ++other) {
+        const WaitPoint& point = wait_points_[static_cast<size_t>(other)];
+        if (states_[static_cast<size_t>(other)] == RankState::kWaiting && point.waits_on_message &&
+            is_absent(point.peer)) {
+          here = fmt::format("rank {} waits on {}", other, point.describe(with_tile));
+          break;
+        }
+      }
+    }
+    if (absent.size() == 1) return fmt::format("{}rank {} never arrived ({})", head, absent[0], here);
+    return fmt::format("{}ranks {} never arrived ({})", head, fmt::join(absent, ", "), here);
+  }
+  // Everyone arrived: say where the awaited peer stands (a hang inside the collective).
+  if (where.waits_on_message) return fmt::format("{}{}; {}", head, here, describe_rank(where.peer));
+  return head + here;
+}
+
+}  // namespace tandem::host

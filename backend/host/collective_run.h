@@ -1,0 +1,132 @@
+// The state the ranks of one host collective share: the FIFO mailboxes, who has arrived, where
+// each rank waits, and the first error. Internal to backend/host.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/executor.h"
+
+namespace tandem::host {
+
+using Clock = std::chrono::steady_clock;
+
+// A message: the bytes of a Send's chunks, packed in chunk order. Not zero-initialised (it is
+// overwritten right away), which matters for megabyte chunks.
+struct Payload {
+  std::unique_ptr<std::byte[]> data;
+  size_t bytes = 0;
+
+  static Payload of_size(size_t bytes) { return {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes}; }
+};
+
+// What every rank of a collective must agree on; a mismatch is a desync.
+struct Signature {
+  Collective collective = Collective::kAllReduce;
+  Algorithm algorithm = Algorithm::kRing;
+  int nranks = 0;
+  int root = 0;
+  uint32_t chunks_per_block = 0;
+  size_t lanes = 0;  // the most lanes of any rank
+  size_t op_count = 0;
+  int64_t count = 0;
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  uint32_t tiles = 1;
+  int64_t align_elements = 1;
+
+  static Signature of(const Schedule& schedule, const CollectiveSpec& spec, const RunContext& context);
+  bool operator==(const Signature&) const = default;
+  std::string describe() const;  // "all_reduce (ring, count 1001, f32, sum, root 0, 1 tile, align 1)"
+};
+
+// The op a rank is blocked on, for timeout messages.
+struct WaitPoint {
+  uint32_t tile = 0;
+  uint32_t lane = 0;
+  uint32_t op = 0;
+  OpKind kind = OpKind::kRecv;
+  int peer = -1;
+  bool waits_on_message = false;  // false: blocked on a dependency of another lane
+
+  std::string describe(bool with_tile) const;  // "lane 0 op 12, Recv from 5"
+};
+
+class CollectiveRun {
+ public:
+  CollectiveRun(uint64_t sequence, const Signature& signature);
+
+  const Signature& signature() const { return signature_; }
+  // `schedule` in explicit form: a rank-symmetric schedule is expanded once per run, for all ranks.
+  const Schedule& explicit_schedule(const Schedule& schedule);
+  // "all_reduce (ring, 8 ranks)"
+  std::string title() const;
+
+  // Arrival and departure, for the timeout message. arrive() throws the desync error (after
+  // aborting the run) when `signature` differs from the run's.
+  void arrive(int rank, const Signature& signature);
+  void finish(int rank);
+  // `rank` failed with this error: records it (when it is the first) and aborts the run.
+  void fail(int rank, ErrorCode code, const std::string& message);
+
+  // Eager send: queues `payload` on (src, dst, lane) and wakes dst.
+  void send(int src, int dst, int lane, Payload payload);
+  // Pops the head message of (src, dst, lane) into `payload`; false when the mailbox is empty.
+  bool try_receive(int src, int dst, int lane, Payload& payload);
+
+  // Messages delivered to `rank` so far. A rank reads this before scanning its lanes and passes
+  // it to wait(), so a message that lands during the scan is never missed.
+  uint64_t deliveries(int rank);
+  // Blocks `rank` until a message is delivered after `seen`, the run aborts, or `deadline`.
+  // Returns false on the deadline. `where` is published for other ranks' timeout messages.
+  bool wait(int rank, uint64_t seen, Clock::time_point deadline, const WaitPoint& where);
+
+  // Records the first error (later ones are dropped) and wakes every rank.
+  void abort(ErrorCode code, const std::string& message);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // Throws the first error. Requires aborted().
+  [[noreturn]] void throw_first_error();
+
+  // The timeout message of `rank`, blocked at `where` after `timeout`: names the ranks that never
+  // arrived, or else where the awaited peer stands.
+  std::string timeout_message(int rank, const WaitPoint& where, std::chrono::milliseconds timeout);
+
+ private:
+  enum class RankState : uint8_t { kAbsent, kRunning, kWaiting, kFinished, kFailed };
+
+  struct Inbox {
+    std::mutex mutex;
+    std::condition_variable delivered;
+    uint64_t deliveries = 0;
+    std::vector<std::deque<Payload>> queues;  // by src * lanes_per_rank + lane
+  };
+
+  Inbox& inbox(int rank) { return *inboxes_[static_cast<size_t>(rank)]; }
+  std::string describe_rank(int rank);  // requires status_mutex_
+
+  const uint64_t sequence_;
+  const Signature signature_;
+  const size_t lanes_per_rank_;
+  std::vector<std::unique_ptr<Inbox>> inboxes_;
+
+  std::once_flag expand_once_;
+  Schedule expanded_;
+
+  std::atomic<bool> aborted_{false};
+  std::mutex status_mutex_;  // guards everything below
+  std::vector<RankState> states_;
+  std::vector<WaitPoint> wait_points_;
+  std::optional<Error> first_error_;
+};
+
+}  // namespace tandem::host
