@@ -63,8 +63,8 @@ inline uint16_t encode_half(float value) {
   // FPU do that rounding, to nearest even in the default rounding mode; the mantissa bits of the
   // sum are then the subnormal's.
   constexpr float kHalf = 0.5f;
-  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) + kHalf) -
-                             std::bit_cast<uint32_t>(kHalf);
+  const uint32_t subnormal =
+      std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) + kHalf) - std::bit_cast<uint32_t>(kHalf);
   // NaN keeps its top payload bits and is forced quiet, so it stays NaN.
   const uint32_t nan = kHalfInfinity | kHalfQuietBit | ((magnitude >> 13) & 0x3ffu);
   uint32_t result = magnitude >= 0x3880'0000u ? normal : subnormal;

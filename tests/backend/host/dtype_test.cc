@@ -37,9 +37,9 @@ TEST(HalfTest, KnownBitPatterns) {
   EXPECT_EQ(float_to_half(65504.0f), 0x7bff);  // largest finite
   EXPECT_EQ(float_to_half(0.0f), 0x0000);
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14)), 0x0400);           // smallest normal
-  EXPECT_EQ(float_to_half(std::ldexp(1023.0f, -24)), 0x03ff);        // largest subnormal
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);           // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(float_to_half(std::ldexp(1023.0f, -24)), 0x03ff);  // largest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
   EXPECT_EQ(float_to_half(-std::ldexp(1.0f, -24)), 0x8001);
   EXPECT_EQ(float_to_half(kInf), 0x7c00);
   EXPECT_EQ(float_to_half(-kInf), 0xfc00);
@@ -150,8 +150,8 @@ TEST(BFloat16Test, EveryPatternRoundTrips) {
 }
 
 TEST(ElementTest, LoadAndStoreEveryType) {
-  for (DataType type : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64, DataType::kI32,
-                        DataType::kI64}) {
+  for (DataType type :
+       {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64, DataType::kI32, DataType::kI64}) {
     std::vector<std::byte> buffer(8 * 4);
     store_element(type, buffer.data(), 2, -2.5);
     store_element(type, buffer.data(), 3, 3.0);
@@ -200,8 +200,8 @@ std::vector<double> reduce_doubles(DataType type, ReduceOp op, const std::vector
 TEST(ReduceTest, EveryTypeAndOp) {
   const std::vector<double> a = {1, -2, 3, 0, 5, -6};
   const std::vector<double> b = {4, 5, -1, 7, 5, -2};
-  for (DataType type : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64, DataType::kI32,
-                        DataType::kI64}) {
+  for (DataType type :
+       {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64, DataType::kI32, DataType::kI64}) {
     SCOPED_TRACE(static_cast<int>(type));
     EXPECT_EQ(reduce_doubles(type, ReduceOp::kSum, a, b), (std::vector<double>{5, 3, 2, 7, 10, -8}));
     EXPECT_EQ(reduce_doubles(type, ReduceOp::kAvg, a, b), (std::vector<double>{5, 3, 2, 7, 10, -8}));
@@ -223,8 +223,10 @@ TEST(ReduceTest, HalfPrecisionRoundsOncePerElement) {
 TEST(ReduceTest, MinAndMaxPropagateNaNFromEitherOperand) {
   for (DataType type : {DataType::kF32, DataType::kF16, DataType::kBF16, DataType::kF64}) {
     for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kSum, ReduceOp::kProd}) {
-      const auto result = reduce_doubles(type, op, {std::nan(""), 1.0, std::nan("")}, {1.0, std::nan(""), std::nan("")});
-      for (double value : result) EXPECT_TRUE(std::isnan(value)) << static_cast<int>(type) << " " << static_cast<int>(op);
+      const auto result =
+          reduce_doubles(type, op, {std::nan(""), 1.0, std::nan("")}, {1.0, std::nan(""), std::nan("")});
+      for (double value : result)
+        EXPECT_TRUE(std::isnan(value)) << static_cast<int>(type) << " " << static_cast<int>(op);
     }
   }
 }
