@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <utility>
 
 #include "backend/host/collective_run.h"
@@ -39,8 +40,9 @@ class RankRunner {
     chunk_limits_[static_cast<size_t>(BufferKind::kOutput)] = geometry.output_blocks * schedule.chunks_per_block;
     chunk_limits_[static_cast<size_t>(BufferKind::kScratch)] = program_.scratch_chunks;
     check_program();
-    scratch_.resize(static_cast<size_t>(program_.scratch_chunks * scratch_slot_elements_ * element_bytes_));
-    scratch_base_ = scratch_.data();
+    // Not zeroed: every scratch slot is written before it is read (validate / symbolic_check).
+    scratch_ = std::make_unique_for_overwrite<std::byte[]>(
+        static_cast<size_t>(program_.scratch_chunks * scratch_slot_elements_ * element_bytes_));
   }
 
   void run() {
@@ -65,7 +67,11 @@ class RankRunner {
       }
     };
     for (size_t lane = 0; lane < program_.lanes.size(); ++lane) {
-      const auto& ops = program_.lanes[lane].ops;
+      const Lane& checked = program_.lanes[lane];
+      const std::vector<Op>& ops = checked.ops;
+      if (checked.dep_begin.size() != ops.size() + 1 || checked.dep_begin.back() != checked.deps.size()) {
+        fail(ErrorCode::kBackend, "host rank {} lane {}: malformed dependency lists", rank_, lane);
+      }
       for (size_t index = 0; index < ops.size(); ++index) {
         const Op& op = ops[index];
         const bool remote = op.kind == OpKind::kSend || op.is_recv();
@@ -74,6 +80,13 @@ class RankRunner {
         }
         if (op.reads_src()) check_range(lane, index, "src", op.src);
         if (op.writes_dst()) check_range(lane, index, "dst", op.dst);
+        for (size_t d = 0; d < checked.dep_count(index); ++d) {
+          const OpRef& dep = checked.deps_of(index)[d];
+          if (dep.lane >= program_.lanes.size() || dep.index >= program_.lanes[dep.lane].ops.size()) {
+            fail(ErrorCode::kBackend, "host rank {} lane {} op {}: dependency on lane {} op {} out of range", rank_,
+                 lane, index, dep.lane, dep.index);
+          }
+        }
         if (op.reads_src() && op.writes_dst() && op.src.count != op.dst.count) {
           fail(ErrorCode::kBackend, "host rank {} lane {} op {}: src has {} chunks, dst {}", rank_, lane, index,
                op.src.count, op.dst.count);
@@ -99,7 +112,7 @@ class RankRunner {
         offset = static_cast<int64_t>(chunk / k) * spec_.count + range.offset;
         break;
       case BufferKind::kScratch:
-        base = scratch_base_;
+        base = scratch_.get();
         offset = static_cast<int64_t>(chunk) * scratch_slot_elements_;
         break;
     }
@@ -273,8 +286,7 @@ class RankRunner {
   std::byte* const output_;
   const int64_t scratch_slot_elements_;
   uint32_t chunk_limits_[3] = {};  // by BufferKind
-  std::vector<std::byte> scratch_;
-  std::byte* scratch_base_ = nullptr;
+  std::unique_ptr<std::byte[]> scratch_;
   uint32_t tile_ = 0;
   std::vector<uint32_t> next_;  // per lane: the next op to issue in the current tile
 };
