@@ -6,7 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/graph/adjacency_list.hpp>
@@ -23,7 +30,8 @@ struct Vertex {
   std::string name;  // unique, e.g. "n3-gpu5", "n3-nvswitch", "n3-nic5", "leaf-rail5", "spine2"
   int node = -1;     // node index for GPUs, NVSwitches and NICs; -1 for fabric switches
   int local = -1;    // GPU / NIC index inside the node
-  int rail = -1;     // the rail a NIC or leaf serves (rail-optimized fabrics); -1 otherwise
+  int rail = -1;     // NICs: their index in the node; GPUs: their NIC's; rail-optimized leaves: the rail
+                     // they serve; -1 otherwise
   int rank = -1;     // GPUs: the global rank (node * gpus_per_node + local)
 };
 
@@ -35,7 +43,7 @@ struct Link {
   std::string name;          // unique
   double bandwidth_Bps = 0;  // per direction
   double latency_s = 0;
-  uint32_t id = 0;           // dense index 0..link_count()-1 (SimGrid links and faults use it)
+  uint32_t id = 0;  // dense index 0..link_count()-1 (SimGrid links and faults use it)
 };
 
 using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, Vertex, Link>;
@@ -51,50 +59,86 @@ struct Hop {
 
 struct Route {
   std::vector<Hop> hops;
-  double latency_s = 0;          // sum of the hops' latencies
-  double bottleneck_Bps = 0;     // smallest hop bandwidth
+  double latency_s = 0;       // sum of the hops' latencies
+  double bottleneck_Bps = 0;  // smallest hop bandwidth
 };
 
 class Topology {
  public:
   // Takes a graph whose GPU vertices carry ranks 0..gpu_count-1 (each exactly once) and whose links
-  // carry dense ids. `gpus_per_node` GPUs share a node index. Throws Error(kInvalidArgument) when
-  // the graph breaks those rules or a GPU cannot reach another.
+  // carry dense ids. `gpus_per_node` GPUs share a node index (GPU rank r: node r / gpus_per_node,
+  // local r % gpus_per_node). Vertex and link names are unique; bandwidths positive, latencies not
+  // negative. GPUs are endpoints, never routers: a route does not pass through a third GPU. Throws
+  // Error(kInvalidArgument) when the graph breaks those rules or a GPU cannot reach another.
+  // (Boost's adjacency_list has no move constructor, so this copies `graph`; large graphs are
+  // better built in place with the constructor below.)
   Topology(Graph graph, int gpus_per_node, std::string description);
+  // The same, with the graph built in place by `build`.
+  Topology(const std::function<void(Graph&)>& build, int gpus_per_node, std::string description);
 
-  const Graph& graph() const { return graph_; }
-  const std::string& description() const { return description_; }
-  int gpu_count() const { return static_cast<int>(gpu_vertex_.size()); }
-  int gpus_per_node() const { return gpus_per_node_; }
-  int node_count() const { return gpu_count() / gpus_per_node_; }
-  size_t link_count() const { return links_.size(); }
-  const Link& link(uint32_t id) const { return *links_[id]; }
-  VertexId gpu_vertex(int rank) const { return gpu_vertex_[static_cast<size_t>(rank)]; }
+  // Copies share the (immutable) graph and the routing cache: copying a Topology is cheap.
+  const Graph& graph() const { return state_->graph; }
+  const std::string& description() const { return state_->description; }
+  int gpu_count() const { return static_cast<int>(state_->gpu_vertex.size()); }
+  int gpus_per_node() const { return state_->gpus_per_node; }
+  int node_count() const { return gpu_count() / gpus_per_node(); }
+  size_t link_count() const { return state_->links.size(); }
+  const Link& link(uint32_t id) const { return *state_->links[id]; }
+  VertexId gpu_vertex(int rank) const { return state_->gpu_vertex[static_cast<size_t>(rank)]; }
   // The endpoints of a link, lower vertex first (the direction `Hop::forward` goes).
-  std::pair<VertexId, VertexId> endpoints(uint32_t link) const { return endpoints_[link]; }
+  std::pair<VertexId, VertexId> endpoints(uint32_t link) const { return state_->endpoints[link]; }
 
-  // The route from GPU `src` to GPU `dst` (ranks, src != dst): a shortest path in hops; among equal
-  // shortest paths the next hop is chosen by a deterministic hash of (src, dst, vertex): static ECMP.
+  // By name; nullopt when there is none.
+  std::optional<VertexId> find_vertex(std::string_view name) const;
+  std::optional<uint32_t> find_link(std::string_view name) const;
+
+  // The route from GPU `src` to GPU `dst` (ranks, src != dst): a shortest path in hops that does
+  // not pass through another GPU. At each vertex the next hops that stay on a shortest path are
+  // narrowed to the widest links (so GPU -> NVSwitch -> GPU wins over a PCIe detour of equal
+  // length), then one is chosen by a deterministic hash of (src, dst, vertex): static ECMP.
+  // About a microsecond per call once the distance map of dst's attachment switch is cached (one
+  // BFS per leaf, ever); safe to call from several threads. Throws Error(kInvalidArgument) for bad
+  // ranks.
   Route route(int src, int dst) const;
 
   // The layout the algorithms use: ranks per node and, with `rail_aligned`, a ring order in which
   // consecutive nodes are joined by GPUs of one rail, so every inter-node hop of the ring stays on
-  // one rail leaf ("snake": node 0 local 0..m-1, node 1 local m-1..0, ...).
+  // one rail leaf ("snake": node 0 local 0..m-1, node 1 local m-1..0, ...; with an odd node count
+  // the last node is entered on local 1 so that the ring closes on one rail too).
   RankLayout layout(bool rail_aligned = true) const;
 
-  std::string to_dot() const;   // Graphviz
+  std::string to_dot() const;   // Graphviz: one subgraph per node, fabric switches outside
   std::string to_text() const;  // a readable summary: vertices and links by kind, per-node view
 
  private:
-  Graph graph_;
-  int gpus_per_node_;
-  std::string description_;
-  std::vector<VertexId> gpu_vertex_;
-  std::vector<const Link*> links_;
-  std::vector<std::pair<VertexId, VertexId>> endpoints_;
-  // Routing caches (distances to destination vertices), filled lazily.
-  mutable std::vector<std::vector<uint32_t>> distance_cache_;
-  mutable std::vector<int> distance_index_;
+  struct Neighbor {
+    uint32_t vertex;
+    uint32_t link;
+  };
+  // The graph and what is derived from it, immutable once built and shared by copies, plus the
+  // routing cache: hop distances from fabric switches (leaf, spine) to every vertex, filled lazily
+  // under cache_mutex (topology.cc says why per switch and not per destination GPU).
+  struct State {
+    Graph graph;
+    int gpus_per_node = 1;
+    std::string description;
+    std::vector<VertexId> gpu_vertex;
+    std::vector<const Link*> links;  // into graph's edge properties
+    std::vector<std::pair<VertexId, VertexId>> endpoints;
+    std::vector<uint32_t> neighbor_offset;  // CSR adjacency: neighbors[offset[v] .. offset[v + 1])
+    std::vector<Neighbor> neighbors;
+    std::unordered_map<std::string_view, uint32_t> vertex_by_name;  // views into graph
+    std::unordered_map<std::string_view, uint32_t> link_by_name;
+    std::mutex cache_mutex;
+    std::vector<std::unique_ptr<uint16_t[]>> distance_cache;
+    std::vector<int> distance_index;  // vertex -> slot in distance_cache, -1 if not computed
+  };
+  void index();  // fills state_ from state_->graph and checks the rules
+  void check_reachability() const;
+  std::span<const Neighbor> neighbors(uint32_t vertex) const;
+  const uint16_t* distances_from(uint32_t fabric_vertex) const;
+
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace tandem::models

@@ -38,7 +38,7 @@ struct NetworkModel {
   double pcie_efficiency = 1.0;
   double network_efficiency = 0.94;   // ConnectX-7: 46-48 GB/s of 50
   double nvls_efficiency = 0.686;     // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
-  bool protocol_latencies = true;     // add NCCL's per-hop and base latencies (false: pure alpha-beta)
+  bool protocol_effects = true;       // NCCL's per-hop / base latencies and payload efficiency (false: alpha-beta)
 
   static NetworkModel ideal();        // efficiencies 1, no protocol latencies: alpha-beta exact
 };

@@ -42,6 +42,7 @@ struct SweepRequest {
   bool rail_aligned = true;           // rail-aligned ring order (false: node-major)
   NetworkModel network;
   AlgoParams params;                  // channels etc. for the core algorithms
+  bool explicit_schedules = false;    // never use rank-symmetric schedules (simulate every transfer)
   std::vector<SweepPoint> points;
 };
 

@@ -1,0 +1,23 @@
+// NCCL's protocols as timing terms for the simulator: a payload efficiency (bytes on the wire per
+// byte of data) and a latency per hop and per collective, from NCCL 2.28's tuning tables
+// (models/cost_model.h holds the tables; docs/simulator.md explains the model).
+#pragma once
+
+#include "core/types.h"
+#include "sim/simulator.h"
+
+namespace tandem::sim {
+
+// Wire bytes per payload byte: LL 2 (4 B of data per 8 B line), LL128 128/120, Simple 1.
+double protocol_wire_factor(Protocol protocol);
+
+// NCCL's hwLat for one hop of `algorithm` (ring-like unless tree) over NVLink or the network, s.
+double protocol_hop_latency_s(Protocol protocol, Algorithm algorithm, bool network_hop);
+
+// NCCL's baseLat: the fixed cost of launching one collective, s.
+double protocol_base_latency_s(Protocol protocol, Algorithm algorithm);
+
+// NVLS all_reduce's latency (NCCL models it as one NVLink hop of 25 us, no base latency), s.
+double nvls_latency_s();
+
+}  // namespace tandem::sim

@@ -1,0 +1,514 @@
+#include "sim/simulator.h"
+
+#include <simgrid/kernel/routing/NetPoint.hpp>
+#include <simgrid/kernel/routing/NetZoneImpl.hpp>
+#include <simgrid/s4u.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "sim/protocol.h"
+
+namespace tandem::sim {
+namespace sg4 = simgrid::s4u;
+namespace routing = simgrid::kernel::routing;
+
+std::string_view name(Fidelity fidelity) { return fidelity == Fidelity::kFluid ? "fluid" : "packet"; }
+
+Fidelity parse_fidelity(std::string_view text) {
+  if (text == "fluid") return Fidelity::kFluid;
+  if (text == "packet") return Fidelity::kPacket;
+  fail(ErrorCode::kInvalidArgument, "unknown network fidelity '{}' (expected fluid or packet)", text);
+}
+
+std::string_view name(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::kLL: return "LL";
+    case Protocol::kLL128: return "LL128";
+    case Protocol::kSimple: return "Simple";
+  }
+  return "?";
+}
+
+Protocol parse_protocol(std::string_view text) {
+  for (Protocol p : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
+    if (name(p) == text) return p;
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown protocol '{}' (expected LL, LL128 or Simple)", text);
+}
+
+NetworkModel NetworkModel::ideal() {
+  NetworkModel model;
+  model.nvlink_efficiency = 1.0;
+  model.pcie_efficiency = 1.0;
+  model.network_efficiency = 1.0;
+  model.nvls_efficiency = 1.0;
+  model.protocol_effects = false;
+  return model;
+}
+
+namespace {
+
+std::atomic<bool> g_platform_built{false};
+
+// A netzone whose routes come from a models::Topology (static ECMP), computed the first time a
+// pair talks and cached: memory grows with the pairs a schedule uses, not with n^2 as SimGrid's
+// full zone does (2 GB of route table at 16,384 hosts).
+class TopologyZone : public routing::NetZoneImpl {
+ public:
+  using RouteFn = std::function<void(int src_host, int dst_host, std::vector<simgrid::kernel::resource::StandardLinkImpl*>&,
+                                     double& latency_s, bool& network)>;
+  TopologyZone(const std::string& name, RouteFn route) : routing::NetZoneImpl(name), route_(std::move(route)) {}
+
+  void register_host(const routing::NetPoint* point, int host_index) {
+    if (host_of_point_.size() <= point->id()) host_of_point_.resize(point->id() + 1, -1);
+    host_of_point_[point->id()] = host_index;
+  }
+
+  void get_local_route(const routing::NetPoint* src, const routing::NetPoint* dst, routing::Route* into,
+                       double* latency) override {
+    const int a = host_of_point_.at(src->id());
+    const int b = host_of_point_.at(dst->id());
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      Cached cached;
+      route_(a, b, cached.links, cached.latency_s, cached.network);
+      it = cache_.emplace(key, std::move(cached)).first;
+    }
+    into->link_list_.insert(into->link_list_.end(), it->second.links.begin(), it->second.links.end());
+    if (latency != nullptr) *latency += it->second.latency_s + (it->second.network ? extra_network_s : extra_nvlink_s);
+  }
+
+  // Protocol latency added to every message's route latency (per hop class) until changed.
+  double extra_nvlink_s = 0;
+  double extra_network_s = 0;
+
+ private:
+  struct Cached {
+    std::vector<simgrid::kernel::resource::StandardLinkImpl*> links;
+    double latency_s = 0;
+    bool network = false;  // crosses a network link (NCCL's NET hop latency applies)
+  };
+  RouteFn route_;
+  std::vector<int> host_of_point_;
+  std::unordered_map<uint64_t, Cached> cache_;
+};
+
+}  // namespace
+
+struct Simulator::Impl {
+  const models::Topology& topology;
+  models::ClusterSpec cluster;
+  NetworkModel model;
+  std::unique_ptr<sg4::Engine> engine;
+  TopologyZone* zone = nullptr;
+  std::vector<sg4::Host*> gpu_hosts;                     // by GPU index
+  std::vector<sg4::Host*> switch_hosts;                  // by node: the NVSwitch (NVLS)
+  std::vector<sg4::SplitDuplexLink*> links;              // by topology link id
+  std::vector<uint32_t> nvlink_of_gpu;                   // the GPU's link to its NVSwitch
+  int token = 0;                                         // the payload every comm carries
+  std::unordered_map<const sg4::Host*, int> host_index;  // host -> GPU index (or gpus + node)
+
+  double run_compressed(const Schedule& schedule, const std::vector<int>& gpu_of_rank,
+                        const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
+                        const std::function<double(int, int)>& hop_latency, SimResult& result);
+
+  double link_efficiency(models::LinkKind kind) const {
+    switch (kind) {
+      case models::LinkKind::kNvLink: return model.nvlink_efficiency;
+      case models::LinkKind::kPcie: return model.pcie_efficiency;
+      case models::LinkKind::kNetwork: return model.network_efficiency;
+    }
+    return 1.0;
+  }
+
+  // Host index: GPUs first (index = GPU), then one NVSwitch host per node.
+  void route(int a, int b, std::vector<simgrid::kernel::resource::StandardLinkImpl*>& out, double& latency,
+             bool& network) const {
+    const int gpus = topology.gpu_count();
+    auto hop_impl = [&](const models::Hop& hop) {
+      return hop.forward ? links[hop.link]->get_link_up()->get_impl() : links[hop.link]->get_link_down()->get_impl();
+    };
+    if (a < gpus && b < gpus) {
+      const models::Route r = topology.route(a, b);
+      for (const models::Hop& hop : r.hops) out.push_back(hop_impl(hop));
+      latency = r.latency_s;
+      network = network_hop(a, b);
+      return;
+    }
+    // GPU <-> its NVSwitch: the GPU's NVLink, up or down.
+    const int gpu = a < gpus ? a : b;
+    const uint32_t link = nvlink_of_gpu.at(static_cast<size_t>(gpu));
+    const auto [first, second] = topology.endpoints(link);
+    const bool gpu_first = first == topology.gpu_vertex(gpu);
+    const bool forward = a < gpus ? gpu_first : !gpu_first;
+    out.push_back(hop_impl({link, forward}));
+    latency = topology.link(link).latency_s;
+  }
+
+  bool network_hop(int a, int b) const {
+    return topology.graph()[topology.gpu_vertex(a)].node != topology.graph()[topology.gpu_vertex(b)].node;
+  }
+};
+
+Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec& cluster, const NetworkModel& model)
+    : impl_(std::make_unique<Impl>(Impl{topology, cluster, model})) {
+  if (g_platform_built.exchange(true)) {
+    fail(ErrorCode::kBackend, "SimGrid allows one simulated platform per process; run further clusters with "
+                              "run_sweep (one child process each)");
+  }
+  Impl& s = *impl_;
+  int argc = 2;
+  char arg0[] = "tandem";
+  char arg1[] = "--log=root.thres:critical";
+  char* argv[] = {arg0, arg1, nullptr};
+  s.engine = std::make_unique<sg4::Engine>(&argc, argv);
+  if (model.fidelity == Fidelity::kPacket) {
+    sg4::Engine::set_config("network/model:ns-3");
+  } else {
+    // The ideal bandwidth + latency model (docs/simgrid-3.32-notes.md §2): LV08's TCP factors and
+    // the TCP-gamma cap would make NVLink flows up to 3x slower than the hardware.
+    sg4::Engine::set_config("network/model:CM02");
+    sg4::Engine::set_config("network/crosstraffic", false);
+    sg4::Engine::set_config("network/TCP-gamma", 0.0);
+  }
+
+  s.zone = new TopologyZone("tandem", [&s](int a, int b, auto& out, double& latency, bool& network) {
+    s.route(a, b, out, latency, network);
+  });
+  sg4::NetZone* zone = s.zone->get_iface();
+  const double hbm = cluster.gpu.hbm_Bps > 0 ? cluster.gpu.hbm_Bps : 1e12;
+  const auto& graph = topology.graph();
+  // Hosts compute in "bytes of HBM traffic" per second: a local copy or reduce is memory-bound.
+  for (int g = 0; g < topology.gpu_count(); ++g) {
+    sg4::Host* host = zone->create_host(graph[topology.gpu_vertex(g)].name, hbm);
+    s.zone->register_host(host->get_netpoint(), g);
+    s.host_index[host] = g;
+    s.gpu_hosts.push_back(host);
+  }
+  for (int node = 0; node < topology.node_count(); ++node) {
+    sg4::Host* host = zone->create_host(fmt::format("n{}-nvswitch-host", node), hbm);
+    s.zone->register_host(host->get_netpoint(), topology.gpu_count() + node);
+    s.host_index[host] = topology.gpu_count() + node;
+    s.switch_hosts.push_back(host);
+  }
+  s.nvlink_of_gpu.assign(static_cast<size_t>(topology.gpu_count()), ~0u);
+  for (uint32_t id = 0; id < topology.link_count(); ++id) {
+    const models::Link& link = topology.link(id);
+    sg4::SplitDuplexLink* sd =
+        zone->create_split_duplex_link(link.name, link.bandwidth_Bps * s.link_efficiency(link.kind));
+    sd->set_latency(link.latency_s);
+    sd->seal();
+    s.links.push_back(sd);
+    if (link.kind == models::LinkKind::kNvLink) {
+      const auto [a, b] = topology.endpoints(id);
+      for (models::VertexId v : {a, b}) {
+        if (graph[v].kind == models::VertexKind::kGpu) s.nvlink_of_gpu[static_cast<size_t>(graph[v].rank)] = id;
+      }
+    }
+  }
+  zone->seal();
+}
+
+Simulator::~Simulator() = default;
+
+namespace {
+
+// The bytes of each op of a schedule for one tile: chunk sizes from the balanced partition.
+struct Sizer {
+  ChunkMap map;
+  int64_t element_bytes;
+  uint32_t k;
+  int64_t bytes(const SlotRange& range, uint32_t tile) const {
+    int64_t total = 0;
+    for (uint32_t c = range.first; c < range.first + range.count; ++c) total += map.range(tile, c % k).count;
+    return total * element_bytes;
+  }
+};
+
+// A rank-symmetric template whose every lane is (send to +o, receive from -o) repeated: a ring.
+bool ring_shaped(const Schedule& schedule) {
+  for (const Lane& lane : schedule.ranks[0].lanes) {
+    if (lane.ops.size() % 2 != 0) return false;
+    for (size_t i = 0; i < lane.ops.size(); i += 2) {
+      const Op& send = lane.ops[i];
+      const Op& recv = lane.ops[i + 1];
+      if (send.kind != OpKind::kSend || !recv.is_recv() || send.peer != lane.ops[0].peer ||
+          (send.peer + recv.peer) % schedule.nranks != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// Ring-shaped symmetric schedules at scale: SimGrid simulates one round with every position's
+// flows at once (so flows sharing a link share it), giving each hop's transfer time under
+// contention; the rounds are then replayed on per-position arrays. The receive at position q of
+// step s completes at
+//     R[q] = max(R[q-o] + latency(q-o), link_free(q-o)) + transfer(q-o)
+// (its sender issued the send once it had received step s-1; the link carries one message after
+// the other), so a slow hop slows the positions behind it, not every step of every position.
+double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vector<int>& gpu_of_rank,
+                                       const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
+                                       uint32_t tiles, double wire,
+                                       const std::function<double(int, int)>& hop_latency, SimResult& result) {
+  const int n = schedule.nranks;
+  const auto& order = schedule.symmetry.order;
+  const auto& lanes = schedule.ranks[0].lanes;
+  // One representative round: every lane's flow from every position, largest step size.
+  std::vector<int64_t> round_bytes(lanes.size(), 0);
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    for (size_t i = 0; i < lanes[l].ops.size(); i += 2) {
+      round_bytes[l] = std::max(round_bytes[l], bytes_of(lanes[l].ops[i].src, 0));
+    }
+  }
+  // One actor per flow, so each flow's completion time is its own (wait_all would observe the
+  // flows in order, and a slow one would hide when the ones behind it finished).
+  std::unordered_map<uint64_t, double> finished;  // (src GPU, dst GPU) -> completion time
+  auto pair_key = [](int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); };
+  const double round_start = sg4::Engine::get_clock();
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const int offset = lanes[l].ops[0].peer;
+    for (int p = 0; p < n; ++p) {
+      const int from = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>(p)])];
+      const int to = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>((p + offset) % n)])];
+      const auto bytes = static_cast<uint64_t>(static_cast<double>(round_bytes[l]) * wire);
+      sg4::Actor::create("flow", gpu_hosts[static_cast<size_t>(from)], [this, from, to, bytes, &finished, pair_key] {
+        sg4::Comm::sendto(gpu_hosts[static_cast<size_t>(from)], gpu_hosts[static_cast<size_t>(to)], bytes);
+        double& t = finished[pair_key(from, to)];
+        t = std::max(t, sg4::Engine::get_clock());
+      });
+    }
+  }
+  engine->run();
+  result.simulated_transfers = static_cast<uint64_t>(n) * lanes.size();
+
+  double total = 0;
+  std::vector<double> latency(static_cast<size_t>(n)), transfer(static_cast<size_t>(n));
+  std::vector<double> received(static_cast<size_t>(n)), link_free(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const int offset = lanes[l].ops[0].peer;
+    for (int p = 0; p < n; ++p) {
+      const int a = order[static_cast<size_t>(p)];
+      const int b = order[static_cast<size_t>((p + offset) % n)];
+      const models::Route route = topology.route(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]);
+      latency[static_cast<size_t>(p)] = route.latency_s + hop_latency(a, b);
+      const double done = finished.at(pair_key(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]));
+      transfer[static_cast<size_t>(p)] = std::max(0.0, done - round_start - route.latency_s);
+    }
+    std::fill(received.begin(), received.end(), 0.0);
+    std::fill(link_free.begin(), link_free.end(), 0.0);
+    for (uint32_t t = 0; t < tiles; ++t) {
+      for (size_t i = 0; i < lanes[l].ops.size(); i += 2) {
+        const double scale = round_bytes[l] > 0 ? static_cast<double>(bytes_of(lanes[l].ops[i].src, t)) /
+                                                      static_cast<double>(round_bytes[l])
+                                                : 0.0;
+        for (int p = 0; p < n; ++p) {
+          const auto q = static_cast<size_t>((p + offset) % n);
+          const auto sp = static_cast<size_t>(p);
+          const double begin = std::max(received[sp] + latency[sp], link_free[sp]);
+          next[q] = std::max(begin + transfer[sp] * scale, received[q]);
+          link_free[sp] = next[q];
+        }
+        received.swap(next);
+      }
+    }
+    total = std::max(total, *std::max_element(received.begin(), received.end()));
+  }
+  return total;
+}
+
+SimResult Simulator::run(const SimRequest& request) {
+  Impl& s = *impl_;
+  if (request.schedule == nullptr) fail(ErrorCode::kInvalidArgument, "simulator: no schedule");
+  const Schedule& schedule = *request.schedule;
+  const int n = schedule.nranks;
+  std::vector<int> gpu_of_rank = request.gpu_of_rank;
+  if (gpu_of_rank.empty()) {
+    for (int r = 0; r < n; ++r) gpu_of_rank.push_back(r);
+  }
+  if (gpu_of_rank.size() != static_cast<size_t>(n)) {
+    fail(ErrorCode::kInvalidArgument, "simulator: {} ranks but {} GPU placements", n, gpu_of_rank.size());
+  }
+  for (int g : gpu_of_rank) {
+    if (g < 0 || g >= s.topology.gpu_count()) {
+      fail(ErrorCode::kInvalidArgument, "simulator: GPU {} out of range (the cluster has {})", g,
+           s.topology.gpu_count());
+    }
+  }
+  const uint32_t tiles = std::max<uint32_t>(1, request.tiles);
+  const Sizer sizer{ChunkMap(request.spec.count, schedule.chunks_per_block, tiles), static_cast<int64_t>(size_bytes(request.spec.dtype)),
+                    schedule.chunks_per_block};
+  const double wire = s.model.protocol_effects ? protocol_wire_factor(request.protocol) : 1.0;
+  const bool latencies = s.model.protocol_effects;
+  auto hop_latency = [&](int a, int b) {
+    return latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm,
+                                              s.network_hop(gpu_of_rank[a], gpu_of_rank[b]))
+                     : 0.0;
+  };
+  const double base_latency = latencies ? protocol_base_latency_s(request.protocol, schedule.algorithm) : 0.0;
+
+  SimResult result;
+  result.transfers = 0;
+  for (const RankProgram& rank : schedule.ranks) {
+    for (const Lane& lane : rank.lanes) {
+      for (const Op& op : lane.ops) result.transfers += op.kind == OpKind::kSend;
+    }
+  }
+  if (schedule.symmetric()) result.transfers *= static_cast<uint64_t>(n);
+  result.transfers *= tiles;
+
+  const double start = sg4::Engine::get_clock();
+  if (schedule.symmetric() && ring_shaped(schedule)) {
+    result.compressed = true;
+    result.seconds = base_latency + s.run_compressed(
+                                        schedule, gpu_of_rank,
+                                        [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); },
+                                        tiles, wire, hop_latency, result);
+    return result;
+  }
+  // NCCL's per-hop protocol latency rides on every message (the zone adds it to the route's).
+  s.zone->extra_nvlink_s = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
+  s.zone->extra_network_s = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
+  struct ResetLatency {
+    TopologyZone* zone;
+    ~ResetLatency() { zone->extra_nvlink_s = zone->extra_network_s = 0; }
+  } reset{s.zone};
+  const Schedule expanded = schedule.symmetric() ? expand(schedule) : Schedule{};
+  const Schedule& explicit_form = schedule.symmetric() ? expanded : schedule;
+
+  // Op by op: one actor per (rank, lane); sends are eager (put_async on a mailbox whose receiver is
+  // set, so data flows at once); cross-lane dependencies wait on the rank's completion counters.
+  struct RankState {
+    sg4::MutexPtr mutex = sg4::Mutex::create();
+    sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
+    std::vector<uint64_t> done;  // per lane: ops completed (over all tiles)
+  };
+  std::vector<RankState> states(static_cast<size_t>(n));
+  std::map<std::tuple<int, int, uint32_t>, sg4::Mailbox*> mailboxes;
+  std::vector<std::vector<sg4::ActorPtr>> actors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
+    states[static_cast<size_t>(r)].done.assign(program.lanes.size(), 0);
+    for (uint32_t l = 0; l < program.lanes.size(); ++l) {
+      for (const Op& op : program.lanes[l].ops) {
+        if (op.kind == OpKind::kSend || op.is_recv()) {
+          const int from = op.kind == OpKind::kSend ? r : op.peer;
+          const int to = op.kind == OpKind::kSend ? op.peer : r;
+          auto key = std::make_tuple(from, to, l);
+          if (!mailboxes.count(key)) mailboxes[key] = sg4::Mailbox::by_name(fmt::format("m{}-{}-{}", from, to, l));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
+    sg4::Host* host = s.gpu_hosts[static_cast<size_t>(gpu_of_rank[static_cast<size_t>(r)])];
+    for (uint32_t l = 0; l < program.lanes.size(); ++l) {
+      actors[static_cast<size_t>(r)].push_back(sg4::Actor::create(
+          fmt::format("r{}-l{}", r, l), host, [&, r, l] {
+            const Lane& lane = explicit_form.ranks[static_cast<size_t>(r)].lanes[l];
+            RankState& state = states[static_cast<size_t>(r)];
+            const uint64_t per_tile = lane.ops.size();
+            std::vector<sg4::CommPtr> pending;
+            std::map<sg4::Mailbox*, sg4::CommPtr> last_send;
+            if (base_latency > 0) sg4::this_actor::sleep_for(base_latency);
+            for (uint32_t t = 0; t < tiles; ++t) {
+              for (uint64_t i = 0; i < per_tile; ++i) {
+                const Op& op = lane.ops[i];
+                // Cross-lane dependencies (same tile): wait until those lanes completed them.
+                const OpRef* deps = lane.deps_of(i);
+                for (size_t d = 0; d < lane.dep_count(i); ++d) {
+                  if (deps[d].lane == l) continue;
+                  const uint64_t needed = t * explicit_form.ranks[static_cast<size_t>(r)].lanes[deps[d].lane].ops.size() +
+                                          deps[d].index + 1;
+                  std::unique_lock lock(*state.mutex);
+                  state.changed->wait(lock, [&] { return state.done[deps[d].lane] >= needed; });
+                }
+                switch (op.kind) {
+                  case OpKind::kSend: {
+                    // A connection (rank pair and lane) carries one message after the other, as
+                    // NCCL's per-peer FIFO does: a send waits for the previous one on its connection
+                    // to be delivered. Without this, 64 pipelined chunks issued at once would share
+                    // the link and all arrive at the end, and nothing would pipeline.
+                    sg4::Mailbox* mailbox = mailboxes.at({r, op.peer, l});
+                    sg4::CommPtr& previous = last_send[mailbox];
+                    if (previous) previous->wait();
+                    const auto bytes = static_cast<uint64_t>(static_cast<double>(sizer.bytes(op.src, t)) * wire);
+                    previous = mailbox->put_async(&s.token, bytes);
+                    pending.push_back(previous);
+                    break;
+                  }
+                  case OpKind::kRecv:
+                  case OpKind::kRecvReduce: mailboxes.at({op.peer, r, l})->get<int>(); break;
+                  case OpKind::kCopy: sg4::this_actor::execute(2.0 * static_cast<double>(sizer.bytes(op.dst, t))); break;
+                  case OpKind::kReduce:
+                    sg4::this_actor::execute(3.0 * static_cast<double>(sizer.bytes(op.dst, t)));
+                    break;
+                }
+                std::unique_lock lock(*state.mutex);
+                ++state.done[l];
+                state.changed->notify_all();
+              }
+            }
+            sg4::Comm::wait_all(pending);
+          }));
+    }
+  }
+  // Eager delivery: each mailbox's receiver is the lane actor that reads it.
+  for (auto& [key, mailbox] : mailboxes) {
+    mailbox->set_receiver(actors[static_cast<size_t>(std::get<1>(key))][std::get<2>(key)]);
+  }
+  s.engine->run();
+  for (auto& [key, mailbox] : mailboxes) mailbox->set_receiver(nullptr);
+  result.simulated_transfers = result.transfers;
+  result.seconds = sg4::Engine::get_clock() - start;
+  return result;
+}
+
+SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& gpus) {
+  Impl& s = *impl_;
+  if (!s.cluster.gpu.nvls) {
+    fail(ErrorCode::kUnsupported, "nvls: {} has no NVLink SHARP (NVSwitch multicast)", s.cluster.gpu.name);
+  }
+  if (gpus.size() < 2) fail(ErrorCode::kUnsupported, "nvls needs at least 2 GPUs");
+  const int node = s.topology.graph()[s.topology.gpu_vertex(gpus[0])].node;
+  for (int g : gpus) {
+    if (s.topology.graph()[s.topology.gpu_vertex(g)].node != node) {
+      fail(ErrorCode::kUnsupported, "nvls models all_reduce inside one node; these GPUs span nodes");
+    }
+  }
+  const double n = static_cast<double>(gpus.size());
+  // The links run at nvlink_efficiency; NVLS reaches nvls_efficiency of the line rate instead.
+  const double scale = s.model.nvlink_efficiency / s.model.nvls_efficiency;
+  const double latency = s.model.protocol_effects ? nvls_latency_s() : 0.0;
+  const double start = sg4::Engine::get_clock();
+  sg4::Actor::create("nvls", s.switch_hosts[static_cast<size_t>(node)], [&] {
+    std::vector<sg4::CommPtr> comms;
+    sg4::Host* nvswitch = s.switch_hosts[static_cast<size_t>(node)];
+    for (int g : gpus) {
+      sg4::Host* gpu = s.gpu_hosts[static_cast<size_t>(g)];
+      // Up: the switch reads the GPU's whole buffer (every slice's multimem load-reduce).
+      comms.push_back(sg4::Comm::sendto_async(gpu, nvswitch, static_cast<uint64_t>(static_cast<double>(bytes) * scale)));
+      // Down: the multicast store of every reduced slice, plus the GPU's own slice's result.
+      comms.push_back(sg4::Comm::sendto_async(
+          nvswitch, gpu, static_cast<uint64_t>(static_cast<double>(bytes) * (1.0 + 1.0 / n) * scale)));
+    }
+    sg4::Comm::wait_all(comms);
+    sg4::this_actor::sleep_for(latency);
+  });
+  s.engine->run();
+  SimResult result;
+  result.seconds = sg4::Engine::get_clock() - start;
+  result.transfers = result.simulated_transfers = 2 * gpus.size();
+  return result;
+}
+
+}  // namespace tandem::sim

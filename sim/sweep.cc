@@ -1,0 +1,195 @@
+#include "sim/sweep.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/algorithms.h"
+#include "core/error.h"
+#include "sim/tuner.h"
+
+namespace tandem::sim {
+namespace {
+
+using nlohmann::json;
+
+// Elements per rank for nccl-tests' size convention (see docs/cli.md).
+int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dtype) {
+  const auto element = static_cast<int64_t>(size_bytes(dtype));
+  switch (collective) {
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return bytes / (element * nranks);
+    default: return bytes / element;
+  }
+}
+
+// Ranks 0..n-1 node-major over the GPUs taking part; rail-aligned ring order: the "snake" that
+// walks node 0's GPUs up, node 1's down, ..., so consecutive nodes meet on one rail.
+RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned) {
+  RankLayout layout = RankLayout::nodes(nodes, per_node);
+  if (rail_aligned && nodes > 1 && per_node > 1) {
+    for (int v = 0; v < nodes; ++v) {
+      for (int i = 0; i < per_node; ++i) layout.ring_order.push_back(v * per_node + (v % 2 == 0 ? i : per_node - 1 - i));
+    }
+  }
+  return layout;
+}
+
+std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
+  const models::Topology topology = models::build_cluster(request.cluster);
+  const int total_per_node = topology.gpus_per_node();
+  const int per_node = request.gpus_per_node > 0 ? request.gpus_per_node : total_per_node;
+  if (per_node > total_per_node) {
+    fail(ErrorCode::kInvalidArgument, "{} GPUs per node requested but {} has {}", per_node, request.cluster.preset,
+         total_per_node);
+  }
+  const int nodes = topology.node_count();
+  const int n = nodes * per_node;
+  std::vector<int> gpu_of_rank;
+  for (int v = 0; v < nodes; ++v) {
+    for (int i = 0; i < per_node; ++i) gpu_of_rank.push_back(v * total_per_node + i);
+  }
+  const RankLayout layout = sweep_layout(nodes, per_node, request.rail_aligned);
+  Simulator simulator(topology, request.cluster, request.network);
+  const Tuner tuner(request.cluster, nodes, per_node);
+
+  std::map<std::tuple<Collective, Algorithm, int>, Schedule> schedules;
+  std::vector<SweepPointResult> results;
+  for (const SweepPoint& point : request.points) {
+    SweepPointResult out;
+    out.point = point;
+    try {
+      const int64_t count = count_for(point.collective, point.bytes, n, point.dtype);
+      const CollectiveSpec spec{point.collective, count, point.dtype, point.op, point.root, n};
+      Choice choice = point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes)
+                                                : tuner.choose_for(point.collective, point.bytes, point.algorithm);
+      out.algorithm = choice.algorithm;
+      out.protocol = choice.protocol;
+      SimResult sim;
+      if (choice.algorithm == "nvls") {
+        if (point.collective != Collective::kAllReduce) {
+          fail(ErrorCode::kUnsupported, "nvls models all_reduce only, not {}", name(point.collective));
+        }
+        sim = simulator.run_nvls_all_reduce(point.bytes, gpu_of_rank);
+      } else {
+        const Algorithm algorithm = parse_algorithm(choice.algorithm);
+        auto key = std::make_tuple(point.collective, algorithm, point.root);
+        auto it = schedules.find(key);
+        if (it == schedules.end()) {
+          it = schedules
+                   .emplace(key, build_checked_schedule(spec, layout, algorithm, request.params,
+                                                    request.explicit_schedules ? ScheduleForm::kExplicit
+                                                                               : ScheduleForm::kSymmetric))
+                   .first;
+        }
+        SimRequest run{&it->second, spec, gpu_of_rank, choice.protocol, choice.tiles};
+        sim = simulator.run(run);
+      }
+      out.ok = true;
+      out.seconds = sim.seconds;
+      out.simulated_transfers = sim.simulated_transfers;
+      out.algbw_GBps = sim.seconds > 0 ? static_cast<double>(point.bytes) / sim.seconds / 1e9 : 0;
+      out.busbw_GBps = out.algbw_GBps * bus_bandwidth_factor(point.collective, n);
+    } catch (const Error& e) {
+      out.ok = false;
+      out.error = e.what();
+    }
+    results.push_back(std::move(out));
+  }
+  return results;
+}
+
+json to_json(const std::vector<SweepPointResult>& results) {
+  json rows = json::array();
+  for (const SweepPointResult& r : results) {
+    rows.push_back({{"ok", r.ok},
+                    {"error", r.error},
+                    {"algorithm", r.algorithm},
+                    {"protocol", name(r.protocol)},
+                    {"seconds", r.seconds},
+                    {"algbw", r.algbw_GBps},
+                    {"busbw", r.busbw_GBps},
+                    {"simulated_transfers", r.simulated_transfers}});
+  }
+  return rows;
+}
+
+void from_json(const json& rows, std::vector<SweepPointResult>& results) {
+  for (size_t i = 0; i < rows.size() && i < results.size(); ++i) {
+    const json& row = rows[i];
+    SweepPointResult& r = results[i];
+    r.ok = row.at("ok").get<bool>();
+    r.error = row.at("error").get<std::string>();
+    r.algorithm = row.at("algorithm").get<std::string>();
+    r.protocol = parse_protocol(row.at("protocol").get<std::string>());
+    r.seconds = row.at("seconds").get<double>();
+    r.algbw_GBps = row.at("algbw").get<double>();
+    r.busbw_GBps = row.at("busbw").get<double>();
+    r.simulated_transfers = row.at("simulated_transfers").get<uint64_t>();
+  }
+}
+
+}  // namespace
+
+double bus_bandwidth_factor(Collective collective, int nranks) {
+  const double n = nranks;
+  switch (collective) {
+    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return (n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated) {
+  if (!isolated) return run_in_process(request);
+  // SimGrid allows one platform per process: run this cluster in a child and read its results.
+  int fds[2];
+  if (pipe(fds) != 0) fail(ErrorCode::kBackend, "sweep: pipe failed: {}", std::strerror(errno));
+  std::fflush(nullptr);  // the child must not write the parent's buffered output again
+  const pid_t child = fork();
+  if (child < 0) fail(ErrorCode::kBackend, "sweep: fork failed: {}", std::strerror(errno));
+  if (child == 0) {
+    close(fds[0]);
+    json reply;
+    try {
+      reply = {{"results", to_json(run_in_process(request))}};
+    } catch (const std::exception& e) {
+      reply = {{"error", e.what()}};
+    }
+    const std::string text = reply.dump();
+    size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t w = write(fds[1], text.data() + written, text.size() - written);
+      if (w <= 0) break;
+      written += static_cast<size_t>(w);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buffer[1 << 16];
+  for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(got));
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) {
+    fail(ErrorCode::kBackend, "sweep: the simulation process for {} died (status {})", request.cluster.preset, status);
+  }
+  const json reply = json::parse(text);
+  if (reply.contains("error")) throw Error(ErrorCode::kBackend, reply.at("error").get<std::string>());
+  std::vector<SweepPointResult> results(request.points.size());
+  for (size_t i = 0; i < results.size(); ++i) results[i].point = request.points[i];
+  from_json(reply.at("results"), results);
+  return results;
+}
+
+}  // namespace tandem::sim

@@ -1,0 +1,95 @@
+// The simulator against closed forms. Every sweep runs in its own child process (SimGrid allows
+// one platform per process), so these tests can build many clusters.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "models/cluster.h"
+#include "sim/sweep.h"
+
+namespace tandem::sim {
+namespace {
+
+SweepRequest request(int nodes, NetworkModel network = NetworkModel::ideal()) {
+  SweepRequest r;
+  r.cluster = models::cluster_preset("dgx-h100");
+  r.cluster.nodes = nodes;
+  r.network = network;
+  return r;
+}
+
+SweepPoint point(Collective c, int64_t bytes, const std::string& algorithm) {
+  SweepPoint p;
+  p.collective = c;
+  p.bytes = bytes;
+  p.algorithm = algorithm;
+  p.dtype = DataType::kBF16;
+  return p;
+}
+
+// The alpha-beta time of a ring all_reduce over GPUs `ring` (every hop with the same bottleneck
+// bandwidth beta): 2(n-1) steps of (S/n) / beta, plus the latencies alpha_i of the 2(n-1)
+// consecutive hops of the ring a step's data depends on. Where all hops are alike this is the
+// textbook 2(n-1)/n * S/beta + 2(n-1) * alpha; on a large fabric a few ring hops cross a spine and
+// have a larger alpha, which only the positions behind them pay.
+double ring_alpha_beta_s(const models::Topology& topology, const std::vector<int>& ring, int64_t bytes) {
+  const auto n = static_cast<int>(ring.size());
+  std::vector<double> alpha;
+  double beta = 0;
+  for (int p = 0; p < n; ++p) {
+    const models::Route route = topology.route(ring[static_cast<size_t>(p)], ring[static_cast<size_t>((p + 1) % n)]);
+    alpha.push_back(route.latency_s);
+    beta = beta == 0 ? route.bottleneck_Bps : std::min(beta, route.bottleneck_Bps);
+  }
+  const int steps = 2 * (n - 1);
+  double latency = 0;
+  for (int end = 0; end < n; ++end) {
+    double sum = 0;
+    for (int j = 0; j < steps; ++j) sum += alpha[static_cast<size_t>(((end - j) % n + n) % n)];
+    latency = std::max(latency, sum);
+  }
+  return latency + steps * (static_cast<double>(bytes) / n / beta);
+}
+
+TEST(Simulator, RingAllReduceMatchesAlphaBeta) {
+  // 8 GPUs of one node (every hop NVLink), and 64 and 1,024 nodes with one GPU each (every hop
+  // GPU -> NIC -> rail leaf -> NIC -> GPU). Ideal network model: CM02, no efficiencies.
+  constexpr int64_t kBytes = int64_t{1} << 30;
+  struct Case {
+    int nodes, gpus_per_node;
+  };
+  for (const Case c : {Case{1, 8}, Case{64, 1}, Case{1024, 1}}) {
+    SweepRequest r = request(c.nodes);
+    r.gpus_per_node = c.gpus_per_node;
+    r.points = {point(Collective::kAllReduce, kBytes, "ring"), point(Collective::kAllReduce, 1 << 20, "ring")};
+    const std::vector<SweepPointResult> results = run_sweep(r);
+    const models::Topology topology = models::build_cluster(r.cluster);
+    const int n = c.nodes * c.gpus_per_node;
+    std::vector<int> ring;  // GPU 0 of every node, or the 8 GPUs of node 0
+    for (int i = 0; i < n; ++i) ring.push_back(c.gpus_per_node == 1 ? i * 8 : i);
+    for (const SweepPointResult& result : results) {
+      ASSERT_TRUE(result.ok) << result.error;
+      const double expected = ring_alpha_beta_s(topology, ring, result.point.bytes);
+      EXPECT_NEAR(result.seconds / expected, 1.0, 0.01)
+          << n << " GPUs, " << result.point.bytes << " B: simulated " << result.seconds << " s, alpha-beta " << expected;
+    }
+  }
+}
+
+TEST(Simulator, CompressedRoundsMatchTheFullSimulation) {
+  // The same ring all_reduce, rank-symmetric (one round simulated, then replayed per position) and
+  // explicit (every transfer simulated), with NCCL's protocol effects on: a 64-GPU ring has fast
+  // NVLink hops and slow network hops, so this also checks the per-position replay.
+  for (int64_t bytes : {int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 28}) {
+    SweepRequest r = request(8, NetworkModel{});
+    r.points = {point(Collective::kAllReduce, bytes, "ring")};
+    const double compressed = run_sweep(r)[0].seconds;
+    r.explicit_schedules = true;
+    const SweepPointResult full = run_sweep(r)[0];
+    ASSERT_TRUE(full.ok) << full.error;
+    EXPECT_NEAR(full.seconds / compressed, 1.0, 0.005) << bytes << " B";
+
+  }
+}
+
+}  // namespace
+}  // namespace tandem::sim
