@@ -19,4 +19,7 @@ void add_schedule_command(CLI::App& app, CommandStatus& status);
 // tandem bench <collective>: nccl-tests-style sweep of message sizes on a backend.
 void add_bench_command(CLI::App& app, CommandStatus& status);
 
+// tandem run SCENARIO: the main job; runs a scenario file and checks its expectations.
+void add_run_command(CLI::App& app, CommandStatus& status);
+
 }  // namespace tandem::app

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   CommandStatus status;
   add_schedule_command(app, status);
   add_bench_command(app, status);
+  add_run_command(app, status);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,95 @@
+// tandem run SCENARIO: the main job. Loads a scenario (app/scenario.h), runs its workload on every
+// cluster variant (app/scenario_run.h), prints the report, writes results.json / results.csv with
+// --out, and exits 0 when every expectation holds, 1 otherwise.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "app/backends.h"
+#include "app/cli_common.h"
+#include "app/commands.h"
+#include "app/scenario.h"
+#include "app/scenario_report.h"
+#include "app/scenario_run.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+namespace {
+
+struct RunOptions {
+  std::string scenario;
+  std::string backend;  // empty: the scenario's
+  std::string out_dir;  // empty: write nothing
+  bool quiet = false;
+};
+
+ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
+  if (options.backend.empty()) return scenario.backend;
+  if (options.backend == "sim") return ScenarioBackend::kSim;
+  if (options.backend == "host") return ScenarioBackend::kHost;
+  for (std::string_view known : known_backends()) {
+    if (options.backend == known) {
+      fail(ErrorCode::kUnsupported,
+           "backend '{}' is not available to tandem run in this build yet (available: sim, host)", options.backend);
+    }
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown backend '{}' for --backend (expected: sim, host)", options.backend);
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path.string());
+}
+
+void run_command(const RunOptions& options, CommandStatus& status) {
+  const Scenario scenario = load_scenario(options.scenario);
+  const ScenarioBackend backend = backend_for(options, scenario);
+  if (!options.out_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.out_dir, error);
+    if (error) fail(ErrorCode::kIo, "cannot create the output folder '{}': {}", options.out_dir, error.message());
+  }
+
+  Progress progress;
+  ScenarioResults results = run_scenario(scenario, backend, [&](const std::string& text) {
+    if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
+  });
+  progress.clear();
+  const std::vector<ExpectationOutcome> outcomes = evaluate_expectations(scenario, results);
+
+  if (!options.out_dir.empty()) {
+    const std::filesystem::path dir(options.out_dir);
+    if (scenario.outputs.json)
+      write_file(dir / "results.json", results_json(scenario, results, outcomes).dump(2) + "\n");
+    if (scenario.outputs.csv) write_file(dir / "results.csv", results_csv(results));
+  }
+  fmt::print("{}", format_report(scenario, results, outcomes, options.quiet));
+  std::fflush(stdout);
+  status.exit_code = run_passed(results, outcomes) ? kExitSuccess : kExitFailure;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* command = app.add_subcommand(
+      "run",
+      "Run a scenario (YAML, see docs/scenarios.md): its workload on every cluster variant, a report with one "
+      "table per collective, a variant comparison and the expectations. Exit 0 when every expectation holds, "
+      "1 otherwise.");
+  command->add_option("scenario", options->scenario, "the scenario file")->required();
+  command->add_option("--backend", options->backend,
+                      "sim (the simulator) or host (real data, one thread per rank); default: the scenario's");
+  command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
+  command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
+  command->callback([options, &status] { run_command(*options, status); });
+}
+
+}  // namespace tandem::app

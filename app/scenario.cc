@@ -1,0 +1,766 @@
+#include "app/scenario.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "app/cli_common.h"
+#include "app/nccl_tests_table.h"
+#include "core/algorithms.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+std::string_view name(ScenarioBackend backend) {
+  switch (backend) {
+    case ScenarioBackend::kSim:
+      return "sim";
+    case ScenarioBackend::kHost:
+      return "host";
+  }
+  return "?";
+}
+
+std::string_view name(NetworkChoice network) {
+  switch (network) {
+    case NetworkChoice::kFluid:
+      return "fluid";
+    case NetworkChoice::kPacket:
+      return "packet";
+    case NetworkChoice::kIdeal:
+      return "ideal";
+  }
+  return "?";
+}
+
+sim::NetworkModel network_model(NetworkChoice network) {
+  switch (network) {
+    case NetworkChoice::kFluid:
+      return sim::NetworkModel{};
+    case NetworkChoice::kPacket: {
+      sim::NetworkModel model;
+      model.fidelity = sim::Fidelity::kPacket;
+      return model;
+    }
+    case NetworkChoice::kIdeal:
+      return sim::NetworkModel::ideal();
+  }
+  return sim::NetworkModel{};
+}
+
+const ClusterVariant* Scenario::find_variant(std::string_view variant_name) const {
+  for (const ClusterVariant& variant : variants) {
+    if (variant.name == variant_name) return &variant;
+  }
+  return nullptr;
+}
+
+bool algorithm_applies(std::string_view algorithm, Collective collective) {
+  if (algorithm == "auto") return true;
+  if (algorithm == "nvls") return collective == Collective::kAllReduce;
+  return supports(parse_algorithm_name(algorithm), collective);
+}
+
+std::string not_applicable_reason(std::string_view algorithm, Collective collective) {
+  return fmt::format("{} does not implement {}", algorithm, name(collective));
+}
+
+std::string format_size(int64_t bytes) {
+  static constexpr std::array<std::string_view, 4> kUnits{"TiB", "GiB", "MiB", "KiB"};
+  for (size_t i = 0; i < kUnits.size(); ++i) {
+    const int64_t unit = int64_t{1} << (10 * (kUnits.size() - i));
+    if (bytes >= unit && bytes % unit == 0) return fmt::format("{} {}", bytes / unit, kUnits[i]);
+  }
+  return fmt::format("{} B", bytes);
+}
+
+namespace {
+
+// The keys each section accepts, in the order docs/scenarios.md lists them.
+constexpr std::array<std::string_view, 10> kTopKeys{"tandem_scenario", "name",    "description", "cluster", "variants",
+                                                    "backend",         "network", "workload",    "outputs", "expect"};
+// clang-format off
+constexpr std::array<std::string_view, 17> kClusterKeys{
+    "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
+    "nodes_per_leaf", "nvlink_GBps", "pcie_GBps", "nvls", "sharp", "nvlink_latency_us", "pcie_latency_us",
+    "nic_latency_us", "switch_latency_us"};
+// clang-format on
+constexpr std::array<std::string_view, 2> kVariantKeys{"name", "cluster"};
+constexpr std::array<std::string_view, 7> kCollectiveSweepKeys{"type",  "collectives", "sizes",        "algorithms",
+                                                               "dtype", "op",          "gpus_per_node"};
+constexpr std::array<std::string_view, 4> kSizeRangeKeys{"min", "max", "factor", "step"};
+constexpr std::array<std::string_view, 2> kOutputKeys{"json", "csv"};
+constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "algorithm",  "size",
+                                                      "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
+constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
+
+// A sweep by factor stops here: factor 2 from 1 byte reaches 1 TiB in 40 steps.
+constexpr int64_t kMaxSizeFactor = 1 << 20;
+
+SourceMark source_mark(const YAML::Mark& mark) {
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+std::string node_kind(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// One scenario file being read: every error it raises starts with "file:line:column: ".
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  const std::string& file() const { return file_; }
+
+  template <typename... Args>
+  [[noreturn]] void fail_at(const YAML::Node& node, fmt::format_string<Args...> format, Args&&... args) const {
+    fail_at_mark(source_mark(node.Mark()), fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  [[noreturn]] void fail_at_mark(SourceMark mark, const std::string& message) const {
+    if (mark.line == 0) fail(ErrorCode::kFormat, "{}: {}", file_, message);
+    fail(ErrorCode::kFormat, "{}:{}:{}: {}", file_, mark.line, mark.column, message);
+  }
+
+  // Runs `parse` and turns a tandem::Error it throws (a bad name, a bad size) into one at `node`.
+  template <typename Parse>
+  auto at(const YAML::Node& node, std::string_view path, Parse&& parse) const -> decltype(parse()) {
+    try {
+      return parse();
+    } catch (const Error& error) {
+      fail_at(node, "{}: {}", path, error.what());
+    }
+  }
+
+  std::string scalar(const YAML::Node& node, std::string_view path) const {
+    if (!node.IsScalar()) fail_at(node, "{} must be a single value (got {})", path, node_kind(node));
+    return node.Scalar();
+  }
+
+  std::string text(const YAML::Node& node, std::string_view path) const {
+    std::string value = scalar(node, path);
+    if (value.empty()) fail_at(node, "{} must not be empty", path);
+    return value;
+  }
+
+  int64_t integer(const YAML::Node& node, std::string_view path, int64_t min, int64_t max) const {
+    const std::string value = scalar(node, path);
+    int64_t result = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
+    if (error != std::errc() || end != value.data() + value.size() || result < min || result > max) {
+      fail_at(node, "{} must be an integer from {} to {} (got '{}')", path, min, max, value);
+    }
+    return result;
+  }
+
+  // A finite number in [min, max] (or (min, max] when min_exclusive).
+  double number(const YAML::Node& node, std::string_view path, double min, double max, bool min_exclusive) const {
+    const std::string value = scalar(node, path);
+    double result = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
+    const bool in_range = min_exclusive ? result > min : result >= min;
+    if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(result) || !in_range ||
+        result > max) {
+      fail_at(node, "{} must be a number {} {:g} and at most {:g} (got '{}')", path, min_exclusive ? ">" : ">=", min,
+              max, value);
+    }
+    return result;
+  }
+
+  bool boolean(const YAML::Node& node, std::string_view path) const {
+    const std::string value = scalar(node, path);
+    if (value == "true") return true;
+    if (value == "false") return false;
+    fail_at(node, "{} must be true or false (got '{}')", path, value);
+  }
+
+  int64_t size(const YAML::Node& node, std::string_view path) const {
+    const std::string value = scalar(node, path);
+    const int64_t bytes = at(node, path, [&] { return parse_size_bytes(value, path); });
+    if (bytes > kMaxScenarioSizeBytes) {
+      fail_at(node, "{} is {} bytes, above the limit of {} ({})", path, bytes, kMaxScenarioSizeBytes,
+              format_size(kMaxScenarioSizeBytes));
+    }
+    return bytes;
+  }
+
+  // A non-empty list.
+  std::vector<YAML::Node> list(const YAML::Node& node, std::string_view path) const {
+    if (!node.IsSequence()) fail_at(node, "{} must be a list (got {})", path, node_kind(node));
+    if (node.size() == 0) fail_at(node, "{} must not be empty", path);
+    return std::vector<YAML::Node>(node.begin(), node.end());
+  }
+
+ private:
+  std::string file_;
+};
+
+// One mapping of the file, its keys checked against those its section accepts: every key known,
+// none twice. `path` names the section in messages ("workload", "expect[2]"; "" at the top).
+class Mapping {
+ public:
+  template <size_t N>
+  Mapping(const Reader& reader, const YAML::Node& node, std::string path, const std::array<std::string_view, N>& keys)
+      : reader_(reader), node_(node), path_(std::move(path)) {
+    if (!node.IsMap())
+      reader.fail_at(node, "{} must be a mapping of keys to values (got {})", where(), node_kind(node));
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      // By value: the iterator's operator-> hands out a temporary.
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
+      if (!key.IsScalar()) reader.fail_at(key, "keys in {} must be plain names (got {})", where(), node_kind(key));
+      const std::string& key_name = key.Scalar();
+      if (std::find(keys.begin(), keys.end(), key_name) == keys.end()) {
+        reader.fail_at(key, "unknown key '{}' in {} (expected: {})", key_name, where(), fmt::join(keys, ", "));
+      }
+      if (find(key_name) != nullptr) reader.fail_at(key, "duplicate key '{}' in {}", key_name, where());
+      entries_.emplace_back(key_name, value);
+    }
+  }
+
+  const YAML::Node& node() const { return node_; }
+  const std::vector<std::pair<std::string, YAML::Node>>& entries() const { return entries_; }
+
+  // The value of `key`, or nullptr when the mapping does not have it.
+  const YAML::Node* find(std::string_view key) const {
+    for (const auto& [entry_key, value] : entries_) {
+      if (entry_key == key) return &value;
+    }
+    return nullptr;
+  }
+
+  const YAML::Node& require(std::string_view key) const {
+    const YAML::Node* value = find(key);
+    if (value == nullptr) reader_.fail_at(node_, "missing required key '{}' in {}", key, where());
+    return *value;
+  }
+
+  // "workload.sizes" for key "sizes" of "workload".
+  std::string path(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  std::string where() const { return path_.empty() ? std::string("the scenario") : path_; }
+
+ private:
+  const Reader& reader_;
+  YAML::Node node_;
+  std::string path_;
+  std::vector<std::pair<std::string, YAML::Node>> entries_;
+};
+
+// ---- cluster -----------------------------------------------------------------------------------
+
+// A cluster mapping's values, each with the node it came from (a variant's cluster is the base's
+// values with the variant's replacing them, so errors point at whichever file position set a value).
+struct ClusterValue {
+  std::string key;
+  YAML::Node node;
+  std::string path;
+};
+using ClusterValues = std::vector<ClusterValue>;
+
+ClusterValues read_cluster_values(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  Mapping mapping(reader, node, path, kClusterKeys);
+  ClusterValues values;
+  for (const auto& [key, value] : mapping.entries()) values.push_back({key, value, mapping.path(key)});
+  return values;
+}
+
+// Builds a new list rather than assigning: assigning a YAML::Node rebinds the node it refers to,
+// which would change the base's values.
+ClusterValues merge_cluster_values(const ClusterValues& base, const ClusterValues& overrides) {
+  auto find_in = [](const ClusterValues& values, const std::string& key) {
+    return std::find_if(values.begin(), values.end(), [&](const ClusterValue& v) { return v.key == key; });
+  };
+  ClusterValues merged;
+  for (const ClusterValue& value : base) {
+    auto replacement = find_in(overrides, value.key);
+    merged.push_back(replacement != overrides.end() ? *replacement : value);
+  }
+  for (const ClusterValue& value : overrides) {
+    if (find_in(base, value.key) == base.end()) merged.push_back(value);
+  }
+  return merged;
+}
+
+// The preset with every value applied, checked as a whole.
+models::ClusterSpec resolve_cluster(const Reader& reader, const ClusterValues& values, const YAML::Node& cluster_node,
+                                    const std::string& what) {
+  auto preset = std::find_if(values.begin(), values.end(), [](const ClusterValue& v) { return v.key == "preset"; });
+  if (preset == values.end()) reader.fail_at(cluster_node, "missing required key 'preset' in {}", what);
+  const std::string preset_name = reader.text(preset->node, preset->path);
+  models::ClusterSpec spec = reader.at(preset->node, preset->path, [&] { return models::cluster_preset(preset_name); });
+
+  constexpr double kGbpsToBps = 1e9 / 8;  // Gb/s of a NIC to bytes per second
+  constexpr double kGBpsToBps = 1e9;
+  constexpr double kUsToS = 1e-6;
+  for (const ClusterValue& v : values) {
+    const YAML::Node& n = v.node;
+    const std::string& p = v.path;
+    if (v.key == "preset") {
+      continue;
+    } else if (v.key == "nodes") {
+      spec.nodes = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioNodes));
+    } else if (v.key == "gpus_per_node") {
+      spec.gpus_per_node = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioGpusPerNode));
+    } else if (v.key == "fabric") {
+      const std::string text = reader.scalar(n, p);
+      spec.fabric = reader.at(n, p, [&] { return models::parse_fabric(text); });
+    } else if (v.key == "nic_gbps") {
+      spec.nic_Bps = reader.number(n, p, 0, kMaxLinkGbps, true) * kGbpsToBps;
+    } else if (v.key == "nics_per_node") {
+      spec.nics_per_node = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioGpusPerNode));
+    } else if (v.key == "spines") {
+      spec.spines = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
+    } else if (v.key == "oversubscription") {
+      spec.oversubscription = reader.number(n, p, 1, 64, false);
+    } else if (v.key == "nodes_per_leaf") {
+      spec.nodes_per_leaf = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
+    } else if (v.key == "nvlink_GBps") {
+      spec.nvlink_Bps = reader.number(n, p, 0, kMaxLinkGbps / 8, true) * kGBpsToBps;
+    } else if (v.key == "pcie_GBps") {
+      spec.pcie_Bps = reader.number(n, p, 0, kMaxLinkGbps / 8, true) * kGBpsToBps;
+    } else if (v.key == "nvls") {
+      spec.gpu.nvls = reader.boolean(n, p);
+    } else if (v.key == "sharp") {
+      spec.sharp = reader.boolean(n, p);
+    } else if (v.key == "nvlink_latency_us") {
+      spec.nvlink_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+    } else if (v.key == "pcie_latency_us") {
+      spec.pcie_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+    } else if (v.key == "nic_latency_us") {
+      spec.nic_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+    } else if (v.key == "switch_latency_us") {
+      spec.switch_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+    }
+  }
+  if (int64_t{spec.nodes} * spec.gpus_per_node > kMaxScenarioGpus) {
+    reader.fail_at(cluster_node, "{} has {} nodes x {} GPUs = {} GPUs, above the limit of {}", what, spec.nodes,
+                   spec.gpus_per_node, int64_t{spec.nodes} * spec.gpus_per_node, kMaxScenarioGpus);
+  }
+  // What only the whole spec can tell (NICs that do not divide the GPUs, spines on a single switch).
+  reader.at(cluster_node, what, [&] { models::validate(spec); });
+  return spec;
+}
+
+bool valid_variant_name(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '+';
+  });
+}
+
+std::vector<ClusterVariant> read_clusters(const Reader& reader, const Mapping& top) {
+  const YAML::Node& base_node = top.require("cluster");
+  const ClusterValues base_values = read_cluster_values(reader, base_node, "cluster");
+  std::vector<ClusterVariant> variants;
+  variants.push_back({std::string(kBaseVariantName), resolve_cluster(reader, base_values, base_node, "cluster"),
+                      source_mark(base_node.Mark())});
+
+  const YAML::Node* list = top.find("variants");
+  if (list == nullptr) return variants;
+  const std::vector<YAML::Node> entries = reader.list(*list, "variants");
+  if (entries.size() + 1 > kMaxScenarioVariants) {
+    reader.fail_at(*list, "variants has {} entries, above the limit of {}", entries.size(), kMaxScenarioVariants - 1);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Mapping variant(reader, entries[i], fmt::format("variants[{}]", i), kVariantKeys);
+    const YAML::Node& name_node = variant.require("name");
+    std::string variant_name = reader.text(name_node, variant.path("name"));
+    if (!valid_variant_name(variant_name)) {
+      reader.fail_at(name_node, "{} '{}' may hold only letters, digits and - _ . +", variant.path("name"),
+                     variant_name);
+    }
+    for (const ClusterVariant& earlier : variants) {
+      if (earlier.name == variant_name) {
+        reader.fail_at(name_node, "{}: a variant named '{}' {}", variant.path("name"), variant_name,
+                       variant_name == kBaseVariantName ? "is the scenario's own cluster; pick another name"
+                                                        : "comes earlier; variant names must be unique");
+      }
+    }
+    const YAML::Node& cluster_node = variant.require("cluster");
+    const ClusterValues values =
+        merge_cluster_values(base_values, read_cluster_values(reader, cluster_node, variant.path("cluster")));
+    variants.push_back(
+        {variant_name,
+         resolve_cluster(reader, values, cluster_node, fmt::format("cluster of variant '{}'", variant_name)),
+         source_mark(cluster_node.Mark())});
+  }
+  return variants;
+}
+
+// ---- workload ----------------------------------------------------------------------------------
+
+std::vector<int64_t> read_sizes(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  std::vector<int64_t> sizes;
+  if (node.IsSequence()) {
+    const std::vector<YAML::Node> entries = reader.list(node, path);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string entry_path = fmt::format("{}[{}]", path, i);
+      const int64_t bytes = reader.size(entries[i], entry_path);
+      if (std::find(sizes.begin(), sizes.end(), bytes) != sizes.end()) {
+        reader.fail_at(entries[i], "{}: {} is listed twice", entry_path, format_size(bytes));
+      }
+      sizes.push_back(bytes);
+    }
+    if (sizes.size() > kMaxSweepSizes) reader.fail_at(node, "{} lists more than {} sizes", path, kMaxSweepSizes);
+    return sizes;
+  }
+  if (!node.IsMap()) {
+    reader.fail_at(node, "{} must be a mapping {{min, max, factor}} or a list of sizes (got {})", path,
+                   node_kind(node));
+  }
+  Mapping range(reader, node, path, kSizeRangeKeys);
+  const int64_t min_bytes = reader.size(range.require("min"), range.path("min"));
+  const int64_t max_bytes = reader.size(range.require("max"), range.path("max"));
+  if (min_bytes > max_bytes) {
+    reader.fail_at(node, "{}: min ({}) is larger than max ({})", path, format_size(min_bytes), format_size(max_bytes));
+  }
+  const YAML::Node* factor_node = range.find("factor");
+  const YAML::Node* step_node = range.find("step");
+  if (factor_node != nullptr && step_node != nullptr) {
+    reader.fail_at(*step_node, "{} takes either factor or step, not both", path);
+  }
+  int64_t factor = 2, step = 0;
+  if (step_node != nullptr) {
+    factor = 1;
+    step = reader.size(*step_node, range.path("step"));
+    if (step < 1) reader.fail_at(*step_node, "{} must be at least 1 byte", range.path("step"));
+  } else if (factor_node != nullptr) {
+    factor = reader.integer(*factor_node, range.path("factor"), 2, kMaxSizeFactor);
+  }
+  if (factor > 1 && min_bytes == 0 && max_bytes > 0) {
+    reader.fail_at(node, "{}: a sweep by factor cannot start at 0 bytes (min: 0)", path);
+  }
+  for (int64_t bytes = min_bytes;;) {
+    if (sizes.size() == kMaxSweepSizes) {
+      reader.fail_at(node, "{} from {} to {} has more than {} sizes; use a larger factor or step", path,
+                     format_size(min_bytes), format_size(max_bytes), kMaxSweepSizes);
+    }
+    sizes.push_back(bytes);
+    // max_bytes <= kMaxScenarioSizeBytes (2^40), so neither product nor sum overflows.
+    const int64_t next = factor > 1 ? bytes * factor : bytes + step;
+    if (next > max_bytes || next == bytes) break;
+    bytes = next;
+  }
+  return sizes;
+}
+
+template <typename T, typename Parse>
+std::vector<T> read_names(const Reader& reader, const YAML::Node& node, const std::string& path, Parse parse) {
+  std::vector<T> values;
+  const std::vector<YAML::Node> entries = reader.list(node, path);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string entry_path = fmt::format("{}[{}]", path, i);
+    const std::string text = reader.scalar(entries[i], entry_path);
+    T value = reader.at(entries[i], entry_path, [&] { return parse(text); });
+    if (std::find(values.begin(), values.end(), value) != values.end()) {
+      reader.fail_at(entries[i], "{}: '{}' is listed twice", entry_path, text);
+    }
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
+// The canonical spelling of a sweep algorithm: a core algorithm name, "nvls" or "auto".
+std::string parse_sweep_algorithm(std::string_view text) {
+  if (text == "auto" || text == "nvls") return std::string(text);
+  try {
+    return std::string(name(parse_algorithm_name(text)));
+  } catch (const Error&) {
+    std::vector<std::string_view> names;
+    for (Algorithm a : all_algorithms()) names.push_back(name(a));
+    names.push_back("nvls");
+    names.push_back("auto");
+    fail(ErrorCode::kInvalidArgument, "unknown algorithm '{}' (expected one of: {})", text, fmt::join(names, ", "));
+  }
+}
+
+Workload read_collective_sweep(const Reader& reader, const YAML::Node& node,
+                               const std::vector<ClusterVariant>& variants) {
+  Mapping workload(reader, node, "workload", kCollectiveSweepKeys);
+  CollectiveSweep sweep;
+  sweep.collectives = read_names<Collective>(reader, workload.require("collectives"), workload.path("collectives"),
+                                             [](std::string_view text) { return parse_collective_name(text); });
+  sweep.sizes_bytes = read_sizes(reader, workload.require("sizes"), workload.path("sizes"));
+  if (const YAML::Node* algorithms = workload.find("algorithms")) {
+    sweep.algorithms = read_names<std::string>(reader, *algorithms, workload.path("algorithms"), parse_sweep_algorithm);
+  } else {
+    sweep.algorithms = {"auto"};
+  }
+  if (const YAML::Node* dtype = workload.find("dtype")) {
+    const std::string text = reader.scalar(*dtype, workload.path("dtype"));
+    sweep.dtype = reader.at(*dtype, workload.path("dtype"), [&] { return parse_data_type(text); });
+  }
+  if (const YAML::Node* op = workload.find("op")) {
+    const std::string text = reader.scalar(*op, workload.path("op"));
+    sweep.op = reader.at(*op, workload.path("op"), [&] { return parse_reduce_op(text); });
+  }
+  if (const YAML::Node* gpus = workload.find("gpus_per_node")) {
+    sweep.gpus_per_node =
+        static_cast<int>(reader.integer(*gpus, workload.path("gpus_per_node"), 1, kMaxScenarioGpusPerNode));
+    for (const ClusterVariant& variant : variants) {
+      if (sweep.gpus_per_node > variant.cluster.gpus_per_node) {
+        reader.fail_at(*gpus, "{} is {}, but the cluster of '{}' has {} GPUs per node", workload.path("gpus_per_node"),
+                       sweep.gpus_per_node, variant.name, variant.cluster.gpus_per_node);
+      }
+    }
+  }
+  const size_t points = sweep.collectives.size() * sweep.sizes_bytes.size() * sweep.algorithms.size();
+  if (points > kMaxScenarioPoints) {
+    reader.fail_at(node, "workload has {} collectives x {} sizes x {} algorithms = {} points, above the limit of {}",
+                   sweep.collectives.size(), sweep.sizes_bytes.size(), sweep.algorithms.size(), points,
+                   kMaxScenarioPoints);
+  }
+  return sweep;
+}
+
+// Every workload type: its name in `type:` and its reader.
+using WorkloadReader = Workload (*)(const Reader&, const YAML::Node&, const std::vector<ClusterVariant>&);
+constexpr std::array<std::pair<std::string_view, WorkloadReader>, 1> kWorkloadTypes{{
+    {"collective-sweep", read_collective_sweep},
+}};
+
+Workload read_workload(const Reader& reader, const Mapping& top, const std::vector<ClusterVariant>& variants) {
+  const YAML::Node& node = top.require("workload");
+  if (!node.IsMap()) reader.fail_at(node, "workload must be a mapping of keys to values (got {})", node_kind(node));
+  const YAML::Node type_node = node["type"];
+  if (!type_node) reader.fail_at(node, "missing required key 'type' in workload");
+  const std::string type = reader.text(type_node, "workload.type");
+  for (const auto& [type_name, read] : kWorkloadTypes) {
+    if (type == type_name) return read(reader, node, variants);
+  }
+  std::vector<std::string_view> names;
+  for (const auto& entry : kWorkloadTypes) names.push_back(entry.first);
+  reader.fail_at(type_node, "unknown workload type '{}' (expected: {})", type, fmt::join(names, ", "));
+}
+
+// ---- outputs, expectations ---------------------------------------------------------------------
+
+Outputs read_outputs(const Reader& reader, const Mapping& top) {
+  Outputs outputs;
+  const YAML::Node* node = top.find("outputs");
+  if (node == nullptr) return outputs;
+  Mapping mapping(reader, *node, "outputs", kOutputKeys);
+  if (const YAML::Node* json = mapping.find("json")) outputs.json = reader.boolean(*json, mapping.path("json"));
+  if (const YAML::Node* csv = mapping.find("csv")) outputs.csv = reader.boolean(*csv, mapping.path("csv"));
+  return outputs;
+}
+
+ScenarioBackend parse_backend(std::string_view text) {
+  if (text == "sim") return ScenarioBackend::kSim;
+  if (text == "host") return ScenarioBackend::kHost;
+  fail(ErrorCode::kInvalidArgument, "unknown backend '{}' (expected: sim, host)", text);
+}
+
+NetworkChoice parse_network(std::string_view text) {
+  if (text == "fluid") return NetworkChoice::kFluid;
+  if (text == "packet") return NetworkChoice::kPacket;
+  if (text == "ideal") return NetworkChoice::kIdeal;
+  fail(ErrorCode::kInvalidArgument, "unknown network model '{}' (expected: fluid, packet, ideal)", text);
+}
+
+Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  Mapping mapping(reader, node, path, kBoundKeys);
+  Bound bound;
+  constexpr double kMaxBound = 1e300;
+  if (const YAML::Node* min = mapping.find("min"))
+    bound.min = reader.number(*min, mapping.path("min"), 0, kMaxBound, false);
+  if (const YAML::Node* max = mapping.find("max"))
+    bound.max = reader.number(*max, mapping.path("max"), 0, kMaxBound, false);
+  if (!bound.set()) reader.fail_at(node, "{} needs min, max or both", path);
+  if (bound.min && bound.max && *bound.min > *bound.max) {
+    reader.fail_at(node, "{}: min ({:g}) is larger than max ({:g})", path, *bound.min, *bound.max);
+  }
+  return bound;
+}
+
+Expectation read_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
+                             const std::vector<ClusterVariant>& variants, const CollectiveSweep& sweep) {
+  Mapping mapping(reader, node, path, kExpectKeys);
+  Expectation expectation;
+  expectation.mark = source_mark(node.Mark());
+
+  if (const YAML::Node* variant = mapping.find("variant")) {
+    expectation.variant = reader.text(*variant, mapping.path("variant"));
+    bool known = false;
+    std::vector<std::string_view> names;
+    for (const ClusterVariant& v : variants) {
+      known = known || v.name == expectation.variant;
+      names.push_back(v.name);
+    }
+    if (!known) {
+      reader.fail_at(*variant, "{}: no variant named '{}' (variants: {})", mapping.path("variant"), expectation.variant,
+                     fmt::join(names, ", "));
+    }
+  }
+
+  const YAML::Node& collective = mapping.require("collective");
+  const std::string collective_text = reader.scalar(collective, mapping.path("collective"));
+  expectation.collective =
+      reader.at(collective, mapping.path("collective"), [&] { return parse_collective_name(collective_text); });
+  if (std::find(sweep.collectives.begin(), sweep.collectives.end(), expectation.collective) ==
+      sweep.collectives.end()) {
+    reader.fail_at(collective, "{}: {} is not one of workload.collectives", mapping.path("collective"),
+                   name(expectation.collective));
+  }
+
+  const YAML::Node& algorithm = mapping.require("algorithm");
+  const std::string algorithm_text = reader.scalar(algorithm, mapping.path("algorithm"));
+  expectation.algorithm =
+      reader.at(algorithm, mapping.path("algorithm"), [&] { return parse_sweep_algorithm(algorithm_text); });
+  if (std::find(sweep.algorithms.begin(), sweep.algorithms.end(), expectation.algorithm) == sweep.algorithms.end()) {
+    reader.fail_at(algorithm, "{}: {} is not one of workload.algorithms ({})", mapping.path("algorithm"),
+                   expectation.algorithm, fmt::join(sweep.algorithms, ", "));
+  }
+  if (!algorithm_applies(expectation.algorithm, expectation.collective)) {
+    reader.fail_at(algorithm, "{}: {}, so this point never runs", mapping.path("algorithm"),
+                   not_applicable_reason(expectation.algorithm, expectation.collective));
+  }
+
+  const YAML::Node& size = mapping.require("size");
+  expectation.size_bytes = reader.size(size, mapping.path("size"));
+  if (std::find(sweep.sizes_bytes.begin(), sweep.sizes_bytes.end(), expectation.size_bytes) ==
+      sweep.sizes_bytes.end()) {
+    reader.fail_at(size, "{}: {} is not one of the workload's sizes", mapping.path("size"),
+                   format_size(expectation.size_bytes));
+  }
+
+  if (const YAML::Node* backend = mapping.find("backend")) {
+    const std::string text = reader.scalar(*backend, mapping.path("backend"));
+    expectation.backend = reader.at(*backend, mapping.path("backend"), [&] { return parse_backend(text); });
+  }
+  if (const YAML::Node* bound = mapping.find("time_us")) {
+    expectation.time_us = read_bound(reader, *bound, mapping.path("time_us"));
+  }
+  if (const YAML::Node* bound = mapping.find("algbw_GBps")) {
+    expectation.algbw_GBps = read_bound(reader, *bound, mapping.path("algbw_GBps"));
+  }
+  if (const YAML::Node* bound = mapping.find("busbw_GBps")) {
+    expectation.busbw_GBps = read_bound(reader, *bound, mapping.path("busbw_GBps"));
+  }
+  if (!expectation.time_us.set() && !expectation.algbw_GBps.set() && !expectation.busbw_GBps.set()) {
+    reader.fail_at(node, "{} sets no bound (expected at least one of time_us, algbw_GBps, busbw_GBps)", path);
+  }
+  return expectation;
+}
+
+std::vector<Expectation> read_expectations(const Reader& reader, const Mapping& top, const Scenario& scenario) {
+  std::vector<Expectation> expectations;
+  const YAML::Node* node = top.find("expect");
+  if (node == nullptr) return expectations;
+  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
+  if (entries.size() > kMaxScenarioExpectations) {
+    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
+  }
+  const CollectiveSweep& sweep = std::get<CollectiveSweep>(scenario.workload);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    expectations.push_back(
+        read_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario.variants, sweep));
+  }
+  return expectations;
+}
+
+// ---- the whole file ----------------------------------------------------------------------------
+
+void check_version(const Reader& reader, const YAML::Node& root) {
+  if (!root.IsMap()) {
+    reader.fail_at(root, "a scenario is a mapping that starts with 'tandem_scenario: {}' (got {})",
+                   kScenarioFormatVersion, node_kind(root));
+  }
+  const YAML::Node version = root["tandem_scenario"];
+  if (!version) {
+    reader.fail_at(root, "missing required key 'tandem_scenario' (a scenario starts with 'tandem_scenario: {}')",
+                   kScenarioFormatVersion);
+  }
+  const std::string text = reader.scalar(version, "tandem_scenario");
+  if (text != std::to_string(kScenarioFormatVersion)) {
+    reader.fail_at(version, "unsupported scenario format version '{}' (this tandem reads version {})", text,
+                   kScenarioFormatVersion);
+  }
+}
+
+Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
+  check_version(reader, root);
+  Mapping top(reader, root, "", kTopKeys);
+  Scenario scenario;
+  scenario.file = reader.file();
+
+  const YAML::Node& name_node = top.require("name");
+  scenario.name = reader.text(name_node, "name");
+  if (scenario.name.find('\n') != std::string::npos) reader.fail_at(name_node, "name must be one line");
+  if (const YAML::Node* description = top.find("description")) {
+    scenario.description = reader.scalar(*description, "description");
+  }
+  scenario.variants = read_clusters(reader, top);
+  if (const YAML::Node* backend = top.find("backend")) {
+    const std::string text = reader.scalar(*backend, "backend");
+    scenario.backend = reader.at(*backend, "backend", [&] { return parse_backend(text); });
+  }
+  if (const YAML::Node* network = top.find("network")) {
+    const std::string text = reader.scalar(*network, "network");
+    scenario.network = reader.at(*network, "network", [&] { return parse_network(text); });
+  }
+  scenario.workload = read_workload(reader, top, scenario.variants);
+  scenario.outputs = read_outputs(reader, top);
+  scenario.expectations = read_expectations(reader, top, scenario);
+  return scenario;
+}
+
+}  // namespace
+
+Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
+  const Reader reader(file);
+  const YAML::Node root = [&] {
+    try {
+      return YAML::Load(std::string(yaml_text));
+    } catch (const YAML::Exception& error) {
+      reader.fail_at_mark(source_mark(error.mark), "invalid YAML: " + error.msg);
+    }
+  }();
+  if (!root || root.IsNull()) {
+    reader.fail_at_mark(
+        {1, 1}, fmt::format("the scenario is empty (it starts with 'tandem_scenario: {}')", kScenarioFormatVersion));
+  }
+  try {
+    return read_scenario(reader, root);
+  } catch (const YAML::Exception& error) {
+    // The readers above check every node's kind before using it; this is a last guard.
+    reader.fail_at_mark(source_mark(error.mark), error.msg);
+  }
+}
+
+Scenario load_scenario(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) fail(ErrorCode::kIo, "scenario '{}' is a folder, not a file", path);
+  std::ifstream in(path);
+  if (!in) fail(ErrorCode::kIo, "cannot read scenario '{}'", path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCode::kIo, "cannot read scenario '{}'", path);
+  return parse_scenario(text.str(), path);
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,137 @@
+// Scenarios: the YAML files `tandem run` reads (docs/scenarios.md has every key). A scenario names
+// a cluster (a preset plus overrides) and variants of it, a backend, a network model, a workload,
+// the outputs and the expectations that decide whether the run passes.
+//
+// The format is versioned (`tandem_scenario: 1`) and strict: an unknown key, a missing required
+// key, a value of the wrong kind or out of range, or a reference to something the scenario does not
+// define is an Error(kFormat) whose message starts with "FILE:LINE:COLUMN: " (1-based, from the
+// YAML node the problem is in) and names the key's place in the file ("workload.sizes.min").
+//
+// Layout for what comes next: each section is parsed by its own function in scenario.cc; a new
+// top-level section (faults, recovery) adds a key, a member here and a parser; a new workload type
+// adds an alternative to Workload and a row to the workload-type table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/types.h"
+#include "models/cluster.h"
+#include "sim/simulator.h"
+
+namespace tandem::app {
+
+// The version this tandem reads and writes.
+inline constexpr int kScenarioFormatVersion = 1;
+
+// Limits checked at load. Beyond them a value is a typo rather than a plan, or more than the
+// simulator is meant for.
+inline constexpr int kMaxScenarioNodes = 4096;
+inline constexpr int kMaxScenarioGpusPerNode = 64;
+inline constexpr int kMaxScenarioGpus = 32768;                      // nodes * gpus_per_node
+inline constexpr int64_t kMaxScenarioSizeBytes = int64_t{1} << 40;  // 1 TiB, one collective's size
+inline constexpr size_t kMaxScenarioVariants = 32;                  // the base cluster included
+inline constexpr size_t kMaxScenarioPoints = 20000;                 // collectives x sizes x algorithms
+inline constexpr size_t kMaxScenarioExpectations = 1000;
+inline constexpr double kMaxLinkGbps = 100000;  // 100 Tb/s, any one link
+inline constexpr double kMaxLatencyUs = 1e6;    // 1 s, any one link or switch
+
+// The name the scenario's own cluster goes by in results and expectations.
+inline constexpr std::string_view kBaseVariantName = "base";
+
+enum class ScenarioBackend : uint8_t { kSim, kHost };
+std::string_view name(ScenarioBackend backend);
+
+// sim's network models: fluid (calibrated max-min sharing), packet (ns-3), ideal (alpha-beta exact).
+enum class NetworkChoice : uint8_t { kFluid, kPacket, kIdeal };
+std::string_view name(NetworkChoice network);
+sim::NetworkModel network_model(NetworkChoice network);
+
+// A place in the scenario file, 1-based; 0 when unknown.
+struct SourceMark {
+  int line = 0;
+  int column = 0;
+};
+
+// One cluster the workload runs on: the scenario's own ("base") or a variant of it.
+struct ClusterVariant {
+  std::string name;
+  models::ClusterSpec cluster;  // the preset with every override applied
+  SourceMark mark;              // where its cluster mapping is
+};
+
+// workload: {type: collective-sweep}: every collective x size x algorithm, on every variant.
+struct CollectiveSweep {
+  std::vector<Collective> collectives;
+  std::vector<int64_t> sizes_bytes;     // nccl-tests sizes (all_gather / reduce_scatter: the total)
+  std::vector<std::string> algorithms;  // core algorithm names, "nvls", "auto"
+  DataType dtype = DataType::kBF16;
+  ReduceOp op = ReduceOp::kSum;
+  int gpus_per_node = 0;  // GPUs of each node taking part; 0 = all of them
+};
+
+// One alternative per workload type (a training job comes next).
+using Workload = std::variant<CollectiveSweep>;
+
+// Accepted bounds of one measured value; at least one side is set.
+struct Bound {
+  std::optional<double> min;
+  std::optional<double> max;
+  bool set() const { return min.has_value() || max.has_value(); }
+};
+
+// One entry of `expect`: bounds on one point of the sweep.
+struct Expectation {
+  std::string variant{kBaseVariantName};
+  Collective collective = Collective::kAllReduce;
+  std::string algorithm;
+  int64_t size_bytes = 0;
+  std::optional<ScenarioBackend> backend;  // only checked on this backend; empty: on every backend
+  Bound time_us;
+  Bound algbw_GBps;
+  Bound busbw_GBps;
+  SourceMark mark;
+};
+
+// Which files `tandem run --out DIR` writes.
+struct Outputs {
+  bool json = true;
+  bool csv = true;
+};
+
+struct Scenario {
+  std::string file;  // the path it was loaded from, as given (for messages and results)
+  std::string name;
+  std::string description;
+  std::vector<ClusterVariant> variants;  // variants[0] is the base cluster
+  ScenarioBackend backend = ScenarioBackend::kSim;
+  NetworkChoice network = NetworkChoice::kFluid;
+  Workload workload;
+  Outputs outputs;
+  std::vector<Expectation> expectations;
+
+  const ClusterVariant* find_variant(std::string_view variant_name) const;
+};
+
+// Reads and checks `path`. Throws Error(kIo) when it cannot be read, Error(kFormat) for anything
+// the file gets wrong (messages start with "path:line:column: ").
+Scenario load_scenario(const std::string& path);
+
+// The same for YAML text; `file` is what messages and Scenario::file call it.
+Scenario parse_scenario(std::string_view yaml_text, const std::string& file);
+
+// Whether the workload's algorithm name runs `collective` at all (the runner shows "n/a" where
+// not): core algorithms as core/algorithms.h says, nvls for all_reduce only, auto for everything.
+bool algorithm_applies(std::string_view algorithm, Collective collective);
+// Why not, for the report: "tree does not implement all_gather".
+std::string not_applicable_reason(std::string_view algorithm, Collective collective);
+
+// Sizes as the report prints them: in the largest binary unit that divides them ("8 B", "64 KiB",
+// "16 GiB", "1536 B").
+std::string format_size(int64_t bytes);
+
+}  // namespace tandem::app

@@ -1,0 +1,262 @@
+// `tandem run`, end to end: runs the built binary (TANDEM_BINARY) on the shipped scenarios and on
+// small broken ones, and checks stdout, stderr, the exit code and the files --out writes. The
+// shipped scenarios' expectations are checked here, so CI fails when they stop holding.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Outcome {
+  std::string out;
+  std::string err;
+  int exit_code = -1;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Per process, so that test runs of several build trees at once do not share files.
+std::string temp_path(const std::string& name) {
+  return fmt::format("{}tandem_run_{}_{}", ::testing::TempDir(), getpid(), name);
+}
+
+// `args` is passed through the shell; tests only use plain words.
+Outcome run_tandem(const std::string& args) {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
+  const int status = std::system(command.c_str());
+  Outcome outcome;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.out = read_text(out);
+  outcome.err = read_text(err);
+  return outcome;
+}
+
+std::string write_scenario(const std::string& name, const std::string& yaml) {
+  const std::string path = temp_path(name);
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// An error: nothing on stdout, exactly one "tandem: error: " line on stderr.
+void expect_one_line_error(const Outcome& outcome, int exit_code, const std::string& mentions) {
+  EXPECT_EQ(outcome.exit_code, exit_code) << outcome.err;
+  EXPECT_EQ(outcome.out, "");
+  const std::vector<std::string> lines = lines_of(outcome.err);
+  ASSERT_EQ(lines.size(), 1u) << outcome.err;
+  EXPECT_EQ(lines[0].rfind("tandem: error: ", 0), 0u) << lines[0];
+  EXPECT_TRUE(contains(lines[0], mentions)) << lines[0] << " does not mention " << mentions;
+}
+
+TEST(RunCli, Help) {
+  const Outcome help = run_tandem("run --help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--backend", "--out", "--quiet", "scenario"}) EXPECT_TRUE(contains(help.out, flag)) << flag;
+  EXPECT_TRUE(contains(run_tandem("--help").out, "run"));
+}
+
+TEST(RunCli, SmokeScenarioOnTheSimulator) {
+  const std::string dir = temp_path("smoke_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem("run scenarios/smoke-8xh100.yaml --out " + dir);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_EQ(outcome.err, "");  // no progress line: stderr is not a terminal
+  EXPECT_EQ(outcome.out.rfind("tandem run: smoke-8xh100 (scenarios/smoke-8xh100.yaml)\n", 0), 0u) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "backend: sim (network model: fluid)"));
+  EXPECT_TRUE(contains(outcome.out, "== base: dgx-h100: 1 nodes x 8 H100-SXM") ||
+              contains(outcome.out, "== base: dgx-h100: 1 node x 8 H100-SXM"))
+      << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "all_reduce (bf16, 8 ranks;"));
+  EXPECT_TRUE(contains(outcome.out, "n/a: tree, nvls (not implemented for all_gather)")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "\n== expectations\n  PASS  ")) << outcome.out;
+  EXPECT_FALSE(contains(outcome.out, "FAIL"));
+  EXPECT_EQ(lines_of(outcome.out).back(), "verdict: PASS (3 of 3 expectations hold)");
+
+  // results.csv: a header and one row per point (2 collectives x 4 algorithms x 5 sizes).
+  const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
+  ASSERT_EQ(csv.size(), 1u + 2 * 4 * 5);
+  EXPECT_EQ(csv[0],
+            "variant,collective,algorithm,algorithm_used,protocol,size_bytes,time_us,algbw_GBps,busbw_GBps,"
+            "status");
+  EXPECT_EQ(csv[1].rfind("base,all_reduce,ring,ring,", 0), 0u) << csv[1];
+
+  // results.json: the scenario, every point, the expectations.
+  const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_EQ(json.at("tandem_results"), 1);
+  EXPECT_EQ(json.at("passed"), true);
+  EXPECT_EQ(json.at("scenario").at("name"), "smoke-8xh100");
+  EXPECT_EQ(json.at("points").size(), 40u);
+  ASSERT_EQ(json.at("expectations").size(), 3u);
+  for (const nlohmann::json& expectation : json.at("expectations")) EXPECT_EQ(expectation.at("verdict"), "PASS");
+  for (const nlohmann::json& point : json.at("points")) {
+    if (point.at("status") == "ok") {
+      EXPECT_GT(point.at("time_us").get<double>(), 0) << point.dump();
+      EXPECT_GT(point.at("busbw_GBps").get<double>(), 0) << point.dump();
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunCli, HostBackend) {
+  // Small sizes: the host backend moves real data with a thread per rank.
+  const std::string path = write_scenario("host.yaml", R"(tandem_scenario: 1
+name: host-check
+cluster: {preset: dgx-h100, nodes: 2, gpus_per_node: 2, nics_per_node: 2}
+backend: host
+workload:
+  type: collective-sweep
+  collectives: [all_reduce, all_gather]
+  sizes: [4K, 1M, 64M]
+  algorithms: [ring, tree, nvls, auto]
+  dtype: f32
+expect:
+  - {collective: all_reduce, algorithm: ring, size: 1M, time_us: {min: 0}}
+  - {collective: all_reduce, algorithm: ring, size: 64M, time_us: {min: 0}}
+  - {collective: all_reduce, algorithm: ring, size: 1M, busbw_GBps: {min: 1e9}, backend: sim}
+)");
+  const std::string dir = temp_path("host_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem(fmt::format("run '{}' --out '{}'", path, dir));
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "backend: host (real data")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "all_reduce (f32, 4 ranks;")) << outcome.out;
+  // 64 MiB all_reduce needs 128 MiB per rank; nvls is simulator-only.
+  EXPECT_TRUE(contains(outcome.out, "skipped: host limit: 64 MiB per rank")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "skipped: nvls is an in-switch reduction: simulator only")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "  PASS  base all_reduce ring 1 MiB: time ")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "  SKIP  base all_reduce ring 64 MiB: not run on host: host limit")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "  SKIP  base all_reduce ring 1 MiB: checked on the sim backend only"))
+      << outcome.out;
+  EXPECT_EQ(lines_of(outcome.out).back(), "verdict: PASS (1 of 3 expectations hold; 2 skipped on host)");
+
+  // Every point that ran was checked and had no wrong element.
+  const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_EQ(json.at("backend"), "host");
+  int checked = 0;
+  for (const nlohmann::json& point : json.at("points")) {
+    if (point.at("status") != "ok") continue;
+    EXPECT_EQ(point.at("wrong_elements"), 0) << point.dump();
+    EXPECT_EQ(point.at("protocol"), "") << point.dump();
+    if (point.at("algorithm") == "auto") {
+      EXPECT_NE(point.at("algorithm_used"), "auto") << point.dump();
+    }
+    ++checked;
+  }
+  // all_reduce: ring, tree, auto at 4K and 1M; all_gather: ring, auto at 4K and 1M (at 64M each
+  // rank needs 16 MiB in + 64 MiB out, above the limit too).
+  EXPECT_EQ(checked, 3 * 2 + 2 * 2);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(path);
+}
+
+TEST(RunCli, QuietPrintsExpectationsAndVerdict) {
+  const Outcome outcome = run_tandem("run scenarios/smoke-8xh100.yaml --quiet");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  const std::vector<std::string> lines = lines_of(outcome.out);
+  ASSERT_EQ(lines.size(), 6u) << outcome.out;  // blank, "== expectations", 3 outcomes, verdict
+  EXPECT_EQ(lines[1], "== expectations");
+  EXPECT_EQ(lines.back(), "verdict: PASS (3 of 3 expectations hold)");
+}
+
+TEST(RunCli, FailedExpectationExitsOne) {
+  const std::string path = write_scenario("impossible.yaml", R"(tandem_scenario: 1
+name: impossible
+cluster: {preset: dgx-h100, nodes: 1}
+workload: {type: collective-sweep, collectives: [all_reduce], sizes: [1M], algorithms: [ring]}
+outputs: {json: true, csv: false}
+expect:
+  - {collective: all_reduce, algorithm: ring, size: 1M, busbw_GBps: {min: 100000}}
+)");
+  const std::string dir = temp_path("impossible_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem(fmt::format("run '{}' --out '{}'", path, dir));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "  FAIL  base all_reduce ring 1 MiB: busbw ")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "is below the minimum 100000")) << outcome.out;
+  EXPECT_EQ(lines_of(outcome.out).back(), "verdict: FAIL (1 of 1 expectations failed)");
+  // outputs: csv false writes only results.json.
+  EXPECT_TRUE(std::filesystem::exists(dir + "/results.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/results.csv"));
+  EXPECT_EQ(nlohmann::json::parse(read_text(dir + "/results.json")).at("passed"), false);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(path);
+}
+
+TEST(RunCli, BadScenarioIsOneLineWithFileLineColumn) {
+  const std::string path = write_scenario("typo.yaml", R"(tandem_scenario: 1
+name: typo
+cluster: {preset: dgx-h100}
+workload:
+  type: collective-sweep
+  colectives: [all_reduce]
+)");
+  expect_one_line_error(run_tandem(fmt::format("run '{}'", path)), 1,
+                        path +
+                            ":6:3: unknown key 'colectives' in workload (expected: type, collectives, sizes, "
+                            "algorithms, dtype, op, gpus_per_node)");
+  std::filesystem::remove(path);
+}
+
+TEST(RunCli, UsageErrors) {
+  expect_one_line_error(run_tandem("run scenarios/does-not-exist.yaml"), 1,
+                        "cannot read scenario 'scenarios/does-not-exist.yaml'");
+  expect_one_line_error(run_tandem("run"), 2, "scenario");
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend cuda"), 2,
+                        "backend 'cuda' is not available to tandem run in this build yet (available: sim, host)");
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend gpu"), 2,
+                        "unknown backend 'gpu' for --backend (expected: sim, host)");
+}
+
+// True in debug and sanitizer builds, where simulating 64 GPUs takes minutes instead of seconds.
+bool slow_build() {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
+// The shipped what-if scenario, as scripts/main.sh runs it: every expectation must hold. Release
+// builds (scripts/test.sh, CI) always run it; slow builds only with TANDEM_FULL_SWEEP=1.
+TEST(RunCli, WhatIfScenarioHoldsItsExpectations) {
+  const char* forced = std::getenv("TANDEM_FULL_SWEEP");
+  if (slow_build() && (forced == nullptr || std::string(forced) != "1")) {
+    GTEST_SKIP() << "64 simulated GPUs in a debug or sanitizer build; TANDEM_FULL_SWEEP=1 runs it";
+  }
+  const Outcome outcome = run_tandem("run scenarios/what-if-64xh100.yaml --quiet");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_FALSE(contains(outcome.out, "FAIL")) << outcome.out;
+  EXPECT_EQ(lines_of(outcome.out).back().rfind("verdict: PASS", 0), 0u) << outcome.out;
+}
+
+}  // namespace

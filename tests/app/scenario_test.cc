@@ -1,0 +1,442 @@
+// The scenario loader: the shipped scenarios load, and every kind of mistake is rejected with a
+// message that starts with file:line:column (table-driven from small YAML strings).
+#include "app/scenario.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+
+namespace tandem::app {
+namespace {
+
+// A valid scenario every rejection case below starts from (line numbers matter: keep it first).
+constexpr const char* kMinimal = R"(tandem_scenario: 1
+name: t
+cluster: {preset: dgx-h100, nodes: 2}
+workload:
+  type: collective-sweep
+  collectives: [all_reduce]
+  sizes: [1M]
+)";
+
+TEST(Scenario, ShippedWhatIfLoads) {
+  const Scenario scenario = load_scenario("scenarios/what-if-64xh100.yaml");
+  EXPECT_EQ(scenario.name, "what-if-64xh100");
+  EXPECT_EQ(scenario.file, "scenarios/what-if-64xh100.yaml");
+  EXPECT_EQ(scenario.backend, ScenarioBackend::kSim);
+  EXPECT_EQ(scenario.network, NetworkChoice::kFluid);
+  ASSERT_EQ(scenario.variants.size(), 3u);
+  EXPECT_EQ(scenario.variants[0].name, "base");
+  EXPECT_EQ(scenario.variants[1].name, "800G");
+  EXPECT_EQ(scenario.variants[2].name, "800G-gen6");
+  for (const ClusterVariant& variant : scenario.variants) {
+    EXPECT_EQ(variant.cluster.preset, "dgx-h100");
+    EXPECT_EQ(variant.cluster.nodes, 8);  // the variant keeps the base's overrides
+    EXPECT_EQ(variant.cluster.gpus_per_node, 8);
+    EXPECT_EQ(variant.cluster.fabric, models::Fabric::kRailOptimized);
+  }
+  EXPECT_DOUBLE_EQ(scenario.variants[0].cluster.nic_Bps, 50e9);
+  EXPECT_DOUBLE_EQ(scenario.variants[1].cluster.nic_Bps, 100e9);
+  EXPECT_DOUBLE_EQ(scenario.variants[1].cluster.pcie_Bps, scenario.variants[0].cluster.pcie_Bps);
+  EXPECT_DOUBLE_EQ(scenario.variants[2].cluster.nic_Bps, 100e9);
+  EXPECT_DOUBLE_EQ(scenario.variants[2].cluster.pcie_Bps, 128e9);
+
+  const auto& sweep = std::get<CollectiveSweep>(scenario.workload);
+  EXPECT_EQ(sweep.collectives,
+            (std::vector<Collective>{Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}));
+  ASSERT_EQ(sweep.sizes_bytes.size(), 32u);  // 8 B = 2^3 .. 16 GiB = 2^34
+  EXPECT_EQ(sweep.sizes_bytes.front(), 8);
+  EXPECT_EQ(sweep.sizes_bytes.back(), int64_t{16} << 30);
+  EXPECT_EQ(sweep.algorithms, (std::vector<std::string>{"ring", "tree", "nvls", "auto"}));
+  EXPECT_EQ(sweep.dtype, DataType::kBF16);
+  EXPECT_EQ(sweep.op, ReduceOp::kSum);
+  EXPECT_TRUE(scenario.outputs.json);
+  EXPECT_TRUE(scenario.outputs.csv);
+  EXPECT_FALSE(scenario.expectations.empty());
+}
+
+TEST(Scenario, ShippedSmokeLoads) {
+  const Scenario scenario = load_scenario("scenarios/smoke-8xh100.yaml");
+  EXPECT_EQ(scenario.name, "smoke-8xh100");
+  ASSERT_EQ(scenario.variants.size(), 1u);
+  EXPECT_EQ(scenario.variants[0].cluster.nodes, 1);
+  const auto& sweep = std::get<CollectiveSweep>(scenario.workload);
+  EXPECT_EQ(sweep.sizes_bytes, (std::vector<int64_t>{1 << 10, 1 << 15, 1 << 20, 1 << 25, 1 << 30}));
+  EXPECT_FALSE(scenario.expectations.empty());
+}
+
+TEST(Scenario, DefaultsAndOverrides) {
+  const Scenario scenario = parse_scenario(R"(tandem_scenario: 1
+name: defaults
+cluster:
+  preset: dgx-h100
+  nodes: 4
+  fabric: fat-tree
+  nic_gbps: 200
+  nics_per_node: 4
+  spines: 2
+  oversubscription: 2
+  nvlink_GBps: 300
+  pcie_GBps: 32
+  nvls: false
+  nic_latency_us: 1.5
+variants:
+  - name: big
+    cluster: {nodes: 16, preset: dgx-h200}
+workload:
+  type: collective-sweep
+  collectives: [all-reduce, allgather]
+  sizes: {min: 1K, max: 4K}
+)",
+                                           "d.yaml");
+  EXPECT_EQ(scenario.description, "");
+  EXPECT_EQ(scenario.backend, ScenarioBackend::kSim);
+  EXPECT_EQ(scenario.network, NetworkChoice::kFluid);
+  ASSERT_EQ(scenario.variants.size(), 2u);
+  const models::ClusterSpec& base = scenario.variants[0].cluster;
+  EXPECT_EQ(base.nodes, 4);
+  EXPECT_EQ(base.fabric, models::Fabric::kFatTree);
+  EXPECT_DOUBLE_EQ(base.nic_Bps, 25e9);
+  EXPECT_EQ(base.nics_per_node, 4);
+  EXPECT_EQ(base.spines, 2);
+  EXPECT_DOUBLE_EQ(base.oversubscription, 2);
+  EXPECT_DOUBLE_EQ(base.nvlink_Bps, 300e9);
+  EXPECT_DOUBLE_EQ(base.pcie_Bps, 32e9);
+  EXPECT_FALSE(base.gpu.nvls);
+  EXPECT_DOUBLE_EQ(base.nic_latency_s, 1.5e-6);
+  // The variant: another preset, every base override kept unless replaced.
+  const models::ClusterSpec& big = scenario.variants[1].cluster;
+  EXPECT_EQ(big.preset, "dgx-h200");
+  EXPECT_EQ(big.nodes, 16);
+  EXPECT_DOUBLE_EQ(big.nic_Bps, 25e9);
+  EXPECT_EQ(big.fabric, models::Fabric::kFatTree);
+
+  const auto& sweep = std::get<CollectiveSweep>(scenario.workload);
+  EXPECT_EQ(sweep.sizes_bytes, (std::vector<int64_t>{1024, 2048, 4096}));  // factor 2 by default
+  EXPECT_EQ(sweep.algorithms, std::vector<std::string>{"auto"});
+  EXPECT_EQ(sweep.dtype, DataType::kBF16);
+  EXPECT_EQ(sweep.op, ReduceOp::kSum);
+  EXPECT_EQ(sweep.gpus_per_node, 0);
+  EXPECT_TRUE(scenario.outputs.json);
+  EXPECT_TRUE(scenario.outputs.csv);
+  EXPECT_TRUE(scenario.expectations.empty());
+}
+
+TEST(Scenario, SizesByStepAndExpectations) {
+  const Scenario scenario = parse_scenario(R"(tandem_scenario: 1
+name: step
+cluster: {preset: hgx-a100}
+backend: host
+network: ideal
+workload:
+  type: collective-sweep
+  collectives: [reduce_scatter]
+  sizes: {min: 0, max: 3K, step: 1K}
+  algorithms: [ring, halving-doubling, auto]
+  dtype: float
+  op: max
+  gpus_per_node: 4
+outputs: {json: false, csv: true}
+expect:
+  - {collective: reduce_scatter, algorithm: halving_doubling, size: 2K, time_us: {min: 1, max: 2e3}}
+  - {variant: base, collective: reduce_scatter, algorithm: auto, size: 3072, busbw_GBps: {min: 0.5}, backend: sim}
+)",
+                                           "s.yaml");
+  EXPECT_EQ(scenario.backend, ScenarioBackend::kHost);
+  EXPECT_EQ(scenario.network, NetworkChoice::kIdeal);
+  const auto& sweep = std::get<CollectiveSweep>(scenario.workload);
+  EXPECT_EQ(sweep.sizes_bytes, (std::vector<int64_t>{0, 1024, 2048, 3072}));
+  EXPECT_EQ(sweep.algorithms, (std::vector<std::string>{"ring", "halving_doubling", "auto"}));
+  EXPECT_EQ(sweep.dtype, DataType::kF32);
+  EXPECT_EQ(sweep.op, ReduceOp::kMax);
+  EXPECT_EQ(sweep.gpus_per_node, 4);
+  EXPECT_FALSE(scenario.outputs.json);
+  ASSERT_EQ(scenario.expectations.size(), 2u);
+  const Expectation& first = scenario.expectations[0];
+  EXPECT_EQ(first.variant, "base");
+  EXPECT_EQ(first.algorithm, "halving_doubling");
+  EXPECT_EQ(first.size_bytes, 2048);
+  EXPECT_EQ(first.time_us.min, 1.0);
+  EXPECT_EQ(first.time_us.max, 2000.0);
+  EXPECT_FALSE(first.busbw_GBps.set());
+  EXPECT_FALSE(first.backend.has_value());
+  EXPECT_EQ(first.mark.line, 16);
+  EXPECT_EQ(first.mark.column, 5);
+  const Expectation& second = scenario.expectations[1];
+  EXPECT_EQ(second.busbw_GBps.min, 0.5);
+  EXPECT_FALSE(second.busbw_GBps.max.has_value());
+  EXPECT_EQ(second.backend, ScenarioBackend::kSim);
+}
+
+struct Rejection {
+  const char* what;
+  std::string yaml;
+  std::string message;  // a part of the error, "t.yaml:L:C: ..." included
+};
+
+// kMinimal with `line` appended (a new top-level key or section).
+std::string minimal_plus(const std::string& lines) { return std::string(kMinimal) + lines; }
+
+// kMinimal with its workload replaced (lines 4.. of the file).
+std::string with_workload(const std::string& workload) {
+  return "tandem_scenario: 1\nname: t\ncluster: {preset: dgx-h100, nodes: 2}\n" + workload;
+}
+
+std::string with_cluster(const std::string& cluster) {
+  return "tandem_scenario: 1\nname: t\n" + cluster +
+         "workload: {type: collective-sweep, collectives: [all_reduce], sizes: [1M]}\n";
+}
+
+const std::string kSweep =
+    "workload: {type: collective-sweep, collectives: [all_reduce, all_gather], sizes: [1K, 1M], "
+    "algorithms: [ring, tree]}\n";
+
+std::string with_expect(const std::string& entry) {
+  return "tandem_scenario: 1\nname: t\ncluster: {preset: dgx-h100}\n" + kSweep + "expect:\n  - " + entry + "\n";
+}
+
+std::vector<Rejection> rejections() {
+  return {
+      // The file as a whole.
+      {"empty file", "", "t.yaml:1:1: the scenario is empty"},
+      {"not YAML", "name: [unclosed\n", "t.yaml:2:1: invalid YAML"},
+      {"a list at the top", "- 1\n- 2\n", "t.yaml:1:1: a scenario is a mapping that starts with 'tandem_scenario: 1'"},
+      {"no version", "name: t\n", "t.yaml:1:1: missing required key 'tandem_scenario'"},
+      {"future version", "tandem_scenario: 2\nname: t\n",
+       "t.yaml:1:18: unsupported scenario format version '2' (this tandem reads version 1)"},
+      {"unknown top-level key", minimal_plus("colour: blue\n"),
+       "t.yaml:8:1: unknown key 'colour' in the scenario (expected: tandem_scenario, name, description, cluster, "
+       "variants, backend, network, workload, outputs, expect)"},
+      {"duplicate key", minimal_plus("name: again\n"), "t.yaml:8:1: duplicate key 'name' in the scenario"},
+      {"missing name", "tandem_scenario: 1\ncluster: {preset: dgx-h100}\n",
+       "t.yaml:1:1: missing required key 'name' in the scenario"},
+      {"name as a list", "tandem_scenario: 1\nname: [a]\n", "t.yaml:2:7: name must be a single value (got a list)"},
+      {"unknown backend", minimal_plus("backend: gpu\n"),
+       "t.yaml:8:10: backend: unknown backend 'gpu' (expected: sim, host)"},
+      {"unknown network", minimal_plus("network: fast\n"),
+       "t.yaml:8:10: network: unknown network model 'fast' (expected: fluid, packet, ideal)"},
+      {"outputs not boolean", minimal_plus("outputs: {json: yes}\n"),
+       "t.yaml:8:17: outputs.json must be true or false (got 'yes')"},
+      {"unknown output", minimal_plus("outputs: {trace: true}\n"),
+       "t.yaml:8:11: unknown key 'trace' in outputs (expected: json, csv)"},
+
+      // cluster
+      {"missing cluster", "tandem_scenario: 1\nname: t\n",
+       "t.yaml:1:1: missing required key 'cluster' in the scenario"},
+      {"missing preset", with_cluster("cluster: {nodes: 2}\n"),
+       "t.yaml:3:10: missing required key 'preset' in cluster"},
+      {"unknown preset", with_cluster("cluster: {preset: dgx-h900}\n"),
+       "t.yaml:3:19: cluster.preset: unknown cluster preset 'dgx-h900'"},
+      {"unknown cluster key", with_cluster("cluster:\n  preset: dgx-h100\n  nic_gbs: 800\n"),
+       "t.yaml:5:3: unknown key 'nic_gbs' in cluster (expected: preset, nodes, gpus_per_node, fabric, nic_gbps"},
+      {"zero nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 0}\n"),
+       "t.yaml:3:36: cluster.nodes must be an integer from 1 to 4096 (got '0')"},
+      {"too many nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 5000}\n"),
+       "t.yaml:3:36: cluster.nodes must be an integer from 1 to 4096 (got '5000')"},
+      {"fractional nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 2.5}\n"),
+       "cluster.nodes must be an integer from 1 to 4096 (got '2.5')"},
+      {"too many GPUs",
+       with_cluster("cluster: {preset: dgx-h100, nodes: 4096, gpus_per_node: 16, nics_per_node: 16}\n"),
+       "t.yaml:3:10: cluster has 4096 nodes x 16 GPUs = 65536 GPUs, above the limit of 32768"},
+      {"negative NIC speed", with_cluster("cluster: {preset: dgx-h100, nic_gbps: -400}\n"),
+       "t.yaml:3:39: cluster.nic_gbps must be a number > 0 and at most 100000 (got '-400')"},
+      {"NIC speed not a number", with_cluster("cluster: {preset: dgx-h100, nic_gbps: 400G}\n"),
+       "cluster.nic_gbps must be a number > 0 and at most 100000 (got '400G')"},
+      {"unknown fabric", with_cluster("cluster: {preset: dgx-h100, fabric: torus}\n"),
+       "t.yaml:3:37: cluster.fabric: unknown fabric 'torus'"},
+      {"NICs that do not divide the GPUs", with_cluster("cluster: {preset: dgx-h100, nics_per_node: 3}\n"),
+       "t.yaml:3:10: cluster: cluster nics_per_node = 3: must divide gpus_per_node (8)"},
+
+      // variants
+      {"variant without name", minimal_plus("variants:\n  - cluster: {nodes: 4}\n"),
+       "t.yaml:9:5: missing required key 'name' in variants[0]"},
+      {"variant named base", minimal_plus("variants:\n  - {name: base, cluster: {nodes: 4}}\n"),
+       "t.yaml:9:12: variants[0].name: a variant named 'base' is the scenario's own cluster"},
+      {"variant twice",
+       minimal_plus("variants:\n  - {name: a, cluster: {nodes: 4}}\n  - {name: a, cluster: {nodes: 8}}\n"),
+       "t.yaml:10:12: variants[1].name: a variant named 'a' comes earlier"},
+      {"variant name with a comma", minimal_plus("variants:\n  - {name: 'a,b', cluster: {nodes: 4}}\n"),
+       "t.yaml:9:12: variants[0].name 'a,b' may hold only letters, digits and - _ . +"},
+      {"unknown key in a variant's cluster", minimal_plus("variants:\n  - name: 800G\n    cluster: {nic_gbs: 800}\n"),
+       "t.yaml:10:15: unknown key 'nic_gbs' in variants[0].cluster"},
+      {"bad value in a variant", minimal_plus("variants:\n  - name: 800G\n    cluster: {nic_gbps: 0}\n"),
+       "t.yaml:10:25: variants[0].cluster.nic_gbps must be a number > 0"},
+      {"variants empty", minimal_plus("variants: []\n"), "t.yaml:8:11: variants must not be empty"},
+
+      // workload
+      {"missing workload", "tandem_scenario: 1\nname: t\ncluster: {preset: dgx-h100}\n",
+       "t.yaml:1:1: missing required key 'workload' in the scenario"},
+      {"missing type", with_workload("workload:\n  collectives: [all_reduce]\n"),
+       "t.yaml:5:3: missing required key 'type' in workload"},
+      {"unknown workload type", with_workload("workload:\n  type: training\n"),
+       "t.yaml:5:9: unknown workload type 'training' (expected: collective-sweep)"},
+      {"unknown workload key",
+       with_workload("workload:\n  type: collective-sweep\n  colectives: [all_reduce]\n  sizes: [1M]\n"),
+       "t.yaml:6:3: unknown key 'colectives' in workload (expected: type, collectives, sizes, algorithms, dtype, op, "
+       "gpus_per_node)"},
+      {"missing collectives", with_workload("workload:\n  type: collective-sweep\n  sizes: [1M]\n"),
+       "t.yaml:5:3: missing required key 'collectives' in workload"},
+      {"missing sizes", with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n"),
+       "t.yaml:5:3: missing required key 'sizes' in workload"},
+      {"unknown collective",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce, allreduse]\n  sizes: [1M]\n"),
+       "t.yaml:6:29: workload.collectives[1]: unknown collective 'allreduse'"},
+      {"collective twice",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce, allreduce]\n  sizes: [1M]\n"),
+       "t.yaml:6:29: workload.collectives[1]: 'allreduce' is listed twice"},
+      {"collectives empty", with_workload("workload:\n  type: collective-sweep\n  collectives: []\n  sizes: [1M]\n"),
+       "t.yaml:6:16: workload.collectives must not be empty"},
+      {"unknown algorithm",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1M]\n  algorithms: "
+                     "[ring, trees]\n"),
+       "t.yaml:8:22: workload.algorithms[1]: unknown algorithm 'trees' (expected one of: ring, tree, "
+       "recursive_doubling, halving_doubling, direct, hierarchical, nvls, auto)"},
+      {"unknown dtype",
+       with_workload(
+           "workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1M]\n  dtype: bf17\n"),
+       "t.yaml:8:10: workload.dtype: unknown"},
+      {"unknown op",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1M]\n  op: mean\n"),
+       "t.yaml:8:7: workload.op: unknown"},
+      {"negative size",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [-8]\n"),
+       "t.yaml:7:11: workload.sizes[0]: invalid size '-8' for workload.sizes[0]"},
+      {"size with a bad unit",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1X]\n"),
+       "t.yaml:7:11: workload.sizes[0]: invalid size '1X'"},
+      {"size above the limit",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [2048G]\n"),
+       "t.yaml:7:11: workload.sizes[0] is 2199023255552 bytes, above the limit of 1099511627776 (1 TiB)"},
+      {"size twice",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1K, 1024]\n"),
+       "t.yaml:7:15: workload.sizes[1]: 1 KiB is listed twice"},
+      {"min above max",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: {min: 1G, max: 1M}\n"),
+       "t.yaml:7:10: workload.sizes: min (1 GiB) is larger than max (1 MiB)"},
+      {"missing max",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: {min: 1K}\n"),
+       "t.yaml:7:10: missing required key 'max' in workload.sizes"},
+      {"factor and step",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: {min: 1K, max: 1M, "
+                     "factor: 2, step: 1K}\n"),
+       "t.yaml:7:46: workload.sizes takes either factor or step, not both"},
+      {"factor 1",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: {min: 1K, "
+                     "max: 1M, factor: 1}\n"),
+       "t.yaml:7:37: workload.sizes.factor must be an integer from 2 to 1048576 (got '1')"},
+      {"too many sizes",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: {min: 1, max: 1M, "
+                     "step: 1}\n"),
+       "t.yaml:7:10: workload.sizes from 1 B to 1 MiB has more than 4096 sizes"},
+      {"sizes a number",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: 8\n"),
+       "t.yaml:7:10: workload.sizes must be a mapping {min, max, factor} or a list of sizes (got '8')"},
+      {"more GPUs per node than the cluster",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1M]\n  "
+                     "gpus_per_node: 9\n"),
+       "t.yaml:8:18: workload.gpus_per_node is 9, but the cluster of 'base' has 8 GPUs per node"},
+      {"too many points",
+       with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce, all_gather, reduce_scatter]\n  "
+                     "sizes: {min: 1, max: 4096, step: 1}\n  algorithms: [ring, direct]\n"),
+       "t.yaml:5:3: workload has 3 collectives x 4096 sizes x 2 algorithms = 24576 points, above the limit of 20000"},
+
+      // expect
+      {"expect unknown key", with_expect("{collective: all_reduce, algorithm: ring, size: 1M, busbw: {min: 1}}"),
+       "t.yaml:6:57: unknown key 'busbw' in expect[0] (expected: variant, collective, algorithm, size, backend, "
+       "time_us, algbw_GBps, busbw_GBps)"},
+      {"expect without bound", with_expect("{collective: all_reduce, algorithm: ring, size: 1M}"),
+       "t.yaml:6:5: expect[0] sets no bound (expected at least one of time_us, algbw_GBps, busbw_GBps)"},
+      {"expect missing size", with_expect("{collective: all_reduce, algorithm: ring, busbw_GBps: {min: 1}}"),
+       "t.yaml:6:5: missing required key 'size' in expect[0]"},
+      {"expect unknown variant",
+       with_expect("{variant: 800G, collective: all_reduce, algorithm: ring, size: 1M, busbw_GBps: {min: 1}}"),
+       "t.yaml:6:15: expect[0].variant: no variant named '800G' (variants: base)"},
+      {"expect collective not swept",
+       with_expect("{collective: reduce_scatter, algorithm: ring, size: 1M, busbw_GBps: {min: 1}}"),
+       "t.yaml:6:18: expect[0].collective: reduce_scatter is not one of workload.collectives"},
+      {"expect algorithm not swept",
+       with_expect("{collective: all_reduce, algorithm: auto, size: 1M, time_us: {max: 1}}"),
+       "t.yaml:6:41: expect[0].algorithm: auto is not one of workload.algorithms (ring, tree)"},
+      {"expect an n/a point", with_expect("{collective: all_gather, algorithm: tree, size: 1M, time_us: {max: 1}}"),
+       "t.yaml:6:41: expect[0].algorithm: tree does not implement all_gather, so this point never runs"},
+      {"expect a size not swept", with_expect("{collective: all_reduce, algorithm: ring, size: 2M, time_us: {max: 1}}"),
+       "t.yaml:6:53: expect[0].size: 2 MiB is not one of the workload's sizes"},
+      {"expect min above max",
+       with_expect("{collective: all_reduce, algorithm: ring, size: 1M, time_us: {min: 10, max: 1}}"),
+       "t.yaml:6:66: expect[0].time_us: min (10) is larger than max (1)"},
+      {"expect negative bound", with_expect("{collective: all_reduce, algorithm: ring, size: 1M, time_us: {max: -1}}"),
+       "t.yaml:6:72: expect[0].time_us.max must be a number >= 0"},
+      {"expect empty bound", with_expect("{collective: all_reduce, algorithm: ring, size: 1M, time_us: {}}"),
+       "t.yaml:6:66: expect[0].time_us needs min, max or both"},
+      {"expect unknown backend",
+       with_expect("{collective: all_reduce, algorithm: ring, size: 1M, time_us: {max: 1}, backend: gpu}"),
+       "expect[0].backend: unknown backend 'gpu' (expected: sim, host)"},
+      {"expect not a list", minimal_plus("expect: {collective: all_reduce}\n"),
+       "t.yaml:8:9: expect must be a list (got a mapping)"},
+  };
+}
+
+TEST(Scenario, RejectsWithFileLineColumn) {
+  for (const Rejection& rejection : rejections()) {
+    SCOPED_TRACE(rejection.what);
+    try {
+      parse_scenario(rejection.yaml, "t.yaml");
+      ADD_FAILURE() << "accepted:\n" << rejection.yaml;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kFormat);
+      const std::string message = error.what();
+      EXPECT_NE(message.find(rejection.message), std::string::npos)
+          << "message: " << message << "\nexpected to contain: " << rejection.message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    }
+  }
+}
+
+TEST(Scenario, MinimalIsValid) { EXPECT_NO_THROW(parse_scenario(kMinimal, "t.yaml")); }
+
+TEST(Scenario, UnreadableFileIsAnIoError) {
+  try {
+    load_scenario("scenarios/does-not-exist.yaml");
+    FAIL() << "loaded a missing file";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kIo);
+    EXPECT_EQ(std::string(error.what()), "cannot read scenario 'scenarios/does-not-exist.yaml'");
+  }
+}
+
+TEST(Scenario, AlgorithmApplies) {
+  EXPECT_TRUE(algorithm_applies("ring", Collective::kAllGather));
+  EXPECT_TRUE(algorithm_applies("tree", Collective::kAllReduce));
+  EXPECT_FALSE(algorithm_applies("tree", Collective::kAllGather));
+  EXPECT_FALSE(algorithm_applies("tree", Collective::kReduceScatter));
+  EXPECT_TRUE(algorithm_applies("nvls", Collective::kAllReduce));
+  EXPECT_FALSE(algorithm_applies("nvls", Collective::kAllGather));
+  EXPECT_TRUE(algorithm_applies("auto", Collective::kAllToAll));
+  EXPECT_FALSE(algorithm_applies("ring", Collective::kAllToAll));
+  EXPECT_EQ(not_applicable_reason("nvls", Collective::kReduceScatter), "nvls does not implement reduce_scatter");
+}
+
+TEST(Scenario, FormatSize) {
+  EXPECT_EQ(format_size(0), "0 B");
+  EXPECT_EQ(format_size(8), "8 B");
+  EXPECT_EQ(format_size(1000), "1000 B");
+  EXPECT_EQ(format_size(1024), "1 KiB");
+  EXPECT_EQ(format_size(1536), "1536 B");
+  EXPECT_EQ(format_size(3 << 20), "3 MiB");
+  EXPECT_EQ(format_size(int64_t{16} << 30), "16 GiB");
+  EXPECT_EQ(format_size(int64_t{1} << 40), "1 TiB");
+  EXPECT_EQ(format_size((int64_t{1} << 30) + 1024), "1048577 KiB");
+}
+
+TEST(Scenario, NetworkModels) {
+  EXPECT_EQ(network_model(NetworkChoice::kFluid).fidelity, sim::Fidelity::kFluid);
+  EXPECT_EQ(network_model(NetworkChoice::kPacket).fidelity, sim::Fidelity::kPacket);
+  EXPECT_EQ(network_model(NetworkChoice::kIdeal).nvlink_efficiency, 1.0);
+  EXPECT_FALSE(network_model(NetworkChoice::kIdeal).protocol_effects);
+}
+
+}  // namespace
+}  // namespace tandem::app
