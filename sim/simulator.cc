@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <unordered_map>
 
@@ -80,8 +81,35 @@ class TopologyZone : public routing::NetZoneImpl {
       it = cache_.emplace(key, std::move(cached)).first;
     }
     into->link_list_.insert(into->link_list_.end(), it->second.links.begin(), it->second.links.end());
+    if (latency != nullptr && !latency_off) {
+      *latency += it->second.latency_s + (it->second.network ? extra_network_s : extra_nvlink_s);
+    }
+  }
+
+  // The latency of a route as messages see it (route + protocol).
+  double message_latency(int a, int b) {
+    routing::Route route;
+    double latency = 0;
+    const bool off = latency_off;
+    latency_off = false;
+    get_local_route_by_index(a, b, &route, &latency);
+    latency_off = off;
+    return latency;
+  }
+  void get_local_route_by_index(int a, int b, routing::Route* into, double* latency) {
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      Cached cached;
+      route_(a, b, cached.links, cached.latency_s, cached.network);
+      it = cache_.emplace(key, std::move(cached)).first;
+    }
+    into->link_list_ = it->second.links;
     if (latency != nullptr) *latency += it->second.latency_s + (it->second.network ? extra_network_s : extra_nvlink_s);
   }
+
+  // While set, routes report no latency: the op-by-op executor applies latency as a delay line.
+  bool latency_off = false;
 
   // Protocol latency added to every message's route latency (per hop class) until changed.
   double extra_nvlink_s = 0;
@@ -384,90 +412,118 @@ SimResult Simulator::run(const SimRequest& request) {
   const Schedule expanded = schedule.symmetric() ? expand(schedule) : Schedule{};
   const Schedule& explicit_form = schedule.symmetric() ? expanded : schedule;
 
-  // Op by op: one actor per (rank, lane); sends are eager (put_async on a mailbox whose receiver is
-  // set, so data flows at once); cross-lane dependencies wait on the rank's completion counters.
+  // Op by op: one actor per (rank, lane), and one per connection (rank pair and lane) that carries
+  // that connection's messages one after the other, as NCCL's per-peer FIFO (and its proxy) does.
+  // A send only queues its message, so the lane goes on at once (eager); a receive waits until the
+  // connection has delivered the message. Cross-lane dependencies wait on the rank's completion
+  // counters. Without the per-connection order, 64 pipelined chunks issued at once would share the
+  // link and all arrive at the end, and nothing would pipeline.
   struct RankState {
     sg4::MutexPtr mutex = sg4::Mutex::create();
     sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
     std::vector<uint64_t> done;  // per lane: ops completed (over all tiles)
   };
+  struct Connection {
+    int from = 0, to = 0;
+    uint64_t messages = 0;                           // over all tiles
+    std::deque<uint64_t> queue;                      // bytes of the messages waiting to go
+    std::deque<double> arrivals;                     // when moved messages reach the receiver
+    sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
+    sg4::SemaphorePtr in_flight = sg4::Semaphore::create(0);
+    sg4::SemaphorePtr delivered = sg4::Semaphore::create(0);
+  };
   std::vector<RankState> states(static_cast<size_t>(n));
-  std::map<std::tuple<int, int, uint32_t>, sg4::Mailbox*> mailboxes;
-  std::vector<std::vector<sg4::ActorPtr>> actors(static_cast<size_t>(n));
+  std::map<std::tuple<int, int, uint32_t>, Connection> connections;
   for (int r = 0; r < n; ++r) {
     const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
     states[static_cast<size_t>(r)].done.assign(program.lanes.size(), 0);
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
       for (const Op& op : program.lanes[l].ops) {
-        if (op.kind == OpKind::kSend || op.is_recv()) {
-          const int from = op.kind == OpKind::kSend ? r : op.peer;
-          const int to = op.kind == OpKind::kSend ? op.peer : r;
-          auto key = std::make_tuple(from, to, l);
-          if (!mailboxes.count(key)) mailboxes[key] = sg4::Mailbox::by_name(fmt::format("m{}-{}-{}", from, to, l));
-        }
+        if (op.kind != OpKind::kSend) continue;
+        Connection& c = connections[{r, op.peer, l}];
+        c.from = r;
+        c.to = op.peer;
+        c.messages += tiles;
       }
     }
+  }
+  // A connection moves its messages' bytes one after the other (SimGrid flows with the route's
+  // latency switched off) and hands each to a delay line of the route's latency: latencies of
+  // consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
+  s.zone->latency_off = true;
+  struct LatencyBack {
+    TopologyZone* zone;
+    ~LatencyBack() { zone->latency_off = false; }
+  } latency_back{s.zone};
+  for (auto& [key, connection] : connections) {
+    Connection* c = &connection;
+    const int from_gpu = gpu_of_rank[static_cast<size_t>(c->from)];
+    const int to_gpu = gpu_of_rank[static_cast<size_t>(c->to)];
+    sg4::Host* from = s.gpu_hosts[static_cast<size_t>(from_gpu)];
+    sg4::Host* to = s.gpu_hosts[static_cast<size_t>(to_gpu)];
+    const double latency = s.zone->message_latency(from_gpu, to_gpu);
+    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from, [c, from, to, latency] {
+      for (uint64_t m = 0; m < c->messages; ++m) {
+        c->queued->acquire();
+        const uint64_t bytes = c->queue.front();
+        c->queue.pop_front();
+        sg4::Comm::sendto(from, to, bytes);
+        c->arrivals.push_back(sg4::Engine::get_clock() + latency);
+        c->in_flight->release();
+      }
+    });
+    sg4::Actor::create(fmt::format("d{}-{}", c->from, c->to), to, [c] {
+      for (uint64_t m = 0; m < c->messages; ++m) {
+        c->in_flight->acquire();
+        const double at = c->arrivals.front();
+        c->arrivals.pop_front();
+        if (at > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(at);
+        c->delivered->release();
+      }
+    });
   }
   for (int r = 0; r < n; ++r) {
     const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
     sg4::Host* host = s.gpu_hosts[static_cast<size_t>(gpu_of_rank[static_cast<size_t>(r)])];
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
-      actors[static_cast<size_t>(r)].push_back(sg4::Actor::create(
-          fmt::format("r{}-l{}", r, l), host, [&, r, l] {
-            const Lane& lane = explicit_form.ranks[static_cast<size_t>(r)].lanes[l];
-            RankState& state = states[static_cast<size_t>(r)];
-            const uint64_t per_tile = lane.ops.size();
-            std::vector<sg4::CommPtr> pending;
-            std::map<sg4::Mailbox*, sg4::CommPtr> last_send;
-            if (base_latency > 0) sg4::this_actor::sleep_for(base_latency);
-            for (uint32_t t = 0; t < tiles; ++t) {
-              for (uint64_t i = 0; i < per_tile; ++i) {
-                const Op& op = lane.ops[i];
-                // Cross-lane dependencies (same tile): wait until those lanes completed them.
-                const OpRef* deps = lane.deps_of(i);
-                for (size_t d = 0; d < lane.dep_count(i); ++d) {
-                  if (deps[d].lane == l) continue;
-                  const uint64_t needed = t * explicit_form.ranks[static_cast<size_t>(r)].lanes[deps[d].lane].ops.size() +
-                                          deps[d].index + 1;
-                  std::unique_lock lock(*state.mutex);
-                  state.changed->wait(lock, [&] { return state.done[deps[d].lane] >= needed; });
-                }
-                switch (op.kind) {
-                  case OpKind::kSend: {
-                    // A connection (rank pair and lane) carries one message after the other, as
-                    // NCCL's per-peer FIFO does: a send waits for the previous one on its connection
-                    // to be delivered. Without this, 64 pipelined chunks issued at once would share
-                    // the link and all arrive at the end, and nothing would pipeline.
-                    sg4::Mailbox* mailbox = mailboxes.at({r, op.peer, l});
-                    sg4::CommPtr& previous = last_send[mailbox];
-                    if (previous) previous->wait();
-                    const auto bytes = static_cast<uint64_t>(static_cast<double>(sizer.bytes(op.src, t)) * wire);
-                    previous = mailbox->put_async(&s.token, bytes);
-                    pending.push_back(previous);
-                    break;
-                  }
-                  case OpKind::kRecv:
-                  case OpKind::kRecvReduce: mailboxes.at({op.peer, r, l})->get<int>(); break;
-                  case OpKind::kCopy: sg4::this_actor::execute(2.0 * static_cast<double>(sizer.bytes(op.dst, t))); break;
-                  case OpKind::kReduce:
-                    sg4::this_actor::execute(3.0 * static_cast<double>(sizer.bytes(op.dst, t)));
-                    break;
-                }
-                std::unique_lock lock(*state.mutex);
-                ++state.done[l];
-                state.changed->notify_all();
-              }
+      sg4::Actor::create(fmt::format("r{}-l{}", r, l), host, [&, r, l] {
+        const Lane& lane = explicit_form.ranks[static_cast<size_t>(r)].lanes[l];
+        RankState& state = states[static_cast<size_t>(r)];
+        const uint64_t per_tile = lane.ops.size();
+        if (base_latency > 0) sg4::this_actor::sleep_for(base_latency);
+        for (uint32_t t = 0; t < tiles; ++t) {
+          for (uint64_t i = 0; i < per_tile; ++i) {
+            const Op& op = lane.ops[i];
+            // Cross-lane dependencies (same tile): wait until those lanes completed them.
+            const OpRef* deps = lane.deps_of(i);
+            for (size_t d = 0; d < lane.dep_count(i); ++d) {
+              if (deps[d].lane == l) continue;
+              const uint64_t needed =
+                  t * explicit_form.ranks[static_cast<size_t>(r)].lanes[deps[d].lane].ops.size() + deps[d].index + 1;
+              std::unique_lock lock(*state.mutex);
+              state.changed->wait(lock, [&] { return state.done[deps[d].lane] >= needed; });
             }
-            sg4::Comm::wait_all(pending);
-          }));
+            switch (op.kind) {
+              case OpKind::kSend: {
+                Connection& c = connections.at({r, op.peer, l});
+                c.queue.push_back(static_cast<uint64_t>(static_cast<double>(sizer.bytes(op.src, t)) * wire));
+                c.queued->release();
+                break;
+              }
+              case OpKind::kRecv:
+              case OpKind::kRecvReduce: connections.at({op.peer, r, l}).delivered->acquire(); break;
+              case OpKind::kCopy: sg4::this_actor::execute(2.0 * static_cast<double>(sizer.bytes(op.dst, t))); break;
+              case OpKind::kReduce: sg4::this_actor::execute(3.0 * static_cast<double>(sizer.bytes(op.dst, t))); break;
+            }
+            std::unique_lock lock(*state.mutex);
+            ++state.done[l];
+            state.changed->notify_all();
+          }
+        }
+      });
     }
   }
-  // Eager delivery: each mailbox's receiver is the lane actor that reads it.
-  for (auto& [key, mailbox] : mailboxes) {
-    mailbox->set_receiver(actors[static_cast<size_t>(std::get<1>(key))][std::get<2>(key)]);
-  }
   s.engine->run();
-  for (auto& [key, mailbox] : mailboxes) mailbox->set_receiver(nullptr);
   result.simulated_transfers = result.transfers;
   result.seconds = sg4::Engine::get_clock() - start;
   return result;

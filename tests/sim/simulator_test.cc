@@ -2,6 +2,8 @@
 // one platform per process), so these tests can build many clusters.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "models/cluster.h"
 #include "sim/sweep.h"
@@ -89,6 +91,30 @@ TEST(Simulator, CompressedRoundsMatchTheFullSimulation) {
     EXPECT_NEAR(full.seconds / compressed, 1.0, 0.005) << bytes << " B";
 
   }
+}
+
+TEST(Simulator, EcmpCollisionsSlowANaiveRingByTheirMultiplicity) {
+  // 8 nodes x 8 GPUs on a rail-optimized fabric. The rail-aligned ring keeps every inter-node hop
+  // on one rail leaf; the node-major ring sends GPU 7 of node v to GPU 0 of node v+1, across the
+  // spines, where static ECMP puts several of those flows on one uplink. In the bandwidth-bound
+  // regime the ring runs at the pace of its most loaded link: the slowdown is that link's load.
+  constexpr int64_t kBytes = int64_t{1} << 32;
+  SweepRequest r = request(8);
+  r.points = {point(Collective::kAllReduce, kBytes, "ring")};
+  const double aligned = run_sweep(r)[0].seconds;
+  r.rail_aligned = false;
+  const double naive = run_sweep(r)[0].seconds;
+
+  const models::Topology topology = models::build_cluster(r.cluster);
+  std::map<std::pair<uint32_t, bool>, int> load;  // (link, direction) -> ring flows on it
+  const int n = topology.gpu_count();
+  for (int a = 0; a < n; ++a) {
+    for (const models::Hop& hop : topology.route(a, (a + 1) % n).hops) ++load[{hop.link, hop.forward}];
+  }
+  int worst = 0;
+  for (const auto& [link, flows] : load) worst = std::max(worst, flows);
+  ASSERT_GT(worst, 1) << "this fabric shows no ECMP collision; the test needs one";
+  EXPECT_NEAR(naive / aligned, worst, 0.05 * worst) << "naive " << naive << " s, rail-aligned " << aligned << " s";
 }
 
 }  // namespace
