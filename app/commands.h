@@ -19,6 +19,12 @@ void add_schedule_command(CLI::App& app, CommandStatus& status);
 // tandem bench <collective>: nccl-tests-style sweep of message sizes on a backend.
 void add_bench_command(CLI::App& app, CommandStatus& status);
 
+// tandem topo: a cluster's topology graph as a summary with routes, or Graphviz DOT.
+void add_topo_command(CLI::App& app, CommandStatus& status);
+
+// tandem bound <collective> <size>: NCCL's cost model per algorithm and the physical lower bound.
+void add_bound_command(CLI::App& app, CommandStatus& status);
+
 // tandem run SCENARIO: the main job; runs a scenario file and checks its expectations.
 void add_run_command(CLI::App& app, CommandStatus& status);
 

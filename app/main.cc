@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   CommandStatus status;
   add_schedule_command(app, status);
   add_bench_command(app, status);
+  add_topo_command(app, status);
+  add_bound_command(app, status);
   add_run_command(app, status);
 
   try {
