@@ -23,12 +23,14 @@
 
 #include "app/backends.h"
 #include "app/bench_check.h"
+#include "app/cli_cluster.h"
 #include "app/cli_common.h"
 #include "app/commands.h"
 #include "app/nccl_tests_table.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
 #include "core/error.h"
+#include "sim/sweep.h"
 
 namespace tandem::app {
 
@@ -58,6 +60,10 @@ struct BenchOptions {
   int root = 0;
   int ranks_per_node = 0;
   int channels = 1;
+  bool ngpus_given = false;  // -g on the command line (sim: GPUs per node; default all of them)
+  std::string network = "fluid";
+  bool node_major = false;   // sim: ring in rank order instead of rail-aligned
+  ClusterOptions cluster;
 };
 
 // An uninitialised, aligned byte buffer (filling is the caller's business: the check poisons it).
@@ -172,7 +178,86 @@ std::string describe_auto_choices(const std::vector<std::pair<int64_t, Algorithm
   return out;
 }
 
+// --backend sim: the same table from simulation on a cluster. No data moves, so #wrong is N/A and
+// the in-place columns repeat the out-of-place ones (placement does not change simulated time).
+void run_sim_bench(BenchOptions options, CommandStatus& status) {
+  sim::SweepRequest request;
+  request.cluster = cluster_spec(options.cluster);
+  request.gpus_per_node = options.ngpus_given ? options.nranks : request.cluster.gpus_per_node;
+  if (request.gpus_per_node > request.cluster.gpus_per_node) {
+    fail(ErrorCode::kInvalidArgument, "-g {}: a {} node has {} GPUs", request.gpus_per_node, request.cluster.preset,
+         request.cluster.gpus_per_node);
+  }
+  request.rail_aligned = !options.node_major;
+  if (options.network == "ideal") {
+    request.network = sim::NetworkModel::ideal();
+  } else {
+    request.network.fidelity = sim::parse_fidelity(options.network);
+  }
+  request.params.channels = options.channels;
+  const int nranks = request.cluster.nodes * request.gpus_per_node;
+  options.nranks = nranks;
+  options.ranks_per_node = request.gpus_per_node;
+  BenchOptions for_plan = options;
+  if (for_plan.algorithm == "nvls") for_plan.algorithm = "auto";  // a simulator model, not a core algorithm
+  const BenchPlan plan = make_plan(for_plan);
+  for (int64_t bytes : plan.sizes) {
+    sim::SweepPoint point;
+    point.collective = plan.collective;
+    point.bytes = nccl_tests_counts(plan.collective, bytes, plan.dtype, nranks).size_bytes;
+    point.algorithm = options.algorithm;
+    point.dtype = plan.dtype;
+    point.op = plan.op;
+    point.root = plan.root;
+    request.points.push_back(point);
+  }
+
+  fmt::print("# tandem {} bench {}: nccl-tests-style table from simulation\n", version_string(), name(plan.collective));
+  fmt::print("# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: 0 iters: 1 agg iters: 1 "
+             "validation: 0 graph: 0\n",
+             nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+             options.step_factor > 1 ? "factor" : "bytes");
+  fmt::print("#\n# Cluster: {}\n", models::describe(request.cluster));
+  fmt::print("# Backend: sim ({} network), {} GPUs per node, {} ring order, algorithm: {}\n#\n", options.network,
+             request.gpus_per_node, request.rail_aligned ? "rail-aligned" : "node-major", options.algorithm);
+  fmt::print("{}", format_column_header());
+  std::fflush(stdout);
+
+  const std::vector<sim::SweepPointResult> results = sim::run_sweep(request, /*isolated=*/false);
+  std::vector<BenchRow> rows;
+  std::vector<std::string> notes;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const sim::SweepPointResult& r = results[i];
+    if (!r.ok) fail(ErrorCode::kUnsupported, "{} B: {}", r.point.bytes, r.error);
+    BenchRow row;
+    row.counts = nccl_tests_counts(plan.collective, plan.sizes[i], plan.dtype, nranks);
+    row.type_name = nccl_tests_type_name(plan.dtype);
+    row.redop = is_reduction(plan.collective) ? name(plan.op) : std::string_view("none");
+    row.root = plan.rooted ? plan.root : -1;
+    row.out_of_place = make_result(r.seconds, row.counts, plan.collective, nranks, std::nullopt);
+    if (buffer_geometry(plan.collective, nranks).in_place_supported) row.in_place = row.out_of_place;
+    fmt::print("{}", format_row(row));
+    rows.push_back(row);
+    notes.push_back(fmt::format("{}/{}", r.algorithm, name(r.protocol)));
+  }
+  fmt::print("{}", format_footer(rows));
+  // Which algorithm and protocol ran, per run of equal choices.
+  std::string choices;
+  for (size_t begin = 0, i = 1; i <= notes.size(); ++i) {
+    if (i < notes.size() && notes[i] == notes[begin]) continue;
+    choices += fmt::format("{}{} for {} .. {} B", choices.empty() ? "" : ", ", notes[begin], rows[begin].counts.size_bytes,
+                           rows[i - 1].counts.size_bytes);
+    begin = i;
+  }
+  fmt::print("# Simulated with: {}\n", choices);
+  status.exit_code = kExitSuccess;
+}
+
 void run_bench(const BenchOptions& options, CommandStatus& status) {
+  if (options.backend == "sim") {
+    run_sim_bench(options, status);
+    return;
+  }
   const BenchPlan plan = make_plan(options);
   std::unique_ptr<Executor> executor = make_executor(options.backend);
   const int nranks = plan.layout.nranks;
@@ -315,7 +400,8 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
                    "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
                    "(also allreduce, allgather, reducescatter, alltoall, sendrecv)")
       ->required();
-  command->add_option("--backend", options->backend, "executor: host (ranks as threads; sim, cuda, nccl later)")
+  command->add_option("--backend", options->backend,
+                      "host (ranks as threads, real data) or sim (simulated cluster: --cluster, --nodes, ...)")
       ->capture_default_str();
   command->add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();
   command->add_option("-e,--maxbytes", options->max_bytes, "largest size in bytes")->capture_default_str();
@@ -323,12 +409,19 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   command->add_option("-f,--stepfactor", options->step_factor, "size multiplier (> 1 replaces -i)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  command->add_option("-g,--ngpus", options->nranks, "number of ranks (host backend: one thread each)")
+  command->add_option("-g,--ngpus", options->nranks,
+                      "host: number of ranks (one thread each); sim: GPUs of each node taking part (default: all)")
       ->capture_default_str()
-      ->check(CLI::Range(1, kMaxBenchRanks));
+      ->check(CLI::Range(1, kMaxBenchRanks))
+      ->each([options](const std::string&) { options->ngpus_given = true; });
+  command->add_option("--network", options->network, "sim: fluid, packet (ns-3; small clusters) or ideal (alpha-beta)")
+      ->capture_default_str();
+  command->add_flag("--node-major", options->node_major,
+                    "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");
+  add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical or auto")
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls (sim) or auto")
       ->capture_default_str();
   command
       ->add_option("-d,--datatype", options->dtype,

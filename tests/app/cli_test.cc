@@ -223,8 +223,9 @@ TEST(Cli, BenchUsageErrorsAreOneLine) {
   expect_usage_error(run_tandem("bench all_reduce -n abc"), "--iters");
   expect_usage_error(run_tandem("bench broadcast -g 4 -r 4 -b 8 -e 8"), "root");
   expect_usage_error(run_tandem("bench all_to_all --algo ring -g 4 -b 8 -e 8"), "all_to_all");
-  expect_usage_error(run_tandem("bench all_reduce --backend sim -b 8 -e 8"),
-                     "backend 'sim' is not available in this build yet");
+  expect_usage_error(run_tandem("bench all_reduce --backend cuda -b 8 -e 8"),
+                     "backend 'cuda' is not available in this build yet");
+
   expect_usage_error(run_tandem("bench all_reduce --backend quantum -b 8 -e 8"), "quantum");
 }
 
@@ -295,6 +296,27 @@ TEST(Cli, ScheduleUsageErrors) {
   expect_usage_error(run_tandem("schedule --collective all_to_all --algo ring --nranks 4"), "all_to_all");
   expect_usage_error(run_tandem("schedule --collective broadcast --nranks 4 --root 7"), "--root");
   expect_usage_error(run_tandem("schedule --check x.json --nranks 4"), "--check");
+}
+
+// bench --backend sim prints the same table from simulation: busbw = algbw x 2(n-1)/n, #wrong N/A,
+// and a ring all_reduce on one DGX-H100 reaches NVLink's effective 370.8 GB/s at large sizes.
+TEST(Cli, BenchSimPrintsTheTableFromSimulation) {
+  const Outcome outcome = run_tandem("bench all_reduce --backend sim --cluster dgx-h100 --nodes 1 -b 1M -e 1G -f 32 --algo ring");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  int rows = 0;
+  double last_busbw = 0;
+  for (const std::string& line : lines_of(outcome.out)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::vector<std::string> f = fields_of(line);
+    ASSERT_EQ(f.size(), 13u) << line;
+    const double algbw = std::stod(f[6]);
+    last_busbw = std::stod(f[7]);
+    EXPECT_NEAR(last_busbw, algbw * 2 * 7 / 8, 0.02 * last_busbw + 0.01) << line;
+    EXPECT_EQ(f[8], "N/A") << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3);
+  EXPECT_NEAR(last_busbw, 370.8, 5.0);
 }
 
 }  // namespace
