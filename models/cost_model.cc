@@ -546,4 +546,12 @@ std::optional<NcclPrediction> nccl_select(const ClusterSpec& spec, Collective co
   return NcclCostModel(spec).select(collective, bytes);
 }
 
+double nccl_hop_latency_us(NcclLinkClass link, NcclAlgorithm algorithm, NcclProtocol protocol) {
+  return kHwLatency_us[static_cast<int>(link)][static_cast<int>(algorithm)][static_cast<int>(protocol)];
+}
+
+double nccl_base_latency_us(NcclAlgorithm algorithm, NcclProtocol protocol) {
+  return kBaseLatency_us[static_cast<int>(algorithm)][static_cast<int>(protocol)];
+}
+
 }  // namespace tandem::models

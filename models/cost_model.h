@@ -38,6 +38,12 @@ std::span<const NcclProtocol> all_nccl_protocols();
 std::string_view name(NcclAlgorithm algorithm);  // "tree", "ring", "collnet_direct", ..., "nvls_tree", "pat"
 std::string_view name(NcclProtocol protocol);    // "LL", "LL128", "Simple"
 
+// NCCL's latency tables, for models that time hops themselves (the simulator): hwLat, the latency
+// of one step of `algorithm` over a link class, and baseLat, the fixed cost of one collective (µs).
+enum class NcclLinkClass : uint8_t { kNvLink, kPci, kNet };
+double nccl_hop_latency_us(NcclLinkClass link, NcclAlgorithm algorithm, NcclProtocol protocol);
+double nccl_base_latency_us(NcclAlgorithm algorithm, NcclProtocol protocol);
+
 // One algorithm's graph as NCCL's topology search would find it on this cluster.
 struct NcclGraph {
   int channels = 0;          // 0: no graph, the algorithm is unavailable

@@ -1,20 +1,24 @@
 #include "sim/protocol.h"
 
+#include "models/cost_model.h"
+
 namespace tandem::sim {
 namespace {
 
-// NCCL 2.28 tuning constants (src/graph/tuning.cc; docs/nccl-notes.md §1.3), microseconds,
-// indexed [LL, LL128, Simple]. Tree's for the tree, Ring's for every other schedule (each hop of
-// a ring, doubling or direct step is one point-to-point step like a ring's).
-constexpr double kRingBaseLatencyUs[] = {6.6, 14.0, 8.4};
-constexpr double kTreeBaseLatencyUs[] = {6.8, 14.0, 8.4};
-constexpr double kRingNvlinkHopUs[] = {0.6, 1.9, 3.4};
-constexpr double kTreeNvlinkHopUs[] = {0.6, 1.25, 4.0};
-constexpr double kRingNetHopUs[] = {2.7, 4.0, 14.0};
-constexpr double kTreeNetHopUs[] = {5.0, 8.5, 14.0};
-constexpr double kNvlsNvlinkUs = 25.0;  // NVLS, Simple only, base latency 0
+models::NcclProtocol nccl(Protocol protocol) {
+  switch (protocol) {
+    case Protocol::kLL: return models::NcclProtocol::kLL;
+    case Protocol::kLL128: return models::NcclProtocol::kLL128;
+    case Protocol::kSimple: return models::NcclProtocol::kSimple;
+  }
+  return models::NcclProtocol::kSimple;
+}
 
-size_t index(Protocol protocol) { return static_cast<size_t>(protocol); }
+// Tree's latencies for the tree; Ring's for every other schedule (each hop of a ring, doubling or
+// direct step is one point-to-point step like a ring's).
+models::NcclAlgorithm nccl(Algorithm algorithm) {
+  return algorithm == Algorithm::kTree ? models::NcclAlgorithm::kTree : models::NcclAlgorithm::kRing;
+}
 
 }  // namespace
 
@@ -28,15 +32,18 @@ double protocol_wire_factor(Protocol protocol) {
 }
 
 double protocol_hop_latency_s(Protocol protocol, Algorithm algorithm, bool network_hop) {
-  const bool tree = algorithm == Algorithm::kTree;
-  const double* table = network_hop ? (tree ? kTreeNetHopUs : kRingNetHopUs) : (tree ? kTreeNvlinkHopUs : kRingNvlinkHopUs);
-  return table[index(protocol)] * 1e-6;
+  const auto link = network_hop ? models::NcclLinkClass::kNet : models::NcclLinkClass::kNvLink;
+  return models::nccl_hop_latency_us(link, nccl(algorithm), nccl(protocol)) * 1e-6;
 }
 
 double protocol_base_latency_s(Protocol protocol, Algorithm algorithm) {
-  return (algorithm == Algorithm::kTree ? kTreeBaseLatencyUs : kRingBaseLatencyUs)[index(protocol)] * 1e-6;
+  return models::nccl_base_latency_us(nccl(algorithm), nccl(protocol)) * 1e-6;
 }
 
-double nvls_latency_s() { return kNvlsNvlinkUs * 1e-6; }
+double nvls_latency_s() {
+  return models::nccl_hop_latency_us(models::NcclLinkClass::kNvLink, models::NcclAlgorithm::kNvls,
+                                     models::NcclProtocol::kSimple) *
+         1e-6;
+}
 
 }  // namespace tandem::sim

@@ -1,6 +1,6 @@
 // NCCL's protocols as timing terms for the simulator: a payload efficiency (bytes on the wire per
 // byte of data) and a latency per hop and per collective, from NCCL 2.28's tuning tables
-// (models/cost_model.h holds the tables; docs/simulator.md explains the model).
+// (the tables are models/cost_model.h's; docs/simulator.md explains the model).
 #pragma once
 
 #include "core/types.h"
