@@ -11,7 +11,7 @@ namespace {
 // Pipelining of chains and trees: NCCL moves a tree's data in chunks of about this size, so a big
 // message becomes a pipeline whose fill is a small part of the time; capped to keep simulations short.
 constexpr int64_t kPipelineChunkBytes = 4 << 20;
-constexpr uint32_t kMaxTiles = 16;
+constexpr uint32_t kMaxTiles = 64;
 
 Protocol to_protocol(models::NcclProtocol p) {
   switch (p) {
