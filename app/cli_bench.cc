@@ -25,6 +25,7 @@
 #include "app/bench_check.h"
 #include "app/cli_cluster.h"
 #include "app/cli_common.h"
+#include "app/host_memory.h"
 #include "app/commands.h"
 #include "app/nccl_tests_table.h"
 #include "core/algorithms.h"
@@ -38,10 +39,6 @@ namespace {
 
 // One rank per thread on the host backend; beyond this a typo is likelier than a plan.
 constexpr int kMaxBenchRanks = 4096;
-// Buffers start on cache-line boundaries.
-constexpr std::align_val_t kBufferAlignment{64};
-// Leave this share of the available memory to everything else.
-constexpr double kMemoryHeadroom = 0.9;
 
 struct BenchOptions {
   std::string collective;
@@ -66,37 +63,6 @@ struct BenchOptions {
   ClusterOptions cluster;
 };
 
-// An uninitialised, aligned byte buffer (filling is the caller's business: the check poisons it).
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(size_t bytes)
-      : data_(static_cast<std::byte*>(::operator new[](bytes == 0 ? 1 : bytes, kBufferAlignment))) {}
-  ~AlignedBuffer() { ::operator delete[](data_, kBufferAlignment); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  std::byte* data() const { return data_; }
-
- private:
-  std::byte* data_;
-};
-
-std::string format_bytes(double bytes) {
-  if (bytes >= double(1 << 30)) return fmt::format("{:.1f} GiB", bytes / double(1 << 30));
-  if (bytes >= double(1 << 20)) return fmt::format("{:.1f} MiB", bytes / double(1 << 20));
-  return fmt::format("{:.0f} B", bytes);
-}
-
-// MemAvailable from /proc/meminfo in bytes; empty where it cannot be read.
-std::optional<double> available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  double kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024.0;
-  }
-  return std::nullopt;
-}
 
 std::string host_name() {
   char name[256] = {};
@@ -276,11 +242,8 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
     max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
   }
   const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
-  if (std::optional<double> available = available_memory_bytes(); available && needed > kMemoryHeadroom * *available) {
-    fail(ErrorCode::kInvalidArgument,
-         "bench needs {} of host memory for {} ranks up to {} bytes (-e); {} is available; lower -e or -g",
-         format_bytes(needed), nranks, plan.max_bytes, format_bytes(*available));
-  }
+  require_host_memory(needed, fmt::format("bench for {} ranks up to {} bytes (-e; lower -e or -g)", nranks,
+                                          plan.max_bytes));
   RankMemory memory(plan, max_input_bytes, max_output_bytes);
 
   // Header, as nccl-tests prints it.

@@ -1,5 +1,7 @@
 #include "app/scenario_run.h"
 
+#include "app/host_memory.h"
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include "app/backends.h"
 #include "app/bench_check.h"
 #include "app/cli_common.h"
+#include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
 #include "core/communicator.h"
 #include "core/error.h"
@@ -86,34 +89,6 @@ void for_each_point(const CollectiveSweep& sweep, Visit&& visit) {
 
 // ---- host --------------------------------------------------------------------------------------
 
-// Buffers start on cache-line boundaries.
-constexpr std::align_val_t kBufferAlignment{64};
-// Leave this share of the available memory to everything else.
-constexpr double kMemoryHeadroom = 0.9;
-
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(size_t bytes)
-      : data_(static_cast<std::byte*>(::operator new[](bytes == 0 ? 1 : bytes, kBufferAlignment))) {}
-  ~AlignedBuffer() { ::operator delete[](data_, kBufferAlignment); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  std::byte* data() const { return data_; }
-
- private:
-  std::byte* data_;
-};
-
-double available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  double kib = 0;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024.0;
-  }
-  return 0;  // unknown
-}
-
 int64_t per_rank_bytes(const SizeCounts& counts, DataType dtype) {
   return (counts.input_elements + counts.output_elements) * static_cast<int64_t>(size_bytes(dtype));
 }
@@ -136,12 +111,7 @@ std::vector<PointResult> run_host_variant(const Scenario& scenario, const Cluste
     }
   }
   const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
-  const double available = available_memory_bytes();
-  if (available > 0 && needed > kMemoryHeadroom * available) {
-    fail(ErrorCode::kInvalidArgument,
-         "the host backend needs {:.1f} GiB for {} ranks of variant '{}'; {:.1f} GiB is available", needed / (1 << 30),
-         nranks, variant.name, available / (1 << 30));
-  }
+  require_host_memory(needed, fmt::format("the host backend for {} ranks of variant '{}'", nranks, variant.name));
   std::vector<std::unique_ptr<AlignedBuffer>> inputs, outputs;
   for (int rank = 0; rank < nranks; ++rank) {
     inputs.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_input_bytes)));

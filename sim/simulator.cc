@@ -71,42 +71,13 @@ class TopologyZone : public routing::NetZoneImpl {
 
   void get_local_route(const routing::NetPoint* src, const routing::NetPoint* dst, routing::Route* into,
                        double* latency) override {
-    const int a = host_of_point_.at(src->id());
-    const int b = host_of_point_.at(dst->id());
-    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
-    auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      Cached cached;
-      route_(a, b, cached.links, cached.latency_s, cached.network);
-      it = cache_.emplace(key, std::move(cached)).first;
-    }
-    into->link_list_.insert(into->link_list_.end(), it->second.links.begin(), it->second.links.end());
-    if (latency != nullptr && !latency_off) {
-      *latency += it->second.latency_s + (it->second.network ? extra_network_s : extra_nvlink_s);
-    }
+    const Cached& route = cached(host_of_point_.at(src->id()), host_of_point_.at(dst->id()));
+    into->link_list_.insert(into->link_list_.end(), route.links.begin(), route.links.end());
+    if (latency != nullptr && !latency_off) *latency += message_latency(route);
   }
 
-  // The latency of a route as messages see it (route + protocol).
-  double message_latency(int a, int b) {
-    routing::Route route;
-    double latency = 0;
-    const bool off = latency_off;
-    latency_off = false;
-    get_local_route_by_index(a, b, &route, &latency);
-    latency_off = off;
-    return latency;
-  }
-  void get_local_route_by_index(int a, int b, routing::Route* into, double* latency) {
-    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
-    auto it = cache_.find(key);
-    if (it == cache_.end()) {
-      Cached cached;
-      route_(a, b, cached.links, cached.latency_s, cached.network);
-      it = cache_.emplace(key, std::move(cached)).first;
-    }
-    into->link_list_ = it->second.links;
-    if (latency != nullptr) *latency += it->second.latency_s + (it->second.network ? extra_network_s : extra_nvlink_s);
-  }
+  // The latency of the route from host a to host b as messages see it (route + protocol).
+  double message_latency(int a, int b) { return message_latency(cached(a, b)); }
 
   // While set, routes report no latency: the op-by-op executor applies latency as a delay line.
   bool latency_off = false;
@@ -121,6 +92,20 @@ class TopologyZone : public routing::NetZoneImpl {
     double latency_s = 0;
     bool network = false;  // crosses a network link (NCCL's NET hop latency applies)
   };
+
+  const Cached& cached(int a, int b) {
+    const uint64_t key = (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) {
+      Cached route;
+      route_(a, b, route.links, route.latency_s, route.network);
+      it = cache_.emplace(key, std::move(route)).first;
+    }
+    return it->second;
+  }
+  double message_latency(const Cached& route) const {
+    return route.latency_s + (route.network ? extra_network_s : extra_nvlink_s);
+  }
   RouteFn route_;
   std::vector<int> host_of_point_;
   std::unordered_map<uint64_t, Cached> cache_;
