@@ -6,7 +6,7 @@
 // TCP-gamma cap off, so a lone transfer takes latency + bytes / bandwidth exactly and contention
 // comes only from flows sharing a link. Real-hardware efficiencies are explicit, named factors
 // (NetworkModel), applied to link bandwidths per link kind; NCCL's protocols add per-hop latency
-// and a payload efficiency. "packet" uses SimGrid's ns-3 model instead (small clusters only).
+// and a payload efficiency. "packet" (SimGrid's ns-3 model) is declared but not available yet.
 #pragma once
 
 #include <cstdint>
