@@ -1,66 +1,24 @@
 // Runs the built `tandem` binary (TANDEM_BINARY) and checks what a user sees: stdout, stderr and
 // the exit code.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
-#include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "tests/support/cli_runner.h"
+
 namespace {
 
-struct Outcome {
-  std::string out;
-  std::string err;
-  int exit_code = -1;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Per process, so that test runs of several build trees at once do not share files.
-std::string temp_path(const std::string& name) {
-  return fmt::format("{}tandem_cli_{}_{}", ::testing::TempDir(), getpid(), name);
-}
-
-// `args` is passed through the shell; tests only use plain words.
-Outcome run_tandem(const std::string& args) {
-  const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
-  int status = std::system(command.c_str());
-  Outcome outcome;
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  outcome.out = read_text(out);
-  outcome.err = read_text(err);
-  return outcome;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> fields_of(const std::string& line) {
-  std::vector<std::string> fields;
-  std::istringstream in(line);
-  for (std::string field; in >> field;) fields.push_back(field);
-  return fields;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using tandem::testing::contains;
+using tandem::testing::fields_of;
+using tandem::testing::lines_of;
+using tandem::testing::Outcome;
+using tandem::testing::run_tandem;
+using tandem::testing::temp_path;
 
 // A usage error: nothing on stdout, exactly one line on stderr, exit code 2.
 void expect_usage_error(const Outcome& outcome, const std::string& mentions) {
@@ -301,7 +259,8 @@ TEST(Cli, ScheduleUsageErrors) {
 // bench --backend sim prints the same table from simulation: busbw = algbw x 2(n-1)/n, #wrong N/A,
 // and a ring all_reduce on one DGX-H100 reaches NVLink's effective 370.8 GB/s at large sizes.
 TEST(Cli, BenchSimPrintsTheTableFromSimulation) {
-  const Outcome outcome = run_tandem("bench all_reduce --backend sim --cluster dgx-h100 --nodes 1 -b 1M -e 1G -f 32 --algo ring");
+  const Outcome outcome =
+      run_tandem("bench all_reduce --backend sim --cluster dgx-h100 --nodes 1 -b 1M -e 1G -f 32 --algo ring");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
   int rows = 0;
   double last_busbw = 0;

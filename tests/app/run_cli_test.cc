@@ -1,13 +1,8 @@
 // `tandem run`, end to end: runs the built binary (TANDEM_BINARY) on the shipped scenarios and on
 // small broken ones, and checks stdout, stderr, the exit code and the files --out writes. The
 // shipped scenarios' expectations are checked here, so CI fails when they stop holding.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -15,52 +10,22 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/support/cli_runner.h"
+
 namespace {
 
-struct Outcome {
-  std::string out;
-  std::string err;
-  int exit_code = -1;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Per process, so that test runs of several build trees at once do not share files.
-std::string temp_path(const std::string& name) {
-  return fmt::format("{}tandem_run_{}_{}", ::testing::TempDir(), getpid(), name);
-}
-
-// `args` is passed through the shell; tests only use plain words.
-Outcome run_tandem(const std::string& args) {
-  const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
-  const int status = std::system(command.c_str());
-  Outcome outcome;
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  outcome.out = read_text(out);
-  outcome.err = read_text(err);
-  return outcome;
-}
+using tandem::testing::contains;
+using tandem::testing::lines_of;
+using tandem::testing::Outcome;
+using tandem::testing::read_text;
+using tandem::testing::run_tandem;
+using tandem::testing::temp_path;
 
 std::string write_scenario(const std::string& name, const std::string& yaml) {
   const std::string path = temp_path(name);
   std::ofstream(path) << yaml;
   return path;
 }
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // An error: nothing on stdout, exactly one "tandem: error: " line on stderr.
 void expect_one_line_error(const Outcome& outcome, int exit_code, const std::string& mentions) {

@@ -8,16 +8,12 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "core/validate.h"
+#include "tests/support/rank_counts.h"
 
 namespace tandem {
 namespace {
 
-std::vector<int> rank_counts() {
-  std::vector<int> counts;
-  for (int n = 1; n <= 17; ++n) counts.push_back(n);
-  for (int n : {24, 32, 64, 128}) counts.push_back(n);
-  return counts;
-}
+using testing::rank_counts;
 
 // Layouts an algorithm is checked on: flat, and for hierarchical/tree every whole-node split.
 std::vector<RankLayout> layouts(Algorithm a, int n) {
@@ -88,7 +84,8 @@ TEST(Algorithms, SymmetricRingMatchesTheExplicitRing) {
       for (int i = 0; i < n; ++i) layout.ring_order.push_back(std::gcd(5, n) == 1 ? i * 5 % n : n - 1 - i);
       const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, n};
       const AlgoParams params{channels, 1, Algorithm::kRing};
-      const Schedule symmetric = build_checked_schedule(spec, layout, Algorithm::kRing, params, ScheduleForm::kSymmetric);
+      const Schedule symmetric =
+          build_checked_schedule(spec, layout, Algorithm::kRing, params, ScheduleForm::kSymmetric);
       ASSERT_TRUE(symmetric.symmetric());
       Schedule expanded = expand(symmetric);
       validate(expanded);
@@ -103,7 +100,8 @@ TEST(Algorithms, SymmetricRingMatchesTheExplicitRing) {
           const auto& b = expanded.ranks[r].lanes[l].ops;
           ASSERT_EQ(a.size(), b.size());
           for (size_t i = 0; i < a.size(); ++i) {
-            EXPECT_TRUE(a[i].kind == b[i].kind && a[i].peer == b[i].peer && a[i].src == b[i].src && a[i].dst == b[i].dst)
+            EXPECT_TRUE(a[i].kind == b[i].kind && a[i].peer == b[i].peer && a[i].src == b[i].src &&
+                        a[i].dst == b[i].dst)
                 << "n=" << n << " rank " << r << " lane " << l << " op " << i;
           }
         }
@@ -160,8 +158,8 @@ TEST(Algorithms, UnsupportedPairsAreClearErrors) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_STREQ(e.what(), "algorithm 'ring' does not implement all_to_all; algorithms for all_to_all: direct");
   }
-  EXPECT_THROW(build_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 6}, RankLayout::nodes(1, 4),
-                              Algorithm::kHierarchical),
+  EXPECT_THROW(build_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 6},
+                              RankLayout::nodes(1, 4), Algorithm::kHierarchical),
                Error);
   EXPECT_THROW(build_schedule({Collective::kBroadcast, 0, DataType::kF32, ReduceOp::kSum, 4, 4}, RankLayout::flat(4),
                               Algorithm::kRing),

@@ -12,17 +12,12 @@
 #include "core/algorithms/internal.h"
 #include "core/error.h"
 #include "core/validate.h"
+#include "tests/support/rank_counts.h"
 
 namespace tandem {
 namespace {
 
-// 1..17 covers 0 and 1 folds, primes and every small non-power of two; then a few larger ones.
-std::vector<int> rank_counts() {
-  std::vector<int> counts;
-  for (int n = 1; n <= 17; ++n) counts.push_back(n);
-  for (int n : {24, 32, 64, 128}) counts.push_back(n);
-  return counts;
-}
+using testing::rank_counts;
 
 constexpr int kPipelineChunks[] = {1, 2, 3};
 

@@ -1,53 +1,18 @@
 // `tandem topo` and `tandem bound` as a user sees them: run the built binary (TANDEM_BINARY) and
 // check stdout, stderr and the exit code.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "tests/support/cli_runner.h"
 
 namespace {
 
-struct Outcome {
-  std::string out;
-  std::string err;
-  int exit_code = -1;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// `args` goes through the shell; tests only use plain words.
-Outcome run_tandem(const std::string& args) {
-  const std::string out = fmt::format("{}tandem_models_cli_{}_stdout", ::testing::TempDir(), getpid());
-  const std::string err = fmt::format("{}tandem_models_cli_{}_stderr", ::testing::TempDir(), getpid());
-  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
-  const int status = std::system(command.c_str());
-  Outcome outcome;
-  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  outcome.out = read_text(out);
-  outcome.err = read_text(err);
-  return outcome;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using tandem::testing::contains;
+using tandem::testing::lines_of;
+using tandem::testing::Outcome;
+using tandem::testing::run_tandem;
 
 void expect_usage_error(const Outcome& outcome, const std::string& mentions) {
   EXPECT_EQ(outcome.exit_code, 2) << outcome.err;

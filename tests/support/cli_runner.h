@@ -1,0 +1,80 @@
+// Shared helpers for the end-to-end tests that run the built `tandem` binary: run it with a command
+// line, capture its stdout, stderr and exit code, and split what it printed into lines and fields.
+//
+// The binary's path comes from the compile definition TANDEM_BINARY, a string literal that the
+// test's CMakeLists.txt sets, e.g.
+//   target_compile_definitions(<test> PRIVATE TANDEM_BINARY="$<TARGET_FILE:tandem>")
+//   add_dependencies(<test> tandem)
+// Header-only; needs fmt and GoogleTest (for ::testing::TempDir()).
+#pragma once
+
+#ifndef TANDEM_BINARY
+#error "tests/support/cli_runner.h needs TANDEM_BINARY, the tandem binary's path (see the comment above)"
+#endif
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace tandem::testing {
+
+// What one run of the binary left: its stdout, its stderr and its exit code (-1 if it did not exit).
+struct Outcome {
+  std::string out;
+  std::string err;
+  int exit_code = -1;
+};
+
+// The whole file as text; empty if it cannot be read.
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A path in GoogleTest's temp folder, per process, so that test runs of several build trees at once
+// do not share files.
+inline std::string temp_path(const std::string& name) {
+  return fmt::format("{}tandem_test_{}_{}", ::testing::TempDir(), getpid(), name);
+}
+
+// Runs `tandem <args>` with stdin from /dev/null. `args` is passed through the shell; tests only
+// use plain words (and single-quoted paths).
+inline Outcome run_tandem(const std::string& args) {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
+  const int status = std::system(command.c_str());
+  Outcome outcome;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.out = read_text(out);
+  outcome.err = read_text(err);
+  return outcome;
+}
+
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Whitespace-separated fields of one line.
+inline std::vector<std::string> fields_of(const std::string& line) {
+  std::vector<std::string> fields;
+  std::istringstream in(line);
+  for (std::string field; in >> field;) fields.push_back(field);
+  return fields;
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace tandem::testing
