@@ -187,6 +187,10 @@ Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec
   char arg1[] = "--log=root.thres:critical";
   char* argv[] = {arg0, arg1, nullptr};
   s.engine = std::make_unique<sg4::Engine>(&argc, argv);
+  // Thousands of short-lived actors: small stacks without guard pages (the default 8 MiB stack
+  // each made mmap/munmap the largest cost of a simulation).
+  sg4::Engine::set_config("contexts/stack-size:256");
+  sg4::Engine::set_config("contexts/guard-size:0");
   if (model.fidelity == Fidelity::kPacket) {
     sg4::Engine::set_config("network/model:ns-3");
   } else {
