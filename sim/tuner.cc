@@ -10,7 +10,7 @@ namespace {
 
 // Pipelining of chains and trees: NCCL moves a tree's data in chunks of about this size, so a big
 // message becomes a pipeline whose fill is a small part of the time; capped to keep simulations short.
-constexpr int64_t kPipelineChunkBytes = 4 << 20;
+constexpr int64_t kPipelineChunkBytes = 512 << 10;
 constexpr uint32_t kMaxTiles = 64;
 
 Protocol to_protocol(models::NcclProtocol p) {
