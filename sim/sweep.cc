@@ -161,8 +161,10 @@ std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolat
     json reply;
     try {
       reply = {{"results", to_json(run_in_process(request))}};
+    } catch (const Error& e) {
+      reply = {{"error", e.what()}, {"code", static_cast<int>(e.code())}};  // the parent rethrows it as is
     } catch (const std::exception& e) {
-      reply = {{"error", e.what()}};
+      reply = {{"error", e.what()}, {"code", static_cast<int>(ErrorCode::kBackend)}};
     }
     const std::string text = reply.dump();
     size_t written = 0;
@@ -185,7 +187,9 @@ std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolat
     fail(ErrorCode::kBackend, "sweep: the simulation process for {} died (status {})", request.cluster.preset, status);
   }
   const json reply = json::parse(text);
-  if (reply.contains("error")) throw Error(ErrorCode::kBackend, reply.at("error").get<std::string>());
+  if (reply.contains("error")) {
+    throw Error(static_cast<ErrorCode>(reply.at("code").get<int>()), reply.at("error").get<std::string>());
+  }
   std::vector<SweepPointResult> results(request.points.size());
   for (size_t i = 0; i < results.size(); ++i) results[i].point = request.points[i];
   from_json(reply.at("results"), results);
