@@ -159,9 +159,6 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     request.network = sim::NetworkModel::ideal();
   } else {
     request.network.fidelity = sim::parse_fidelity(options.network);
-    if (request.network.fidelity == sim::Fidelity::kPacket) {
-      fail(ErrorCode::kUnsupported, "the packet (ns-3) network model is not available yet; use --network fluid");
-    }
   }
   request.params.channels = options.channels;
   const int nranks = request.cluster.nodes * request.gpus_per_node;
@@ -380,7 +377,7 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxBenchRanks))
       ->each([options](const std::string&) { options->ngpus_given = true; });
-  command->add_option("--network", options->network, "sim: fluid (default) or ideal (alpha-beta); packet (ns-3) is not available yet")
+  command->add_option("--network", options->network, "sim: fluid (default), ideal (alpha-beta), or packet (ns-3, <= 32 GPUs, experimental)")
       ->capture_default_str();
   command->add_flag("--node-major", options->node_major,
                     "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");

@@ -4,6 +4,8 @@
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 
+#include <boost/graph/adjacency_list.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -111,6 +113,26 @@ class TopologyZone : public routing::NetZoneImpl {
   std::unordered_map<uint64_t, Cached> cache_;
 };
 
+// ns-3 models TCP; the fabrics tandem simulates run RDMA over lossless links (no slow start, no
+// window limit, PFC instead of drops). SimGrid's binding exposes no TCP settings, so the defaults
+// go through ns-3's own NS_ATTRIBUTE_DEFAULT (read when ns-3 objects are created): socket buffers
+// and an initial congestion window large enough that a message is never window-bound, and queues
+// deep enough that nothing is dropped. What is left are the packet model's own costs: TCP/IP
+// headers and one handshake per message (docs/simulator.md). Without the deep queues, bursts drop,
+// and SimGrid 3.32's ns-3 glue aborts on the retransmissions ("total_bytes is not sent_bytes").
+// A user's NS_ATTRIBUTE_DEFAULT is kept, after ours, so it wins.
+void configure_ns3() {
+  std::string defaults =
+      "ns3::TcpSocket::SndBufSize=268435456;ns3::TcpSocket::RcvBufSize=268435456;"
+      "ns3::TcpSocket::SegmentSize=1040;ns3::TcpSocket::InitialCwnd=1000000;"
+      "ns3::DropTailQueue<Packet>::MaxSize=100000000p;ns3::FqCoDelQueueDisc::MaxSize=100000000p";
+  if (const char* user = std::getenv("NS_ATTRIBUTE_DEFAULT"); user != nullptr && *user != '\0') {
+    defaults += ';';
+    defaults += user;
+  }
+  ::setenv("NS_ATTRIBUTE_DEFAULT", defaults.c_str(), 1);
+}
+
 }  // namespace
 
 struct Simulator::Impl {
@@ -163,6 +185,53 @@ struct Simulator::Impl {
     latency = topology.link(link).latency_s;
   }
 
+  double hbm_Bps() const { return cluster.gpu.hbm_Bps > 0 ? cluster.gpu.hbm_Bps : 1e12; }
+
+  // The latency a message from GPU a to GPU b pays on top of moving its bytes: the route's and the
+  // protocol's with the fluid model; with ns-3, which delays packets on its links itself, only the
+  // protocol's.
+  double message_latency(int a, int b) const {
+    if (zone != nullptr) return zone->message_latency(a, b);
+    return network_hop(a, b) ? packet_extra_network_s : packet_extra_nvlink_s;
+  }
+  double packet_extra_nvlink_s = 0;
+  double packet_extra_network_s = 0;
+
+  // The packet platform: every topology vertex an ns-3 node (GPUs as hosts, switches and NICs as
+  // routers) and every topology link one point-to-point link, declared as a one-link route (the
+  // only routes SimGrid hands to ns-3); ns-3's global routing finds the paths (one per pair: no
+  // ECMP spreading). Small clusters only (kMaxPacketGpus), so Floyd's O(V^3) is nothing.
+  void build_packet_platform() {
+    sg4::NetZone* zone_iface = sg4::create_floyd_zone("tandem-packet");
+    const auto& graph = topology.graph();
+    std::vector<routing::NetPoint*> point(boost::num_vertices(graph), nullptr);
+    gpu_hosts.assign(static_cast<size_t>(topology.gpu_count()), nullptr);
+    for (auto [it, end] = boost::vertices(graph); it != end; ++it) {
+      const models::Vertex& v = graph[*it];
+      if (v.kind == models::VertexKind::kGpu) {
+        sg4::Host* host = zone_iface->create_host(v.name, hbm_Bps());
+        host_index[host] = v.rank;
+        gpu_hosts[static_cast<size_t>(v.rank)] = host;
+        point[*it] = host->get_netpoint();
+      } else {
+        point[*it] = zone_iface->create_router(v.name);
+      }
+    }
+    for (uint32_t id = 0; id < topology.link_count(); ++id) {
+      const models::Link& link = topology.link(id);
+      sg4::Link* sg_link = zone_iface->create_link(link.name, link.bandwidth_Bps * link_efficiency(link.kind));
+      sg_link->set_latency(link.latency_s);
+      sg_link->seal();
+      const auto [a, b] = topology.endpoints(id);
+      zone_iface->add_route(point[a], point[b], nullptr, nullptr, {sg4::LinkInRoute(sg_link)}, true);
+    }
+    zone_iface->seal();
+    // SimGrid 3.32 builds ns-3's routing tables on on_platform_created, which only its XML loader
+    // fires; without it every connection fails and the engine spins (docs/simulator.md).
+    engine->seal_platform();
+    sg4::Engine::on_platform_created();
+  }
+
   bool network_hop(int a, int b) const {
     return topology.graph()[topology.gpu_vertex(a)].node != topology.graph()[topology.gpu_vertex(b)].node;
   }
@@ -170,22 +239,25 @@ struct Simulator::Impl {
 
 Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec& cluster, const NetworkModel& model)
     : impl_(std::make_unique<Impl>(Impl{topology, cluster, model})) {
-  if (model.fidelity == Fidelity::kPacket) {
-    // SimGrid's ns-3 binding builds its packet network from routes declared with add_route; the
-    // cached-route zone that makes large clusters affordable declares none, so ns-3 would see no
-    // network at all. Until a small-cluster platform with declared routes exists, say so.
+  if (model.fidelity == Fidelity::kPacket && topology.gpu_count() > kMaxPacketGpus) {
     fail(ErrorCode::kUnsupported,
-         "the packet (ns-3) network model is not available yet; use the fluid model (--network fluid)");
+         "the packet (ns-3) model simulates every packet and is meant for small clusters: {} GPUs, at most {}; "
+         "use the fluid model (--network fluid)",
+         topology.gpu_count(), kMaxPacketGpus);
   }
   if (g_platform_built.exchange(true)) {
     fail(ErrorCode::kBackend, "SimGrid allows one simulated platform per process; run further clusters with "
                               "run_sweep (one child process each)");
   }
   Impl& s = *impl_;
+  if (model.fidelity == Fidelity::kPacket) configure_ns3();
+  // SimGrid's own logging stays quiet unless TANDEM_SIMGRID_LOG asks for more (a --log value,
+  // e.g. "res_ns3.thres:debug"), for debugging the simulator itself.
+  const char* log_env = std::getenv("TANDEM_SIMGRID_LOG");
+  std::string arg0 = "tandem";
+  std::string arg1 = std::string("--log=") + (log_env != nullptr ? log_env : "root.thres:critical");
   int argc = 2;
-  char arg0[] = "tandem";
-  char arg1[] = "--log=root.thres:critical";
-  char* argv[] = {arg0, arg1, nullptr};
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
   s.engine = std::make_unique<sg4::Engine>(&argc, argv);
   // Thousands of short-lived actors: small stacks without guard pages (the default 8 MiB stack
   // each made mmap/munmap the largest cost of a simulation).
@@ -193,19 +265,20 @@ Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec
   sg4::Engine::set_config("contexts/guard-size:0");
   if (model.fidelity == Fidelity::kPacket) {
     sg4::Engine::set_config("network/model:ns-3");
-  } else {
-    // The ideal bandwidth + latency model (docs/simgrid-3.32-notes.md §2): LV08's TCP factors and
-    // the TCP-gamma cap would make NVLink flows up to 3x slower than the hardware.
-    sg4::Engine::set_config("network/model:CM02");
-    sg4::Engine::set_config("network/crosstraffic", false);
-    sg4::Engine::set_config("network/TCP-gamma", 0.0);
+    s.build_packet_platform();
+    return;
   }
+  // The ideal bandwidth + latency model (docs/simgrid-3.32-notes.md §2): LV08's TCP factors and
+  // the TCP-gamma cap would make NVLink flows up to 3x slower than the hardware.
+  sg4::Engine::set_config("network/model:CM02");
+  sg4::Engine::set_config("network/crosstraffic", false);
+  sg4::Engine::set_config("network/TCP-gamma", 0.0);
 
   s.zone = new TopologyZone("tandem", [&s](int a, int b, auto& out, double& latency, bool& network) {
     s.route(a, b, out, latency, network);
   });
   sg4::NetZone* zone = s.zone->get_iface();
-  const double hbm = cluster.gpu.hbm_Bps > 0 ? cluster.gpu.hbm_Bps : 1e12;
+  const double hbm = s.hbm_Bps();
   const auto& graph = topology.graph();
   // Hosts compute in "bytes of HBM traffic" per second: a local copy or reduce is memory-bound.
   for (int g = 0; g < topology.gpu_count(); ++g) {
@@ -390,7 +463,7 @@ SimResult Simulator::run(const SimRequest& request) {
   result.transfers *= tiles;
 
   const double start = sg4::Engine::get_clock();
-  if (schedule.symmetric() && ring_shaped(schedule)) {
+  if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule)) {
     result.compressed = true;
     result.seconds = base_latency + s.run_compressed(
                                         schedule, gpu_of_rank,
@@ -398,13 +471,22 @@ SimResult Simulator::run(const SimRequest& request) {
                                         tiles, wire, hop_latency, result);
     return result;
   }
-  // NCCL's per-hop protocol latency rides on every message (the zone adds it to the route's).
-  s.zone->extra_nvlink_s = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
-  s.zone->extra_network_s = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
+  // NCCL's per-hop protocol latency rides on every message (added to the route's latency).
+  const double extra_nvlink = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
+  const double extra_network = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
+  if (s.zone != nullptr) {
+    s.zone->extra_nvlink_s = extra_nvlink;
+    s.zone->extra_network_s = extra_network;
+  }
+  s.packet_extra_nvlink_s = extra_nvlink;
+  s.packet_extra_network_s = extra_network;
   struct ResetLatency {
-    TopologyZone* zone;
-    ~ResetLatency() { zone->extra_nvlink_s = zone->extra_network_s = 0; }
-  } reset{s.zone};
+    Impl& s;
+    ~ResetLatency() {
+      if (s.zone != nullptr) s.zone->extra_nvlink_s = s.zone->extra_network_s = 0;
+      s.packet_extra_nvlink_s = s.packet_extra_network_s = 0;
+    }
+  } reset{s};
   const Schedule expanded = schedule.symmetric() ? expand(schedule) : Schedule{};
   const Schedule& explicit_form = schedule.symmetric() ? expanded : schedule;
 
@@ -436,6 +518,15 @@ SimResult Simulator::run(const SimRequest& request) {
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
       for (const Op& op : program.lanes[l].ops) {
         if (op.kind != OpKind::kSend) continue;
+        if (s.zone == nullptr) {
+          for (uint32_t t = 0; t < tiles; ++t) {
+            const double bytes = static_cast<double>(sizer.bytes(op.src, t)) * wire;
+            if (bytes > static_cast<double>(UINT32_MAX)) {
+              fail(ErrorCode::kUnsupported, "the packet (ns-3) model carries messages of at most 4 GiB; this "
+                   "schedule sends {:.0f} bytes at once (a smaller size, or --network fluid)", bytes);
+            }
+          }
+        }
         Connection& c = connections[{r, op.peer, l}];
         c.from = r;
         c.to = op.peer;
@@ -446,24 +537,28 @@ SimResult Simulator::run(const SimRequest& request) {
   // A connection moves its messages' bytes one after the other (SimGrid flows with the route's
   // latency switched off) and hands each to a delay line of the route's latency: latencies of
   // consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
-  s.zone->latency_off = true;
+  if (s.zone != nullptr) s.zone->latency_off = true;
   struct LatencyBack {
     TopologyZone* zone;
-    ~LatencyBack() { zone->latency_off = false; }
+    ~LatencyBack() {
+      if (zone != nullptr) zone->latency_off = false;
+    }
   } latency_back{s.zone};
+  const bool packet = s.zone == nullptr;
   for (auto& [key, connection] : connections) {
     Connection* c = &connection;
     const int from_gpu = gpu_of_rank[static_cast<size_t>(c->from)];
     const int to_gpu = gpu_of_rank[static_cast<size_t>(c->to)];
     sg4::Host* from = s.gpu_hosts[static_cast<size_t>(from_gpu)];
     sg4::Host* to = s.gpu_hosts[static_cast<size_t>(to_gpu)];
-    const double latency = s.zone->message_latency(from_gpu, to_gpu);
-    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from, [c, from, to, latency] {
+    const double latency = s.message_latency(from_gpu, to_gpu);
+    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from, [c, from, to, latency, packet] {
       for (uint64_t m = 0; m < c->messages; ++m) {
         c->queued->acquire();
         const uint64_t bytes = c->queue.front();
         c->queue.pop_front();
-        sg4::Comm::sendto(from, to, bytes);
+        // ns-3 carries a message as one TCP flow (at most 4 GiB; an empty one never completes).
+        if (!packet || bytes > 0) sg4::Comm::sendto(from, to, bytes);
         c->arrivals.push_back(sg4::Engine::get_clock() + latency);
         c->in_flight->release();
       }
@@ -531,6 +626,7 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
     fail(ErrorCode::kUnsupported, "nvls: {} has no NVLink SHARP (NVSwitch multicast)", s.cluster.gpu.name);
   }
   if (gpus.size() < 2) fail(ErrorCode::kUnsupported, "nvls needs at least 2 GPUs");
+  if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "nvls is a fluid-model simulation; the packet model has no NVSwitch reduction");
   const int node = s.topology.graph()[s.topology.gpu_vertex(gpus[0])].node;
   for (int g : gpus) {
     if (s.topology.graph()[s.topology.gpu_vertex(g)].node != node) {

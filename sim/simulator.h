@@ -6,7 +6,9 @@
 // TCP-gamma cap off, so a lone transfer takes latency + bytes / bandwidth exactly and contention
 // comes only from flows sharing a link. Real-hardware efficiencies are explicit, named factors
 // (NetworkModel), applied to link bandwidths per link kind; NCCL's protocols add per-hop latency
-// and a payload efficiency. "packet" (SimGrid's ns-3 model) is declared but not available yet.
+// and a payload efficiency. "packet" runs the same schedules on SimGrid's ns-3 binding (every
+// packet of every message through ns-3's TCP/IP stack and point-to-point links), for clusters of up
+// to kMaxPacketGpus GPUs, as a cross-check of the fluid model (docs/simulator.md).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@
 namespace tandem::sim {
 
 enum class Fidelity : uint8_t { kFluid, kPacket };
+inline constexpr int kMaxPacketGpus = 32;  // the packet model's cluster size limit
 std::string_view name(Fidelity fidelity);
 Fidelity parse_fidelity(std::string_view text);
 

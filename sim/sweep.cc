@@ -148,16 +148,39 @@ double bus_bandwidth_factor(Collective collective, int nranks) {
   }
 }
 
-std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated) {
-  if (!isolated) return run_in_process(request);
-  // SimGrid allows one platform per process: run this cluster in a child and read its results.
+namespace {
+
+// The line of a dead child's stderr that says why: SimGrid's CRITICAL assertion, or the last line.
+std::string death_reason(const std::string& stderr_text) {
+  std::string last;
+  size_t begin = 0;
+  while (begin < stderr_text.size()) {
+    size_t end = stderr_text.find('\n', begin);
+    if (end == std::string::npos) end = stderr_text.size();
+    const std::string line = stderr_text.substr(begin, end - begin);
+    if (line.find("CRITICAL") != std::string::npos) return line;
+    if (!line.empty() && line.find("->") == std::string::npos && line.find("Backtrace") == std::string::npos) {
+      last = line;
+    }
+    begin = end + 1;
+  }
+  return last;
+}
+
+// Runs the request in a child process (SimGrid allows one platform per process) and returns its
+// results. The child's stderr goes to a temporary file: passed on when it exits normally, and
+// mined for the reason when it dies (SimGrid aborts on failed internal assertions).
+std::vector<SweepPointResult> run_child(const SweepRequest& request) {
   int fds[2];
   if (pipe(fds) != 0) fail(ErrorCode::kBackend, "sweep: pipe failed: {}", std::strerror(errno));
+  std::FILE* err_file = std::tmpfile();
+  if (err_file == nullptr) fail(ErrorCode::kBackend, "sweep: tmpfile failed: {}", std::strerror(errno));
   std::fflush(nullptr);  // the child must not write the parent's buffered output again
   const pid_t child = fork();
   if (child < 0) fail(ErrorCode::kBackend, "sweep: fork failed: {}", std::strerror(errno));
   if (child == 0) {
     close(fds[0]);
+    dup2(fileno(err_file), STDERR_FILENO);
     json reply;
     try {
       reply = {{"results", to_json(run_in_process(request))}};
@@ -183,9 +206,17 @@ std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolat
   close(fds[0]);
   int status = 0;
   waitpid(child, &status, 0);
+  std::string err_text;
+  std::rewind(err_file);
+  for (size_t got; (got = std::fread(buffer, 1, sizeof buffer, err_file)) > 0;) err_text.append(buffer, got);
+  std::fclose(err_file);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) {
-    fail(ErrorCode::kBackend, "sweep: the simulation process for {} died (status {})", request.cluster.preset, status);
+    const std::string reason = death_reason(err_text);
+    fail(ErrorCode::kBackend, "the simulation of {} died ({}){}{}", request.cluster.preset,
+         WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status)) : fmt::format("status {}", status),
+         reason.empty() ? "" : ": ", reason);
   }
+  std::fputs(err_text.c_str(), stderr);
   const json reply = json::parse(text);
   if (reply.contains("error")) {
     throw Error(static_cast<ErrorCode>(reply.at("code").get<int>()), reply.at("error").get<std::string>());
@@ -194,6 +225,32 @@ std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolat
   for (size_t i = 0; i < results.size(); ++i) results[i].point = request.points[i];
   from_json(reply.at("results"), results);
   return results;
+}
+
+}  // namespace
+
+std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated) {
+  if (request.network.fidelity == Fidelity::kPacket) {
+    // SimGrid 3.32's ns-3 glue can abort the process on an internal assertion for some traffic
+    // (docs/simulator.md): each point runs in its own child, so one abort costs that point only.
+    std::vector<SweepPointResult> results;
+    for (const SweepPoint& point : request.points) {
+      SweepRequest one = request;
+      one.points = {point};
+      try {
+        results.push_back(run_child(one).at(0));
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kBackend) throw;
+        SweepPointResult failed;
+        failed.point = point;
+        failed.error = fmt::format("packet model aborted inside SimGrid's ns-3 binding ({})", e.what());
+        results.push_back(failed);
+      }
+    }
+    return results;
+  }
+  if (!isolated) return run_in_process(request);
+  return run_child(request);
 }
 
 }  // namespace tandem::sim

@@ -117,5 +117,37 @@ TEST(Simulator, EcmpCollisionsSlowANaiveRingByTheirMultiplicity) {
   EXPECT_NEAR(naive / aligned, worst, 0.05 * worst) << "naive " << naive << " s, rail-aligned " << aligned << " s";
 }
 
+// The packet model (SimGrid's ns-3 binding) runs the same schedule on the same links, packet by
+// packet through TCP/IP: it can only add time (headers, one handshake per message), never remove it.
+TEST(Simulator, PacketModelRunsASmallRingAndIsNoFasterThanFluid) {
+  std::map<Fidelity, double> seconds;
+  for (Fidelity fidelity : {Fidelity::kFluid, Fidelity::kPacket}) {
+    NetworkModel network = NetworkModel::ideal();
+    network.fidelity = fidelity;
+    SweepRequest r = request(1, network);
+    r.points = {point(Collective::kAllReduce, 64 << 10, "ring")};
+    const std::vector<SweepPointResult> results = run_sweep(r, /*isolated=*/true);
+    ASSERT_EQ(results.size(), 1u);
+    ASSERT_TRUE(results[0].ok) << results[0].error;
+    seconds[fidelity] = results[0].seconds;
+  }
+  EXPECT_GT(seconds[Fidelity::kPacket], 0.99 * seconds[Fidelity::kFluid]);
+  EXPECT_LT(seconds[Fidelity::kPacket], 20 * seconds[Fidelity::kFluid]);
+}
+
+TEST(Simulator, PacketModelRefusesLargeClusters) {
+  NetworkModel network;
+  network.fidelity = Fidelity::kPacket;
+  SweepRequest r = request(8, network);
+  r.points = {point(Collective::kAllReduce, 1 << 20, "ring")};
+  try {
+    run_sweep(r, /*isolated=*/true);
+    FAIL() << "64 GPUs on the packet model should be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("small clusters"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tandem::sim
