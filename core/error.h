@@ -18,6 +18,9 @@ enum class ErrorCode {
   kTimeout,          // a rank never arrived
   kBackend,          // an executor failed while running
   kIo,               // a file could not be read or written
+  kFault,            // an injected fault failed an op (transient, a noticed link failure)
+  kDesync,           // ranks disagree on the collective they are in
+  kCorrupt,          // received data failed its checksum
 };
 
 const char* error_code_name(ErrorCode code);

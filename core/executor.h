@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/faults.h"
 #include "core/schedule.h"
 
 namespace tandem {
@@ -25,10 +27,17 @@ struct RankBuffers {
   void* output = nullptr;
 };
 
+// The fault injector's hook into a backend: asked for every send (src rank, dst rank, the op's
+// index in src's program over all tiles, lanes in order); empty = no faults. Backends apply the
+// effect to that transfer (core/faults.h says what each field means).
+using TransferHook = std::function<TransferEffect(int src, int dst, int64_t op_index)>;
+
 struct RunContext {
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // a rank waiting longer fails
   uint32_t tiles = 1;                                           // pipelining depth (>= 1)
   int64_t align_elements = 1;                                   // chunk boundaries on multiples of this
+  TransferHook on_send;                                         // faults (may be empty)
+  bool checksums = false;  // every message carries a checksum the receiver verifies (Error(kCorrupt))
 };
 
 struct RunResult {

@@ -148,6 +148,9 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kTimeout: return "timeout";
     case ErrorCode::kBackend: return "backend error";
     case ErrorCode::kIo: return "i/o error";
+    case ErrorCode::kFault: return "fault";
+    case ErrorCode::kDesync: return "desync";
+    case ErrorCode::kCorrupt: return "corrupt data";
   }
   return "error";
 }

@@ -70,7 +70,7 @@ void CollectiveRun::arrive(int rank, const Signature& signature) {
   }
   if (aborted()) throw_first_error();  // a straggler: the others have given up already
   if (signature == signature_) return;
-  abort(ErrorCode::kBackend, fmt::format("desync in host collective #{}: rank {} called {}, but the first rank to "
+  abort(ErrorCode::kDesync, fmt::format("desync in host collective #{}: rank {} called {}, but the first rank to "
                                          "arrive called {}",
                                          sequence_, rank, signature.describe(), signature_.describe()));
   throw_first_error();

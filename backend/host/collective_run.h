@@ -26,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 struct Payload {
   std::unique_ptr<std::byte[]> data;
   size_t bytes = 0;
+  uint64_t checksum = 0;  // of the bytes as sent, when RunContext::checksums is on
 
   static Payload of_size(size_t bytes) { return {std::make_unique_for_overwrite<std::byte[]>(bytes), bytes}; }
 };

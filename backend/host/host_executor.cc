@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "backend/host/collective_run.h"
@@ -40,6 +41,10 @@ class RankRunner {
     chunk_limits_[static_cast<size_t>(BufferKind::kOutput)] = geometry.output_blocks * schedule.chunks_per_block;
     chunk_limits_[static_cast<size_t>(BufferKind::kScratch)] = program_.scratch_chunks;
     check_program();
+    for (const Lane& lane : program_.lanes) {
+      lane_offset_.push_back(ops_per_tile_);
+      ops_per_tile_ += static_cast<int64_t>(lane.ops.size());
+    }
     // Not zeroed: every scratch slot is written before it is read (validate / symbolic_check).
     scratch_ = std::make_unique_for_overwrite<std::byte[]>(
         static_cast<size_t>(program_.scratch_chunks * scratch_slot_elements_ * element_bytes_));
@@ -127,7 +132,8 @@ class RankRunner {
     return static_cast<size_t>(elements * element_bytes_);
   }
 
-  void send(uint32_t lane, const Op& op) {
+  void send(uint32_t lane, uint32_t index, const Op& op) {
+    const auto began = Clock::now();
     Payload payload = Payload::of_size(bytes_of(op.src));
     std::byte* cursor = payload.data.get();
     for (uint32_t i = 0; i < op.src.count; ++i) {
@@ -136,11 +142,51 @@ class RankRunner {
       if (bytes > 0) std::memcpy(cursor, from.data, bytes);
       cursor += bytes;
     }
+    if (context_.checksums) payload.checksum = checksum(payload);
+    if (context_.on_send && !inject(lane, index, op, payload, began)) return;
     run_.send(rank_, op.peer, static_cast<int>(lane), std::move(payload));
   }
 
+  // Applies the fault injector's effect on this send; false when the message is lost (a dead link
+  // nobody notices: the receiver waits until its timeout, as NCCL's kernels spin).
+  bool inject(uint32_t lane, uint32_t index, const Op& op, Payload& payload, Clock::time_point began) {
+    const int64_t op_index = static_cast<int64_t>(tile_) * ops_per_tile_ + lane_offset_[lane] + index;
+    const TransferEffect effect = context_.on_send(rank_, op.peer, op_index);
+    if (effect.fail) {
+      fail(ErrorCode::kFault, "host rank {} lane {} op {}: send to {} failed (injected fault #{})", rank_, lane, index,
+           op.peer, effect.fault_index);
+    }
+    if (effect.stall) return false;
+    if (effect.corrupt && payload.bytes > 0) payload.data[payload.bytes / 2] ^= std::byte{0x10};
+    // A slow rank or link: this send takes (factor - 1) times longer than it did, at least 20 us
+    // each, so the slowdown shows on small messages too.
+    const double factor = effect.delay_factor / effect.bandwidth_factor;
+    if (factor > 1.0) {
+      const auto spent = std::max<Clock::duration>(Clock::now() - began, std::chrono::microseconds(20));
+      std::this_thread::sleep_for(std::chrono::duration_cast<Clock::duration>(spent * (factor - 1.0)));
+    }
+    return true;
+  }
+
   // Recv: dst = received. RecvReduce: dst = src (+) received.
+  // FNV-1a over 8-byte words (and the tail): any single flipped bit changes it.
+  static uint64_t checksum(const Payload& payload) {
+    uint64_t hash = 0xcbf29ce484222325ull;
+    size_t i = 0;
+    for (; i + 8 <= payload.bytes; i += 8) {
+      uint64_t word = 0;
+      std::memcpy(&word, payload.data.get() + i, 8);
+      hash = (hash ^ word) * 0x100000001b3ull;
+    }
+    for (; i < payload.bytes; ++i) hash = (hash ^ static_cast<uint64_t>(payload.data[i])) * 0x100000001b3ull;
+    return hash;
+  }
+
   void receive(uint32_t lane, uint32_t index, const Op& op, const Payload& payload) const {
+    if (context_.checksums && checksum(payload) != payload.checksum) {
+      fail(ErrorCode::kCorrupt, "host rank {} lane {} op {}: the message from {} failed its checksum", rank_, lane,
+           index, op.peer);
+    }
     const size_t expected = bytes_of(op.dst);
     if (payload.bytes != expected) {
       fail(ErrorCode::kBackend, "host rank {} lane {} op {}: {} from {} got {} bytes, expected {}", rank_, lane, index,
@@ -196,7 +242,7 @@ class RankRunner {
     const Op& op = program_.lanes[lane].ops[index];
     switch (op.kind) {
       case OpKind::kSend:
-        send(lane, op);
+        send(lane, index, op);
         return true;
       case OpKind::kRecv:
       case OpKind::kRecvReduce: {
@@ -289,6 +335,8 @@ class RankRunner {
   std::unique_ptr<std::byte[]> scratch_;
   uint32_t tile_ = 0;
   std::vector<uint32_t> next_;  // per lane: the next op to issue in the current tile
+  std::vector<int64_t> lane_offset_;  // per lane: its first op's index in the flattened program
+  int64_t ops_per_tile_ = 0;
 };
 
 void check_arguments(int world_ranks, const Schedule& schedule, const CollectiveSpec& spec, const RunContext& context) {

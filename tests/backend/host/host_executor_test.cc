@@ -180,7 +180,7 @@ TEST(HostWorldTest, MismatchedCallsAreADesync) {
   rank1.join();
   for (const Outcome& outcome : outcomes) {
     ASSERT_TRUE(outcome.error.has_value());
-    EXPECT_EQ(*outcome.error, ErrorCode::kBackend);
+    EXPECT_EQ(*outcome.error, ErrorCode::kDesync);
     EXPECT_NE(outcome.message.find("desync in host collective #0"), std::string::npos) << outcome.message;
   }
 }
@@ -288,6 +288,71 @@ TEST(HostExecutorTest, RejectsBuffersForTheWrongRankCount) {
   test::CollectiveData data(spec_of(Collective::kAllReduce, 2, 4), false);
   HostExecutor executor;
   EXPECT_THROW(executor.run(schedule, spec, data.buffers(), RunContext{}), Error);
+}
+
+// The fault hook (RunContext::on_send): each effect shows the way the recovery layer expects.
+class FaultHookTest : public ::testing::Test {
+ protected:
+  const CollectiveSpec spec_ = spec_of(Collective::kAllReduce, 4, 4096);
+  const Schedule schedule_ = build_checked_schedule(spec_, RankLayout::flat(4), Algorithm::kRing);
+  HostExecutor executor_;
+  bool checksums_ = false;
+
+  // Runs with `effect` on rank 1's sends to rank 2 at op `op_index` (-1: all of them).
+  std::optional<Error> run(test::CollectiveData& data, TransferEffect effect, int64_t op_index = -1,
+                           milliseconds timeout = milliseconds(60000)) {
+    RunContext context{.timeout = timeout};
+    context.checksums = checksums_;
+    context.on_send = [=](int src, int dst, int64_t op) {
+      return src == 1 && dst == 2 && (op_index < 0 || op == op_index) ? effect : TransferEffect{};
+    };
+    try {
+      executor_.run(schedule_, spec_, data.buffers(), context);
+    } catch (const Error& error) {
+      return error;
+    }
+    return std::nullopt;
+  }
+};
+
+TEST_F(FaultHookTest, AFailedSendStopsTheCollectiveWithAFaultError) {
+  test::CollectiveData data(spec_, false);
+  const auto start = Clock::now();
+  const std::optional<Error> error = run(data, TransferEffect{.fail = true, .fault_index = 0}, 0);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), ErrorCode::kFault) << error->what();
+  EXPECT_NE(std::string(error->what()).find("send to 2 failed"), std::string::npos) << error->what();
+  EXPECT_LT(Clock::now() - start, kPrompt);
+}
+
+TEST_F(FaultHookTest, AStalledSendIsATimeoutOfTheReceiver) {
+  test::CollectiveData data(spec_, false);
+  const std::optional<Error> error = run(data, TransferEffect{.stall = true}, 0, milliseconds(200));
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), ErrorCode::kTimeout) << error->what();
+  EXPECT_NE(std::string(error->what()).find("recv from 1"), std::string::npos) << error->what();
+}
+
+TEST_F(FaultHookTest, ACorruptedMessageFailsItsChecksum) {
+  test::CollectiveData data(spec_, false);
+  checksums_ = true;
+  const std::optional<Error> error = run(data, TransferEffect{.corrupt = true}, 0);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), ErrorCode::kCorrupt) << error->what();
+  EXPECT_NE(std::string(error->what()).find("message from 1 failed its checksum"), std::string::npos) << error->what();
+  test::CollectiveData clean(spec_, false);
+  ASSERT_FALSE(run(clean, TransferEffect{}).has_value()) << "checksums pass on clean data";
+  EXPECT_TRUE(clean.check());
+}
+
+TEST_F(FaultHookTest, ASlowLinkOrRankTakesLonger) {
+  test::CollectiveData data(spec_, false);
+  const auto start = Clock::now();
+  ASSERT_FALSE(run(data, TransferEffect{.delay_factor = 101.0}).has_value());
+  // Every send of rank 1 to 2 sleeps at least 100 x 20 us = 2 ms; a ring all_reduce on 4 ranks
+  // makes 6 of them.
+  EXPECT_GE(Clock::now() - start, milliseconds(12));
+  EXPECT_TRUE(data.check()) << "slow, not wrong";
 }
 
 TEST(HostExecutorTest, ReportsWallTime) {
