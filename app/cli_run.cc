@@ -1,6 +1,7 @@
 // tandem run SCENARIO: the main job. Loads a scenario (app/scenario.h), runs its workload on every
 // cluster variant (app/scenario_run.h), prints the report, writes results.json / results.csv with
 // --out, and exits 0 when every expectation holds, 1 otherwise.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "app/backends.h"
 #include "app/cli_common.h"
+#include "app/loop_run.h"
 #include "app/commands.h"
 #include "app/scenario.h"
 #include "app/scenario_report.h"
@@ -26,6 +28,7 @@ struct RunOptions {
   std::string backend;  // empty: the scenario's
   std::string out_dir;  // empty: write nothing
   bool quiet = false;
+  bool dump_on_exit = false;
 };
 
 ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
@@ -48,6 +51,25 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path.string());
 }
 
+// A collective-loop: faults, recovery, flight recorder (app/loop_run.h).
+void run_loop_command(const RunOptions& options, const Scenario& scenario, ScenarioBackend backend,
+                      CommandStatus& status) {
+  const LoopResults results = run_loop(scenario, backend, LoopOptions{options.out_dir, options.dump_on_exit});
+  const std::vector<LoopExpectationOutcome> outcomes = evaluate_loop_expectations(scenario, results);
+  if (!options.out_dir.empty() && scenario.outputs.json) {
+    write_file(std::filesystem::path(options.out_dir) / "results.json",
+               loop_results_json(scenario, results, outcomes) + "\n");
+  }
+  fmt::print("tandem run {}: {}\n", scenario.name, scenario.description);
+  fmt::print("{}", format_loop_report(scenario, results, outcomes));
+  const bool pass = std::all_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.pass; });
+  // Without expectations an aborted loop fails the run; with them, they decide.
+  const bool ok = outcomes.empty() ? !results.aborted : pass;
+  fmt::print("\nVerdict: {}\n", ok ? "PASS" : "FAIL");
+  std::fflush(stdout);
+  status.exit_code = ok ? kExitSuccess : kExitFailure;
+}
+
 void run_command(const RunOptions& options, CommandStatus& status) {
   const Scenario scenario = load_scenario(options.scenario);
   const ScenarioBackend backend = backend_for(options, scenario);
@@ -57,6 +79,10 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     if (error) fail(ErrorCode::kIo, "cannot create the output folder '{}': {}", options.out_dir, error.message());
   }
 
+  if (std::holds_alternative<CollectiveLoop>(scenario.workload)) {
+    run_loop_command(options, scenario, backend, status);
+    return;
+  }
   Progress progress;
   ScenarioResults results = run_scenario(scenario, backend, [&](const std::string& text) {
     if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
@@ -89,6 +115,8 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
                       "sim (the simulator) or host (real data, one thread per rank); default: the scenario's");
   command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
+  command->add_flag("--dump-on-exit", options->dump_on_exit,
+                    "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
   command->callback([options, &status] { run_command(*options, status); });
 }
 

@@ -28,4 +28,7 @@ void add_bound_command(CLI::App& app, CommandStatus& status);
 // tandem run SCENARIO: the main job; runs a scenario file and checks its expectations.
 void add_run_command(CLI::App& app, CommandStatus& status);
 
+// tandem fr analyze DIR: cross-rank analysis of flight-recorder dumps; exit 1 when it finds a divergence.
+void add_fr_command(CLI::App& app, CommandStatus& status);
+
 }  // namespace tandem::app

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   add_topo_command(app, status);
   add_bound_command(app, status);
   add_run_command(app, status);
+  add_fr_command(app, status);
 
   try {
     app.parse(argc, argv);

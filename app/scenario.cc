@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -87,8 +88,9 @@ std::string format_size(int64_t bytes) {
 namespace {
 
 // The keys each section accepts, in the order docs/scenarios.md lists them.
-constexpr std::array<std::string_view, 10> kTopKeys{"tandem_scenario", "name",    "description", "cluster", "variants",
-                                                    "backend",         "network", "workload",    "outputs", "expect"};
+constexpr std::array<std::string_view, 13> kTopKeys{
+    "tandem_scenario", "name",    "description", "cluster",  "variants", "backend",   "network",
+    "workload",        "faults",  "fault_seed",  "recovery", "outputs",  "expect"};
 // clang-format off
 constexpr std::array<std::string_view, 17> kClusterKeys{
     "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
@@ -98,8 +100,17 @@ constexpr std::array<std::string_view, 17> kClusterKeys{
 constexpr std::array<std::string_view, 2> kVariantKeys{"name", "cluster"};
 constexpr std::array<std::string_view, 7> kCollectiveSweepKeys{"type",  "collectives", "sizes",        "algorithms",
                                                                "dtype", "op",          "gpus_per_node"};
+constexpr std::array<std::string_view, 8> kCollectiveLoopKeys{"type", "collective", "size", "algorithm",
+                                                              "iterations", "dtype", "op", "gpus_per_node"};
 constexpr std::array<std::string_view, 4> kSizeRangeKeys{"min", "max", "factor", "step"};
-constexpr std::array<std::string_view, 2> kOutputKeys{"json", "csv"};
+constexpr std::array<std::string_view, 5> kOutputKeys{"json", "csv", "dumps", "dump_format", "fr_buffer_size"};
+constexpr std::array<std::string_view, 12> kFaultKeys{"kind",   "rank",          "link",       "node",
+                                                      "nic",    "factor",        "recover_after_us",
+                                                      "at_collective", "at_time_us", "at_op", "probability", "issue"};
+constexpr std::array<std::string_view, 3> kIssueKeys{"collective", "count", "dtype"};
+constexpr std::array<std::string_view, 5> kRecoveryKeys{"retry_max", "backoff_us", "watchdog_ms", "action", "verify"};
+constexpr std::array<std::string_view, 7> kLoopExpectKeys{"iteration", "outcome", "culprit_ranks", "backend",
+                                                          "time_us",   "cost_us", "variant"};
 constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "algorithm",  "size",
                                                       "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
 constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
@@ -498,6 +509,8 @@ std::string parse_sweep_algorithm(std::string_view text) {
   }
 }
 
+int read_gpus_per_node(const Reader& reader, const Mapping& workload, const std::vector<ClusterVariant>& variants);
+
 Workload read_collective_sweep(const Reader& reader, const YAML::Node& node,
                                const std::vector<ClusterVariant>& variants) {
   Mapping workload(reader, node, "workload", kCollectiveSweepKeys);
@@ -518,16 +531,7 @@ Workload read_collective_sweep(const Reader& reader, const YAML::Node& node,
     const std::string text = reader.scalar(*op, workload.path("op"));
     sweep.op = reader.at(*op, workload.path("op"), [&] { return parse_reduce_op(text); });
   }
-  if (const YAML::Node* gpus = workload.find("gpus_per_node")) {
-    sweep.gpus_per_node =
-        static_cast<int>(reader.integer(*gpus, workload.path("gpus_per_node"), 1, kMaxScenarioGpusPerNode));
-    for (const ClusterVariant& variant : variants) {
-      if (sweep.gpus_per_node > variant.cluster.gpus_per_node) {
-        reader.fail_at(*gpus, "{} is {}, but the cluster of '{}' has {} GPUs per node", workload.path("gpus_per_node"),
-                       sweep.gpus_per_node, variant.name, variant.cluster.gpus_per_node);
-      }
-    }
-  }
+  sweep.gpus_per_node = read_gpus_per_node(reader, workload, variants);
   const size_t points = sweep.collectives.size() * sweep.sizes_bytes.size() * sweep.algorithms.size();
   if (points > kMaxScenarioPoints) {
     reader.fail_at(node, "workload has {} collectives x {} sizes x {} algorithms = {} points, above the limit of {}",
@@ -537,10 +541,56 @@ Workload read_collective_sweep(const Reader& reader, const YAML::Node& node,
   return sweep;
 }
 
+int read_gpus_per_node(const Reader& reader, const Mapping& workload, const std::vector<ClusterVariant>& variants) {
+  const YAML::Node* gpus = workload.find("gpus_per_node");
+  if (gpus == nullptr) return 0;
+  const auto value = static_cast<int>(reader.integer(*gpus, workload.path("gpus_per_node"), 1, kMaxScenarioGpusPerNode));
+  for (const ClusterVariant& variant : variants) {
+    if (value > variant.cluster.gpus_per_node) {
+      reader.fail_at(*gpus, "{} is {}, but the cluster of '{}' has {} GPUs per node", workload.path("gpus_per_node"),
+                     value, variant.name, variant.cluster.gpus_per_node);
+    }
+  }
+  return value;
+}
+
+Workload read_collective_loop(const Reader& reader, const YAML::Node& node,
+                              const std::vector<ClusterVariant>& variants) {
+  Mapping workload(reader, node, "workload", kCollectiveLoopKeys);
+  CollectiveLoop loop;
+  const YAML::Node& collective = workload.require("collective");
+  const std::string collective_text = reader.scalar(collective, workload.path("collective"));
+  loop.collective =
+      reader.at(collective, workload.path("collective"), [&] { return parse_collective_name(collective_text); });
+  loop.size_bytes = reader.size(workload.require("size"), workload.path("size"));
+  if (const YAML::Node* algorithm = workload.find("algorithm")) {
+    const std::string text = reader.scalar(*algorithm, workload.path("algorithm"));
+    loop.algorithm = reader.at(*algorithm, workload.path("algorithm"), [&] { return parse_algorithm_name(text); });
+    if (!algorithm_applies(name(loop.algorithm), loop.collective)) {
+      reader.fail_at(*algorithm, "{}: {}", workload.path("algorithm"),
+                     not_applicable_reason(name(loop.algorithm), loop.collective));
+    }
+  }
+  if (const YAML::Node* iterations = workload.find("iterations")) {
+    loop.iterations = static_cast<int>(reader.integer(*iterations, workload.path("iterations"), 1, kMaxLoopIterations));
+  }
+  if (const YAML::Node* dtype = workload.find("dtype")) {
+    const std::string text = reader.scalar(*dtype, workload.path("dtype"));
+    loop.dtype = reader.at(*dtype, workload.path("dtype"), [&] { return parse_data_type(text); });
+  }
+  if (const YAML::Node* op = workload.find("op")) {
+    const std::string text = reader.scalar(*op, workload.path("op"));
+    loop.op = reader.at(*op, workload.path("op"), [&] { return parse_reduce_op(text); });
+  }
+  loop.gpus_per_node = read_gpus_per_node(reader, workload, variants);
+  return loop;
+}
+
 // Every workload type: its name in `type:` and its reader.
 using WorkloadReader = Workload (*)(const Reader&, const YAML::Node&, const std::vector<ClusterVariant>&);
-constexpr std::array<std::pair<std::string_view, WorkloadReader>, 1> kWorkloadTypes{{
+constexpr std::array<std::pair<std::string_view, WorkloadReader>, 2> kWorkloadTypes{{
     {"collective-sweep", read_collective_sweep},
+    {"collective-loop", read_collective_loop},
 }};
 
 Workload read_workload(const Reader& reader, const Mapping& top, const std::vector<ClusterVariant>& variants) {
@@ -566,6 +616,14 @@ Outputs read_outputs(const Reader& reader, const Mapping& top) {
   Mapping mapping(reader, *node, "outputs", kOutputKeys);
   if (const YAML::Node* json = mapping.find("json")) outputs.json = reader.boolean(*json, mapping.path("json"));
   if (const YAML::Node* csv = mapping.find("csv")) outputs.csv = reader.boolean(*csv, mapping.path("csv"));
+  if (const YAML::Node* dumps = mapping.find("dumps")) outputs.dumps = reader.boolean(*dumps, mapping.path("dumps"));
+  if (const YAML::Node* format = mapping.find("dump_format")) {
+    const std::string text = reader.scalar(*format, mapping.path("dump_format"));
+    outputs.dump_format = reader.at(*format, mapping.path("dump_format"), [&] { return parse_fr_format(text); });
+  }
+  if (const YAML::Node* size = mapping.find("fr_buffer_size")) {
+    outputs.fr_buffer_size = static_cast<size_t>(reader.integer(*size, mapping.path("fr_buffer_size"), 0, 10000000));
+  }
   return outputs;
 }
 
@@ -675,12 +733,222 @@ std::vector<Expectation> read_expectations(const Reader& reader, const Mapping& 
   if (entries.size() > kMaxScenarioExpectations) {
     reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
   }
-  const CollectiveSweep& sweep = std::get<CollectiveSweep>(scenario.workload);
+  const auto* sweep = std::get_if<CollectiveSweep>(&scenario.workload);
+  if (sweep == nullptr) return expectations;  // read_loop_expectations reads them
   for (size_t i = 0; i < entries.size(); ++i) {
     expectations.push_back(
-        read_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario.variants, sweep));
+        read_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario.variants, *sweep));
   }
   return expectations;
+}
+
+LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                      const CollectiveLoop& loop);
+
+std::vector<LoopExpectation> read_loop_expectations(const Reader& reader, const Mapping& top,
+                                                    const Scenario& scenario) {
+  std::vector<LoopExpectation> expectations;
+  const YAML::Node* node = top.find("expect");
+  const auto* loop = std::get_if<CollectiveLoop>(&scenario.workload);
+  if (node == nullptr || loop == nullptr) return expectations;
+  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
+  if (entries.size() > kMaxScenarioExpectations) {
+    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    expectations.push_back(read_loop_expectation(reader, entries[i], fmt::format("expect[{}]", i), *loop));
+  }
+  return expectations;
+}
+
+// ---- faults, recovery -------------------------------------------------------------------------
+
+// The fewest ranks any variant runs the loop on: a fault's rank must exist on every variant.
+int loop_ranks(const ClusterVariant& variant, const CollectiveLoop& loop) {
+  const int per_node = loop.gpus_per_node > 0 ? loop.gpus_per_node : variant.cluster.gpus_per_node;
+  return variant.cluster.nodes * per_node;
+}
+
+void check_fault_target(const Reader& reader, const YAML::Node& node, const Mapping& mapping, Fault& fault,
+                        const std::vector<ClusterVariant>& variants, const CollectiveLoop& loop) {
+  const bool rank_fault = fault.kind == FaultKind::kRankCrash || fault.kind == FaultKind::kRankHang ||
+                          fault.kind == FaultKind::kStraggler || fault.kind == FaultKind::kTransient ||
+                          fault.kind == FaultKind::kDesync || fault.kind == FaultKind::kCorrupt;
+  if (rank_fault) {
+    const YAML::Node& rank = mapping.require("rank");
+    int fewest = std::numeric_limits<int>::max();
+    for (const ClusterVariant& v : variants) fewest = std::min(fewest, loop_ranks(v, loop));
+    fault.rank = static_cast<int>(reader.integer(rank, mapping.path("rank"), 0, fewest - 1));
+  }
+  if (fault.kind == FaultKind::kLinkDown || fault.kind == FaultKind::kLinkDegrade) {
+    const YAML::Node& link = mapping.require("link");
+    fault.link = reader.text(link, mapping.path("link"));
+    for (const ClusterVariant& v : variants) {
+      if (!models::build_cluster(v.cluster).find_link(fault.link)) {
+        reader.fail_at(link, "{}: the cluster of '{}' has no link named '{}' (tandem topo --format text lists them)",
+                       mapping.path("link"), v.name, fault.link);
+      }
+    }
+  }
+  if (fault.kind == FaultKind::kNicDown) {
+    int nodes = std::numeric_limits<int>::max();
+    int nics = std::numeric_limits<int>::max();
+    for (const ClusterVariant& v : variants) {
+      nodes = std::min(nodes, v.cluster.nodes);
+      nics = std::min(nics, v.cluster.nics_per_node);
+    }
+    fault.node = static_cast<int>(reader.integer(mapping.require("node"), mapping.path("node"), 0, nodes - 1));
+    fault.nic = static_cast<int>(reader.integer(mapping.require("nic"), mapping.path("nic"), 0, nics - 1));
+  }
+  if (fault.kind == FaultKind::kLinkDegrade) {
+    fault.factor = reader.number(mapping.require("factor"), mapping.path("factor"), 0, 1, true);
+    if (fault.factor >= 1) reader.fail_at(node, "{}: a degraded link runs below full speed (factor < 1)", mapping.where());
+  }
+  if (fault.kind == FaultKind::kStraggler) {
+    fault.factor = reader.number(mapping.require("factor"), mapping.path("factor"), 1, 1000, true);
+  }
+}
+
+Fault read_fault(const Reader& reader, const YAML::Node& node, const std::string& path,
+                 const std::vector<ClusterVariant>& variants, const CollectiveLoop& loop) {
+  Mapping mapping(reader, node, path, kFaultKeys);
+  Fault fault;
+  const YAML::Node& kind = mapping.require("kind");
+  const std::string kind_text = reader.scalar(kind, mapping.path("kind"));
+  fault.kind = reader.at(kind, mapping.path("kind"), [&] { return parse_fault_kind(kind_text); });
+  // Only the keys a kind uses: a stray key is a typo or a misunderstanding.
+  auto allowed = [&](std::string_view key, bool ok) {
+    if (const YAML::Node* value = mapping.find(key); value != nullptr && !ok) {
+      reader.fail_at(*value, "{}: a {} fault takes no '{}'", mapping.path(key), name(fault.kind), key);
+    }
+  };
+  const bool link_fault = fault.is_link_fault();
+  allowed("link", fault.kind == FaultKind::kLinkDown || fault.kind == FaultKind::kLinkDegrade);
+  allowed("node", fault.kind == FaultKind::kNicDown);
+  allowed("nic", fault.kind == FaultKind::kNicDown);
+  allowed("rank", !link_fault);
+  allowed("factor", fault.kind == FaultKind::kLinkDegrade || fault.kind == FaultKind::kStraggler);
+  allowed("recover_after_us", fault.kind == FaultKind::kLinkDown || fault.kind == FaultKind::kNicDown);
+  allowed("issue", fault.kind == FaultKind::kDesync);
+  allowed("at_op", fault.kind == FaultKind::kTransient || fault.kind == FaultKind::kCorrupt);
+  check_fault_target(reader, node, mapping, fault, variants, loop);
+
+  if (const YAML::Node* value = mapping.find("recover_after_us")) {
+    fault.recover_after_s = reader.number(*value, mapping.path("recover_after_us"), 0, 1e12, true) * 1e-6;
+  }
+  if (const YAML::Node* value = mapping.find("at_collective")) {
+    fault.trigger.collective = reader.integer(*value, mapping.path("at_collective"), 0, loop.iterations - 1);
+  }
+  if (const YAML::Node* value = mapping.find("at_time_us")) {
+    fault.trigger.at_s = reader.number(*value, mapping.path("at_time_us"), 0, 1e15, false) * 1e-6;
+  }
+  if (const YAML::Node* value = mapping.find("at_op")) {
+    fault.trigger.op = reader.integer(*value, mapping.path("at_op"), 0, std::numeric_limits<int32_t>::max());
+  }
+  if (const YAML::Node* value = mapping.find("probability")) {
+    fault.trigger.probability = reader.number(*value, mapping.path("probability"), 0, 1, true);
+  }
+  if (fault.kind == FaultKind::kDesync) {
+    const YAML::Node& issue_node = mapping.require("issue");
+    Mapping issue(reader, issue_node, mapping.path("issue"), kIssueKeys);
+    if (const YAML::Node* c = issue.find("collective")) {
+      const std::string text = reader.scalar(*c, issue.path("collective"));
+      fault.desync_collective = reader.at(*c, issue.path("collective"), [&] { return parse_collective_name(text); });
+    }
+    if (const YAML::Node* c = issue.find("count")) {
+      fault.desync_count = reader.integer(*c, issue.path("count"), 0, kMaxScenarioSizeBytes);
+    }
+    if (const YAML::Node* d = issue.find("dtype")) {
+      const std::string text = reader.scalar(*d, issue.path("dtype"));
+      fault.desync_dtype = reader.at(*d, issue.path("dtype"), [&] { return parse_data_type(text); });
+    }
+    if (!fault.desync_collective && !fault.desync_count && !fault.desync_dtype) {
+      reader.fail_at(issue_node, "{} needs collective, count or dtype: what the rank issues instead",
+                     mapping.path("issue"));
+    }
+  }
+  return fault;
+}
+
+void read_faults(const Reader& reader, const Mapping& top, Scenario& scenario) {
+  const YAML::Node* node = top.find("faults");
+  const YAML::Node* seed = top.find("fault_seed");
+  const auto* loop = std::get_if<CollectiveLoop>(&scenario.workload);
+  for (const YAML::Node* given : {node, seed}) {
+    if (given != nullptr && loop == nullptr) {
+      reader.fail_at(*given, "faults act on a sequence of collectives: they need workload type collective-loop");
+    }
+  }
+  if (seed != nullptr) {
+    scenario.faults.seed = static_cast<uint64_t>(reader.integer(*seed, "fault_seed", 0, std::numeric_limits<int64_t>::max()));
+  }
+  if (node == nullptr) return;
+  const std::vector<YAML::Node> entries = reader.list(*node, "faults");
+  if (entries.size() > kMaxScenarioFaults) {
+    reader.fail_at(*node, "faults has {} entries, above the limit of {}", entries.size(), kMaxScenarioFaults);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    scenario.faults.faults.push_back(read_fault(reader, entries[i], fmt::format("faults[{}]", i), scenario.variants, *loop));
+    scenario.fault_marks.push_back(source_mark(entries[i].Mark()));
+  }
+}
+
+RecoveryPolicy read_recovery(const Reader& reader, const Mapping& top) {
+  RecoveryPolicy policy;
+  const YAML::Node* node = top.find("recovery");
+  if (node == nullptr) return policy;
+  Mapping mapping(reader, *node, "recovery", kRecoveryKeys);
+  if (const YAML::Node* v = mapping.find("retry_max")) {
+    policy.retry_max = static_cast<int>(reader.integer(*v, mapping.path("retry_max"), 0, 100));
+  }
+  if (const YAML::Node* v = mapping.find("backoff_us")) {
+    policy.backoff_s = reader.number(*v, mapping.path("backoff_us"), 0, 1e9, false) * 1e-6;
+  }
+  if (const YAML::Node* v = mapping.find("watchdog_ms")) {
+    policy.watchdog_s = reader.number(*v, mapping.path("watchdog_ms"), 0, 1e8, true) * 1e-3;
+  }
+  if (const YAML::Node* v = mapping.find("action")) {
+    const std::string text = reader.scalar(*v, mapping.path("action"));
+    policy.action = reader.at(*v, mapping.path("action"), [&] { return parse_recovery_action(text); });
+  }
+  if (const YAML::Node* v = mapping.find("verify")) policy.verify = reader.boolean(*v, mapping.path("verify"));
+  return policy;
+}
+
+LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                      const CollectiveLoop& loop) {
+  Mapping mapping(reader, node, path, kLoopExpectKeys);
+  LoopExpectation e;
+  e.mark = source_mark(node.Mark());
+  if (const YAML::Node* v = mapping.find("variant")) {
+    reader.fail_at(*v, "{}: a collective-loop runs on the base cluster only", mapping.path("variant"));
+  }
+  if (const YAML::Node* v = mapping.find("iteration")) {
+    e.iteration = reader.integer(*v, mapping.path("iteration"), 0, loop.iterations - 1);
+  }
+  if (const YAML::Node* v = mapping.find("outcome")) {
+    const std::string text = reader.scalar(*v, mapping.path("outcome"));
+    e.outcome = reader.at(*v, mapping.path("outcome"), [&] { return parse_outcome(text); });
+  }
+  if (const YAML::Node* v = mapping.find("culprit_ranks")) {
+    std::vector<int> ranks;
+    if (!v->IsSequence()) reader.fail_at(*v, "{} must be a list of ranks (may be empty)", mapping.path("culprit_ranks"));
+    for (size_t i = 0; i < v->size(); ++i) {
+      ranks.push_back(static_cast<int>(
+          reader.integer((*v)[i], fmt::format("{}[{}]", mapping.path("culprit_ranks"), i), 0, kMaxScenarioGpus - 1)));
+    }
+    e.culprit_ranks = ranks;
+  }
+  if (const YAML::Node* v = mapping.find("backend")) {
+    const std::string text = reader.scalar(*v, mapping.path("backend"));
+    e.backend = reader.at(*v, mapping.path("backend"), [&] { return parse_backend(text); });
+  }
+  if (const YAML::Node* v = mapping.find("time_us")) e.time_us = read_bound(reader, *v, mapping.path("time_us"));
+  if (const YAML::Node* v = mapping.find("cost_us")) e.cost_us = read_bound(reader, *v, mapping.path("cost_us"));
+  if (!e.outcome && !e.culprit_ranks && !e.time_us.set() && !e.cost_us.set()) {
+    reader.fail_at(node, "{} checks nothing (expected outcome, culprit_ranks, time_us or cost_us)", path);
+  }
+  return e;
 }
 
 // ---- the whole file ----------------------------------------------------------------------------
@@ -724,8 +992,11 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
     scenario.network = reader.at(*network, "network", [&] { return parse_network(text); });
   }
   scenario.workload = read_workload(reader, top, scenario.variants);
+  read_faults(reader, top, scenario);
+  scenario.recovery = read_recovery(reader, top);
   scenario.outputs = read_outputs(reader, top);
   scenario.expectations = read_expectations(reader, top, scenario);
+  scenario.loop_expectations = read_loop_expectations(reader, top, scenario);
   return scenario;
 }
 

@@ -19,6 +19,9 @@
 #include <variant>
 #include <vector>
 
+#include "core/faults.h"
+#include "core/flight_recorder.h"
+#include "core/recovery.h"
 #include "core/types.h"
 #include "models/cluster.h"
 #include "sim/simulator.h"
@@ -74,8 +77,24 @@ struct CollectiveSweep {
   int gpus_per_node = 0;  // GPUs of each node taking part; 0 = all of them
 };
 
+// workload: {type: collective-loop}: one collective run `iterations` times in a row, as a training
+// step issues them; faults and recovery act on this sequence (docs/faults.md).
+struct CollectiveLoop {
+  Collective collective = Collective::kAllReduce;
+  int64_t size_bytes = 0;               // nccl-tests' size
+  Algorithm algorithm = Algorithm::kRing;
+  int iterations = 4;
+  DataType dtype = DataType::kBF16;
+  ReduceOp op = ReduceOp::kSum;
+  int gpus_per_node = 0;                // 0 = all of them
+};
+
 // One alternative per workload type (a training job comes next).
-using Workload = std::variant<CollectiveSweep>;
+using Workload = std::variant<CollectiveSweep, CollectiveLoop>;
+
+// Limits of the loop workload and the fault sections.
+inline constexpr int kMaxLoopIterations = 10000;
+inline constexpr size_t kMaxScenarioFaults = 100;
 
 // Accepted bounds of one measured value; at least one side is set.
 struct Bound {
@@ -101,6 +120,22 @@ struct Expectation {
 struct Outputs {
   bool json = true;
   bool csv = true;
+  // Flight-recorder dumps under DIR/fr/: always when the watchdog or an error triggers them (unless
+  // the recorder is off); `dumps: true` also writes them at the end of the run (--dump-on-exit).
+  bool dumps = false;
+  std::optional<FrFormat> dump_format;    // pickle (default) or json
+  std::optional<size_t> fr_buffer_size;   // overrides TORCH_FR_BUFFER_SIZE; 0 = recorder off
+};
+
+// One entry of `expect` for a collective-loop: what one iteration (or the whole loop) must end in.
+struct LoopExpectation {
+  std::optional<int64_t> iteration;       // empty: every iteration (outcome) / the whole loop (time)
+  std::optional<Outcome> outcome;
+  std::optional<std::vector<int>> culprit_ranks;  // the flight-recorder analysis of the dumps
+  std::optional<ScenarioBackend> backend;
+  Bound time_us;                          // the iteration's time (or the loop's)
+  Bound cost_us;                          // time minus its fault-free time
+  SourceMark mark;
 };
 
 struct Scenario {
@@ -112,7 +147,11 @@ struct Scenario {
   NetworkChoice network = NetworkChoice::kFluid;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;
+  std::vector<Expectation> expectations;          // collective-sweep
+  std::vector<LoopExpectation> loop_expectations;  // collective-loop
+  FaultPlan faults;                                // `faults:` and `fault_seed:`
+  std::vector<SourceMark> fault_marks;             // where each fault is, for messages
+  RecoveryPolicy recovery;
 
   const ClusterVariant* find_variant(std::string_view variant_name) const;
 };

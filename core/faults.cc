@@ -33,6 +33,13 @@ double uniform(uint64_t seed, uint64_t a, uint64_t b) {
   return static_cast<double>(mix(mix(seed ^ mix(a)) ^ mix(b)) >> 11) * 0x1.0p-53;
 }
 
+// "500 us", "2.5 ms", "3 s": the unit that keeps the number readable.
+std::string format_duration(double seconds) {
+  if (seconds < 1e-3) return fmt::format("{:g} us", seconds * 1e6);
+  if (seconds < 1) return fmt::format("{:g} ms", seconds * 1e3);
+  return fmt::format("{:g} s", seconds);
+}
+
 bool is_rank_fault(FaultKind kind) {
   return kind == FaultKind::kRankCrash || kind == FaultKind::kRankHang || kind == FaultKind::kStraggler ||
          kind == FaultKind::kDesync || kind == FaultKind::kCorrupt || kind == FaultKind::kTransient;
@@ -79,15 +86,15 @@ std::string Fault::describe() const {
     text += " issuing" + instead;
   }
   if (trigger.collective) text += fmt::format(" at collective {}", *trigger.collective);
-  if (trigger.at_s) text += fmt::format(" at {:g} s", *trigger.at_s);
+  if (trigger.at_s) text += fmt::format(" at {}", format_duration(*trigger.at_s));
   if (trigger.op) text += fmt::format(" at op {}", *trigger.op);
   if (trigger.probability) text += fmt::format(" with probability {:g}", *trigger.probability);
-  if (recover_after_s) text += fmt::format(", back after {:g} s", *recover_after_s);
+  if (recover_after_s) text += fmt::format(", back after {}", format_duration(*recover_after_s));
   return text;
 }
 
 FaultInjector::FaultInjector(FaultPlan plan, RouteCrossesFn crosses)
-    : plan_(std::move(plan)), crosses_(std::move(crosses)) {}
+    : plan_(std::move(plan)), crosses_(std::move(crosses)), down_since_(plan_.faults.size()) {}
 
 bool FaultInjector::triggered(const Fault& fault, int64_t sequence, double now_s) const {
   const FaultTrigger& t = fault.trigger;
@@ -109,9 +116,11 @@ std::vector<int> FaultInjector::active(int64_t sequence, int attempt, double now
     if (!triggered(fault, sequence, now_s)) continue;
     if (!persistent(fault.kind) && attempt > 0) continue;  // fails once; the retry succeeds
     if (fault.recover_after_s) {
-      // Down from when it hit (its time trigger, else the start of the collective that hit it).
-      const double down_at = fault.trigger.at_s.value_or(began_s);
-      if (now_s >= down_at + *fault.recover_after_s) continue;
+      // Down from when it hit: its time trigger, else the start of the first collective it hit
+      // (remembered, so later collectives find it back up).
+      std::optional<double>& since = down_since_[i];
+      if (!since) since = fault.trigger.at_s.value_or(began_s);
+      if (now_s >= *since + *fault.recover_after_s) continue;
     }
     result.push_back(static_cast<int>(i));
   }

@@ -101,7 +101,8 @@ class FaultInjector {
   // (0 = first try), which starts at `now_s`; the collective's first attempt began at `began_s`.
   // One-shot faults (transient, corrupt, desync) hit their collective's first attempt only;
   // persistent ones stay from their collective (or time) on; a flap until recover_after_s after
-  // it went down. `rerouted` drops link and NIC faults (the schedule now avoids them).
+  // it went down. `rerouted` drops link and NIC faults (the schedule now avoids them). Call it in
+  // time order (it remembers when a flap went down).
   std::vector<int> active(int64_t sequence, int attempt, double now_s, double began_s, bool rerouted) const;
 
   // The rank's action at collective `sequence` given the active faults.
@@ -118,6 +119,10 @@ class FaultInjector {
 
   FaultPlan plan_;
   RouteCrossesFn crosses_;
+  // When each flap went down (the first active() that found it triggered). active() is called by
+  // one driver thread, collective after collective; the backends' threads only call the const
+  // queries below it.
+  mutable std::vector<std::optional<double>> down_since_;
 };
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <queue>
 #include <set>
 #include <tuple>
 
@@ -404,6 +405,121 @@ Route Topology::route(int src, int dst) const {
     --remaining;
   }
   return route;
+}
+
+// Around dead links. The normal route is kept whenever it avoids them: it is a shortest path of
+// the graph, so also of the graph without them, and flows that no fault touches keep their ECMP
+// choice. Otherwise a Dijkstra from the destination over the live links labels every vertex with
+// its (hops, latency) to it, GPUs other than the destination not expanded (they do not forward);
+// only when that leaves the source unreached is it run again with GPUs expanded, i.e. relays
+// allowed (PXN). The walk from the source is route()'s: at each vertex the live neighbours one
+// label step closer, the widest of them, one picked by the ECMP hash.
+Route Topology::route_avoiding(int src, int dst, const std::vector<uint32_t>& dead_links) const {
+  for (uint32_t link : dead_links) {
+    if (link >= link_count()) {
+      fail(ErrorCode::kInvalidArgument, "dead link {}: link ids are 0..{}", link, link_count() - 1);
+    }
+  }
+  Route normal = route(src, dst);
+  if (std::none_of(dead_links.begin(), dead_links.end(), [&normal](uint32_t link) { return crosses(normal, link); })) {
+    return normal;
+  }
+  std::vector<char> dead(link_count(), 0);
+  for (uint32_t link : dead_links) dead[link] = 1;
+
+  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const uint32_t source = static_cast<uint32_t>(gpu_vertex(src));
+  const uint32_t target = static_cast<uint32_t>(gpu_vertex(dst));
+  struct Label {
+    uint32_t hops = kFar;
+    double latency_s = 0;
+    bool operator<(const Label& other) const {
+      return hops != other.hops ? hops < other.hops : latency_s < other.latency_s;
+    }
+  };
+  std::vector<Label> label(vertex_count);
+  auto is_gpu = [this](uint32_t v) { return state_->graph[v].kind == VertexKind::kGpu; };
+  auto search = [&](bool relays) {
+    std::fill(label.begin(), label.end(), Label{});
+    using Entry = std::pair<Label, uint32_t>;
+    auto later = [](const Entry& a, const Entry& b) { return b.first < a.first; };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(later)> queue(later);
+    label[target] = {0, 0.0};
+    queue.push({label[target], target});
+    while (!queue.empty()) {
+      const auto [at, v] = queue.top();
+      queue.pop();
+      if (label[v] < at) continue;  // a stale entry
+      if (v == source) return true;
+      if (v != target && is_gpu(v) && !relays) continue;
+      for (const Neighbor& nb : neighbors(v)) {
+        if (dead[nb.link] != 0) continue;
+        const Label next{at.hops + 1, at.latency_s + state_->links[nb.link]->latency_s};
+        if (next < label[nb.vertex]) {
+          label[nb.vertex] = next;
+          queue.push({next, nb.vertex});
+        }
+      }
+    }
+    return false;
+  };
+  const bool relays = !search(false);
+  if (relays && !search(true)) {
+    fail(ErrorCode::kUnsupported, "no route from {} (rank {}) to {} (rank {}) around the failed links",
+         state_->graph[source].name, src, state_->graph[target].name, dst);
+  }
+
+  // Latencies are sums in different orders: equal within rounding counts as equal.
+  auto one_step_closer = [](const Label& from, const Label& to, double link_latency_s) {
+    return to.hops + 1 == from.hops &&
+           std::abs(to.latency_s + link_latency_s - from.latency_s) <= 1e-9 * std::max(from.latency_s, 1e-12);
+  };
+  Route route;
+  route.bottleneck_Bps = std::numeric_limits<double>::infinity();
+  std::vector<Neighbor> candidates;
+  uint32_t v = source;
+  while (v != target) {
+    candidates.clear();
+    double widest = 0;
+    for (const Neighbor& nb : neighbors(v)) {
+      if (dead[nb.link] != 0 || label[nb.vertex].hops == kFar) continue;
+      if (nb.vertex != target && is_gpu(nb.vertex) && (!relays || nb.vertex == source)) continue;
+      const Link& link = *state_->links[nb.link];
+      if (!one_step_closer(label[v], label[nb.vertex], link.latency_s)) continue;
+      if (link.bandwidth_Bps > widest) {
+        candidates.clear();
+        widest = link.bandwidth_Bps;
+      }
+      if (link.bandwidth_Bps == widest) candidates.push_back(nb);
+    }
+    if (candidates.empty()) {  // cannot happen with consistent labels; never loop forever
+      fail(ErrorCode::kUnsupported, "route_avoiding {} -> {}: lost the path at '{}'", src, dst, state_->graph[v].name);
+    }
+    const Neighbor& chosen = candidates[ecmp_hash(src, dst, v) % candidates.size()];
+    const Link& link = *state_->links[chosen.link];
+    route.hops.push_back({chosen.link, state_->endpoints[chosen.link].first == v});
+    route.latency_s += link.latency_s;
+    route.bottleneck_Bps = std::min(route.bottleneck_Bps, link.bandwidth_Bps);
+    v = chosen.vertex;
+  }
+  return route;
+}
+
+bool Topology::crosses(const Route& route, uint32_t link) {
+  return std::any_of(route.hops.begin(), route.hops.end(), [link](const Hop& hop) { return hop.link == link; });
+}
+
+std::vector<uint32_t> Topology::nic_links(int node, int nic) const {
+  const size_t vertex_count = boost::num_vertices(state_->graph);
+  for (uint32_t v = 0; v < vertex_count; ++v) {
+    const Vertex& vertex = state_->graph[v];
+    if (vertex.kind != VertexKind::kNic || vertex.node != node || vertex.local != nic) continue;
+    std::vector<uint32_t> links;
+    for (const Neighbor& nb : neighbors(v)) links.push_back(nb.link);
+    std::sort(links.begin(), links.end());
+    return links;
+  }
+  fail(ErrorCode::kInvalidArgument, "node {} has no NIC {} (nodes 0..{})", node, nic, node_count() - 1);
 }
 
 // Snake order: node 0 locals 0..m-1, node 1 m-1..0, node 2 0..m-1, ... Each node is entered and

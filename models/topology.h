@@ -68,7 +68,7 @@ class Topology {
   // Takes a graph whose GPU vertices carry ranks 0..gpu_count-1 (each exactly once) and whose links
   // carry dense ids. `gpus_per_node` GPUs share a node index (GPU rank r: node r / gpus_per_node,
   // local r % gpus_per_node). Vertex and link names are unique; bandwidths positive, latencies not
-  // negative. GPUs are endpoints, never routers: a route does not pass through a third GPU. Throws
+  // negative. GPUs are endpoints, never routers: route() does not pass through a third GPU. Throws
   // Error(kInvalidArgument) when the graph breaks those rules or a GPU cannot reach another.
   // (Boost's adjacency_list has no move constructor, so this copies `graph`; large graphs are
   // better built in place with the constructor below.)
@@ -100,6 +100,27 @@ class Topology {
   // BFS per leaf, ever); safe to call from several threads. Throws Error(kInvalidArgument) for bad
   // ranks.
   Route route(int src, int dst) const;
+
+  // The route from GPU `src` to GPU `dst` that avoids the links `dead_links` (link ids, any
+  // order): route(src, dst) itself when it crosses none of them (so unaffected pairs keep their
+  // ECMP choice, and with no dead links this equals route()); otherwise the shortest path around
+  // them in hops, then latency, then the widest bottleneck, with the same hash among ties.
+  // Unlike route(), a third GPU may relay when nothing else connects: NCCL's PXN, where a GPU
+  // whose NIC is dead hands its data over NVLink to a GPU of its node whose NIC works, which
+  // forwards it on its own rail. Relays are used only when no path without them exists. One
+  // Dijkstra over the graph per call when the normal route is hit (meant for fault handling, not
+  // for every pair of a large ring). Throws Error(kInvalidArgument) for bad ranks or link ids, and
+  // Error(kUnsupported) "no route from X to Y around the failed links" when they disconnect the
+  // pair.
+  Route route_avoiding(int src, int dst, const std::vector<uint32_t>& dead_links) const;
+
+  // Whether `route` travels over link `link` (either direction).
+  static bool crosses(const Route& route, uint32_t link);
+
+  // The links of NIC `nic` of node `node` (its index in the node, = its rail): its PCIe link(s) to
+  // its GPU(s) and its network link(s) to the fabric, in id order: what a dead NIC takes down.
+  // Throws Error(kInvalidArgument) when there is no such NIC.
+  std::vector<uint32_t> nic_links(int node, int nic) const;
 
   // The layout the algorithms use: ranks per node and, with `rail_aligned`, a ring order in which
   // consecutive nodes are joined by GPUs of one rail, so every inter-node hop of the ring stays on

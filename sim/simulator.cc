@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <unordered_map>
@@ -81,6 +82,9 @@ class TopologyZone : public routing::NetZoneImpl {
   // The latency of the route from host a to host b as messages see it (route + protocol).
   double message_latency(int a, int b) { return message_latency(cached(a, b)); }
 
+  // Forgets every route: the next message of each pair asks the topology again (rerouting).
+  void clear_routes() { cache_.clear(); }
+
   // While set, routes report no latency: the op-by-op executor applies latency as a delay line.
   bool latency_off = false;
 
@@ -147,6 +151,10 @@ struct Simulator::Impl {
   std::vector<uint32_t> nvlink_of_gpu;                   // the GPU's link to its NVSwitch
   int token = 0;                                         // the payload every comm carries
   std::unordered_map<const sg4::Host*, int> host_index;  // host -> GPU index (or gpus + node)
+  // Fault controls (Simulator::set_link_factor etc.): neutral values = no fault.
+  std::vector<double> link_factor;   // by topology link id
+  std::vector<uint32_t> dead_links;  // sorted, unique
+  std::vector<double> gpu_slowdown;  // by GPU index
 
   double run_compressed(const Schedule& schedule, const std::vector<int>& gpu_of_rank,
                         const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
@@ -169,6 +177,18 @@ struct Simulator::Impl {
       return hop.forward ? links[hop.link]->get_link_up()->get_impl() : links[hop.link]->get_link_down()->get_impl();
     };
     if (a < gpus && b < gpus) {
+      if (!dead_links.empty()) {
+        // A detour may cross the network between GPUs of one node (or relay over NVLink between
+        // nodes): NCCL's NET hop latency applies when it crosses a network link.
+        const models::Route r = topology.route_avoiding(a, b, dead_links);
+        network = false;
+        for (const models::Hop& hop : r.hops) {
+          out.push_back(hop_impl(hop));
+          network = network || topology.link(hop.link).kind == models::LinkKind::kNetwork;
+        }
+        latency = r.latency_s;
+        return;
+      }
       const models::Route r = topology.route(a, b);
       for (const models::Hop& hop : r.hops) out.push_back(hop_impl(hop));
       latency = r.latency_s;
@@ -235,10 +255,25 @@ struct Simulator::Impl {
   bool network_hop(int a, int b) const {
     return topology.graph()[topology.gpu_vertex(a)].node != topology.graph()[topology.gpu_vertex(b)].node;
   }
+
+  bool faults_active() const {
+    return !dead_links.empty() ||
+           std::any_of(link_factor.begin(), link_factor.end(), [](double f) { return f != 1.0; }) ||
+           std::any_of(gpu_slowdown.begin(), gpu_slowdown.end(), [](double f) { return f != 1.0; });
+  }
+
+  void require_fluid(std::string_view what) const {
+    if (zone == nullptr) {
+      fail(ErrorCode::kUnsupported, "{}: fault controls are a fluid-model feature; the packet (ns-3) model has none",
+           what);
+    }
+  }
 };
 
 Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec& cluster, const NetworkModel& model)
     : impl_(std::make_unique<Impl>(Impl{topology, cluster, model})) {
+  impl_->link_factor.assign(topology.link_count(), 1.0);
+  impl_->gpu_slowdown.assign(static_cast<size_t>(topology.gpu_count()), 1.0);
   if (model.fidelity == Fidelity::kPacket && topology.gpu_count() > kMaxPacketGpus) {
     fail(ErrorCode::kUnsupported,
          "the packet (ns-3) model simulates every packet and is meant for small clusters: {} GPUs, at most {}; "
@@ -463,7 +498,9 @@ SimResult Simulator::run(const SimRequest& request) {
   result.transfers *= tiles;
 
   const double start = sg4::Engine::get_clock();
-  if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule)) {
+  // The compressed rounds replay one round per position with the normal routes: faults (a slow
+  // link on some positions' routes, detours, a straggler) need the op-by-op simulation.
+  if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule) && !s.faults_active()) {
     result.compressed = true;
     result.seconds = base_latency + s.run_compressed(
                                         schedule, gpu_of_rank,
@@ -506,6 +543,7 @@ SimResult Simulator::run(const SimRequest& request) {
     uint64_t messages = 0;                           // over all tiles
     std::deque<uint64_t> queue;                      // bytes of the messages waiting to go
     std::deque<double> arrivals;                     // when moved messages reach the receiver
+    double latency_s = 0;                            // route + protocol latency of each message
     sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
     sg4::SemaphorePtr in_flight = sg4::Semaphore::create(0);
     sg4::SemaphorePtr delivered = sg4::Semaphore::create(0);
@@ -545,20 +583,31 @@ SimResult Simulator::run(const SimRequest& request) {
     }
   } latency_back{s.zone};
   const bool packet = s.zone == nullptr;
+  // Every connection's route first (this is where a pair with no route left around dead links
+  // throws), so that a failure leaves no actor behind to haunt the next run.
+  for (auto& [key, connection] : connections) {
+    connection.latency_s = s.message_latency(gpu_of_rank[static_cast<size_t>(connection.from)],
+                                             gpu_of_rank[static_cast<size_t>(connection.to)]);
+  }
   for (auto& [key, connection] : connections) {
     Connection* c = &connection;
     const int from_gpu = gpu_of_rank[static_cast<size_t>(c->from)];
     const int to_gpu = gpu_of_rank[static_cast<size_t>(c->to)];
     sg4::Host* from = s.gpu_hosts[static_cast<size_t>(from_gpu)];
     sg4::Host* to = s.gpu_hosts[static_cast<size_t>(to_gpu)];
-    const double latency = s.message_latency(from_gpu, to_gpu);
-    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from, [c, from, to, latency, packet] {
+    const double latency = c->latency_s;
+    // A straggling sender holds the connection (slowdown - 1) x the transfer time longer: its
+    // kernel pushes the bytes that much slower, while the links are free for other flows.
+    const double slowdown = s.gpu_slowdown[static_cast<size_t>(from_gpu)];
+    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from, [c, from, to, latency, packet, slowdown] {
       for (uint64_t m = 0; m < c->messages; ++m) {
         c->queued->acquire();
         const uint64_t bytes = c->queue.front();
         c->queue.pop_front();
+        const double began = sg4::Engine::get_clock();
         // ns-3 carries a message as one TCP flow (at most 4 GiB; an empty one never completes).
         if (!packet || bytes > 0) sg4::Comm::sendto(from, to, bytes);
+        if (slowdown != 1.0) sg4::this_actor::sleep_for((slowdown - 1.0) * (sg4::Engine::get_clock() - began));
         c->arrivals.push_back(sg4::Engine::get_clock() + latency);
         c->in_flight->release();
       }
@@ -576,8 +625,10 @@ SimResult Simulator::run(const SimRequest& request) {
   for (int r = 0; r < n; ++r) {
     const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
     sg4::Host* host = s.gpu_hosts[static_cast<size_t>(gpu_of_rank[static_cast<size_t>(r)])];
+    // A straggler's copies and reduces take `slowdown` times as long (its host's speed is HBM's).
+    const double slowdown = s.gpu_slowdown[static_cast<size_t>(gpu_of_rank[static_cast<size_t>(r)])];
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
-      sg4::Actor::create(fmt::format("r{}-l{}", r, l), host, [&, r, l] {
+      sg4::Actor::create(fmt::format("r{}-l{}", r, l), host, [&, r, l, slowdown] {
         const Lane& lane = explicit_form.ranks[static_cast<size_t>(r)].lanes[l];
         RankState& state = states[static_cast<size_t>(r)];
         const uint64_t per_tile = lane.ops.size();
@@ -603,8 +654,12 @@ SimResult Simulator::run(const SimRequest& request) {
               }
               case OpKind::kRecv:
               case OpKind::kRecvReduce: connections.at({op.peer, r, l}).delivered->acquire(); break;
-              case OpKind::kCopy: sg4::this_actor::execute(2.0 * static_cast<double>(sizer.bytes(op.dst, t))); break;
-              case OpKind::kReduce: sg4::this_actor::execute(3.0 * static_cast<double>(sizer.bytes(op.dst, t))); break;
+              case OpKind::kCopy:
+                sg4::this_actor::execute(slowdown * 2.0 * static_cast<double>(sizer.bytes(op.dst, t)));
+                break;
+              case OpKind::kReduce:
+                sg4::this_actor::execute(slowdown * 3.0 * static_cast<double>(sizer.bytes(op.dst, t)));
+                break;
             }
             std::unique_lock lock(*state.mutex);
             ++state.done[l];
@@ -658,5 +713,64 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
   result.transfers = result.simulated_transfers = 2 * gpus.size();
   return result;
 }
+
+void Simulator::set_link_factor(uint32_t link, double factor) {
+  Impl& s = *impl_;
+  s.require_fluid("set_link_factor");
+  if (link >= s.topology.link_count()) {
+    fail(ErrorCode::kInvalidArgument, "set_link_factor: link {} out of range (the topology has {})", link,
+         s.topology.link_count());
+  }
+  if (!(factor > 0) || !std::isfinite(factor)) {
+    fail(ErrorCode::kInvalidArgument,
+         "set_link_factor: factor {} for link '{}' must be positive (a dead link is set_dead_links')", factor,
+         s.topology.link(link).name);
+  }
+  // The same product as at construction times the factor: factor 1 gives back the exact bandwidth.
+  const models::Link& spec = s.topology.link(link);
+  const double bandwidth = spec.bandwidth_Bps * s.link_efficiency(spec.kind) * factor;
+  s.links[link]->get_link_up()->set_bandwidth(bandwidth);
+  s.links[link]->get_link_down()->set_bandwidth(bandwidth);
+  s.link_factor[link] = factor;
+}
+
+void Simulator::set_dead_links(std::vector<uint32_t> links) {
+  Impl& s = *impl_;
+  s.require_fluid("set_dead_links");
+  for (uint32_t link : links) {
+    if (link >= s.topology.link_count()) {
+      fail(ErrorCode::kInvalidArgument, "set_dead_links: link {} out of range (the topology has {})", link,
+           s.topology.link_count());
+    }
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  s.dead_links = std::move(links);
+  s.zone->clear_routes();
+}
+
+void Simulator::set_gpu_slowdown(int gpu, double factor) {
+  Impl& s = *impl_;
+  s.require_fluid("set_gpu_slowdown");
+  if (gpu < 0 || gpu >= s.topology.gpu_count()) {
+    fail(ErrorCode::kInvalidArgument, "set_gpu_slowdown: GPU {} out of range (the cluster has {})", gpu,
+         s.topology.gpu_count());
+  }
+  if (!(factor >= 1) || !std::isfinite(factor)) {
+    fail(ErrorCode::kInvalidArgument, "set_gpu_slowdown: factor {} for GPU {} must be at least 1", factor, gpu);
+  }
+  s.gpu_slowdown[static_cast<size_t>(gpu)] = factor;
+}
+
+bool Simulator::crosses(int gpu_a, int gpu_b, uint32_t link) const {
+  const Impl& s = *impl_;
+  const models::Route route =
+      s.dead_links.empty() ? s.topology.route(gpu_a, gpu_b) : s.topology.route_avoiding(gpu_a, gpu_b, s.dead_links);
+  return models::Topology::crosses(route, link);
+}
+
+std::vector<uint32_t> Simulator::links_of_nic(int node, int nic) const { return impl_->topology.nic_links(node, nic); }
+
+bool Simulator::faults_active() const { return impl_->faults_active(); }
 
 }  // namespace tandem::sim

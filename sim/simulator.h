@@ -82,6 +82,35 @@ class Simulator {
   // when the GPU has no NVLS or the GPUs span nodes.
   SimResult run_nvls_all_reduce(int64_t bytes, const std::vector<int>& gpus);
 
+  // Fault controls (docs/simulator.md, "Faults"). Each holds from the next run() on until changed,
+  // across runs; with every control at its neutral value (factor 1, no dead links, slowdown 1) a
+  // run takes exactly the fault-free time again. While any is active, run() simulates op by op
+  // (never the compressed rounds, which assume every position alike). Fluid model only: with
+  // the packet model they throw Error(kUnsupported). Bad link ids, GPUs or factors throw
+  // Error(kInvalidArgument).
+
+  // Topology link `link` runs at `factor` (> 0; 1 restores) of its bandwidth (the efficiency-scaled
+  // one), both directions: a degraded link. A dead link is set_dead_links' business.
+  void set_link_factor(uint32_t link, double factor);
+
+  // Routes go around these topology links (models::Topology::route_avoiding: the normal route
+  // where it avoids them, else a detour, through a relay GPU of the same node if need be, as
+  // NCCL's PXN); empty restores normal routing. Throws Error(kUnsupported) when a pair of GPUs
+  // that talks in a later run has no route left (raised by that run).
+  void set_dead_links(std::vector<uint32_t> links);
+
+  // A straggler: GPU `gpu`'s kernels run `factor` (>= 1; 1 restores) times slower, so its local
+  // copies and reduces take factor x as long and each message it sends occupies its connection
+  // factor x as long as the transfer itself took.
+  void set_gpu_slowdown(int gpu, double factor);
+
+  // Whether the route from GPU a to GPU b (with the current dead links) crosses topology link `link`.
+  bool crosses(int gpu_a, int gpu_b, uint32_t link) const;
+  // The topology links of NIC `nic` of node `node` (PCIe and network): what a dead NIC takes down.
+  std::vector<uint32_t> links_of_nic(int node, int nic) const;
+  // Whether any fault control is away from its neutral value.
+  bool faults_active() const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -29,8 +29,8 @@ int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dty
   }
 }
 
-// Ranks 0..n-1 node-major over the GPUs taking part; rail-aligned ring order: the "snake" that
-// walks node 0's GPUs up, node 1's down, ..., so consecutive nodes meet on one rail.
+}  // namespace
+
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned) {
   RankLayout layout = RankLayout::nodes(nodes, per_node);
   if (rail_aligned && nodes > 1 && per_node > 1) {
@@ -40,6 +40,8 @@ RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned) {
   }
   return layout;
 }
+
+namespace {
 
 std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
   const models::Topology topology = models::build_cluster(request.cluster);
@@ -167,23 +169,32 @@ std::string death_reason(const std::string& stderr_text) {
   return last;
 }
 
-// Runs the request in a child process (SimGrid allows one platform per process) and returns its
-// results. The child's stderr goes to a temporary file: passed on when it exits normally, and
-// mined for the reason when it dies (SimGrid aborts on failed internal assertions).
 std::vector<SweepPointResult> run_child(const SweepRequest& request) {
+  const json reply = json::parse(run_isolated([&] { return to_json(run_in_process(request)).dump(); }));
+  std::vector<SweepPointResult> results(request.points.size());
+  for (size_t i = 0; i < results.size(); ++i) results[i].point = request.points[i];
+  from_json(reply, results);
+  return results;
+}
+
+}  // namespace
+
+// The child's stderr goes to a temporary file: passed on when it exits normally, and mined for the
+// reason when it dies (SimGrid aborts on failed internal assertions).
+std::string run_isolated(const std::function<std::string()>& work) {
   int fds[2];
-  if (pipe(fds) != 0) fail(ErrorCode::kBackend, "sweep: pipe failed: {}", std::strerror(errno));
+  if (pipe(fds) != 0) fail(ErrorCode::kBackend, "simulation: pipe failed: {}", std::strerror(errno));
   std::FILE* err_file = std::tmpfile();
-  if (err_file == nullptr) fail(ErrorCode::kBackend, "sweep: tmpfile failed: {}", std::strerror(errno));
+  if (err_file == nullptr) fail(ErrorCode::kBackend, "simulation: tmpfile failed: {}", std::strerror(errno));
   std::fflush(nullptr);  // the child must not write the parent's buffered output again
   const pid_t child = fork();
-  if (child < 0) fail(ErrorCode::kBackend, "sweep: fork failed: {}", std::strerror(errno));
+  if (child < 0) fail(ErrorCode::kBackend, "simulation: fork failed: {}", std::strerror(errno));
   if (child == 0) {
     close(fds[0]);
     dup2(fileno(err_file), STDERR_FILENO);
     json reply;
     try {
-      reply = {{"results", to_json(run_in_process(request))}};
+      reply = {{"result", work()}};
     } catch (const Error& e) {
       reply = {{"error", e.what()}, {"code", static_cast<int>(e.code())}};  // the parent rethrows it as is
     } catch (const std::exception& e) {
@@ -212,7 +223,7 @@ std::vector<SweepPointResult> run_child(const SweepRequest& request) {
   std::fclose(err_file);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty()) {
     const std::string reason = death_reason(err_text);
-    fail(ErrorCode::kBackend, "the simulation of {} died ({}){}{}", request.cluster.preset,
+    fail(ErrorCode::kBackend, "the simulation process died ({}){}{}",
          WIFSIGNALED(status) ? fmt::format("signal {}", WTERMSIG(status)) : fmt::format("status {}", status),
          reason.empty() ? "" : ": ", reason);
   }
@@ -221,13 +232,8 @@ std::vector<SweepPointResult> run_child(const SweepRequest& request) {
   if (reply.contains("error")) {
     throw Error(static_cast<ErrorCode>(reply.at("code").get<int>()), reply.at("error").get<std::string>());
   }
-  std::vector<SweepPointResult> results(request.points.size());
-  for (size_t i = 0; i < results.size(); ++i) results[i].point = request.points[i];
-  from_json(reply.at("results"), results);
-  return results;
+  return reply.at("result").get<std::string>();
 }
-
-}  // namespace
 
 std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated) {
   if (request.network.fidelity == Fidelity::kPacket) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,15 @@ struct SweepRequest {
 };
 
 std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated = true);
+
+// Runs `work` in a child process (SimGrid allows one platform per process) and returns the string
+// it returns. A tandem::Error the child throws is rethrown here as it was; a child that dies
+// (SimGrid aborts on failed internal assertions) is Error(kBackend) with the reason from its stderr.
+std::string run_isolated(const std::function<std::string()>& work);
+
+// Ranks 0..n-1 node-major over the GPUs taking part; with rail_aligned, the ring order snakes
+// node 0's GPUs up, node 1's down, ..., so consecutive nodes meet on one rail.
+RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned);
 
 // nccl-tests' bus-bandwidth factor for `collective` on n ranks (docs/cli.md).
 double bus_bandwidth_factor(Collective collective, int nranks);

@@ -1,6 +1,10 @@
 // `tandem run`, end to end: runs the built binary (TANDEM_BINARY) on the shipped scenarios and on
 // small broken ones, and checks stdout, stderr, the exit code and the files --out writes. The
 // shipped scenarios' expectations are checked here, so CI fails when they stop holding.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -225,3 +229,52 @@ TEST(RunCli, WhatIfScenarioHoldsItsExpectations) {
 }
 
 }  // namespace
+
+// The shipped fault scenarios: each one's expectations (outcomes, costs, the flight-recorder
+// culprit) hold on the simulator at 64 GPUs, and their host twins hold with real data.
+class FaultScenarios : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FaultScenarios, ExpectationsHold) {
+  const std::string dir = ::testing::TempDir() + "tandem-fault-" + std::to_string(::getpid());
+  const Outcome outcome = run_tandem(fmt::format("run {} --out '{}'", GetParam(), dir));
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "Verdict: PASS")) << outcome.out;
+  EXPECT_FALSE(contains(outcome.out, "FAIL line")) << outcome.out;
+  const nlohmann::json results = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_FALSE(results.at("iterations").empty());
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shipped, FaultScenarios,
+    ::testing::Values("scenarios/faults/link-flap-64xh100.yaml", "scenarios/faults/rank-hang-64xh100.yaml",
+                      "scenarios/faults/straggler-64xh100.yaml", "scenarios/faults/nic-down-reroute-64xh100.yaml",
+                      "scenarios/faults/rank-crash-shrink-64xh100.yaml", "scenarios/faults/desync-64xh100.yaml",
+                      "scenarios/faults/host/link-flap-host.yaml", "scenarios/faults/host/rank-hang-host.yaml",
+                      "scenarios/faults/host/straggler-host.yaml", "scenarios/faults/host/nic-down-reroute-host.yaml",
+                      "scenarios/faults/host/rank-crash-shrink-host.yaml", "scenarios/faults/host/desync-host.yaml"),
+    [](const auto& test) {
+      std::string name = std::filesystem::path(test.param).stem().string();
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+// The rank-hang scenario's dumps: Python's own pickle loads every one, with the fields PyTorch's
+// analyzer needs, and `tandem fr analyze` names rank 5 from them.
+TEST(RunCli, RankHangDumpsLoadInPythonAndNameTheRank) {
+  const std::string dir = ::testing::TempDir() + "tandem-hang-" + std::to_string(::getpid());
+  ASSERT_EQ(run_tandem(fmt::format("run scenarios/faults/rank-hang-64xh100.yaml --out '{}'", dir)).exit_code, 0);
+  const std::string check = fmt::format(
+      "python3 -c \"import pickle,glob; files=glob.glob('{}/fr/rank_*'); assert len(files)==64, len(files); "
+      "d=[pickle.load(open(f,'rb')) for f in files]; "
+      "assert all(x['version']=='2.10' and isinstance(x['pg_config']['0']['ranks'], str) for x in d); "
+      "e=[x['entries'][-1] for x in d]; "
+      "assert all(isinstance(y['process_group'], tuple) and y['profiling_name']=='nccl:all_reduce' for y in e)\"",
+      dir);
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
+  const Outcome analysis = run_tandem(fmt::format("fr analyze '{}/fr' --json", dir));
+  EXPECT_EQ(analysis.exit_code, 1) << analysis.err;
+  const nlohmann::json verdict = nlohmann::json::parse(analysis.out);
+  EXPECT_EQ(verdict.at("culprit_ranks"), nlohmann::json::array({5})) << analysis.out;
+  std::filesystem::remove_all(dir);
+}

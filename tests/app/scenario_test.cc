@@ -209,7 +209,7 @@ std::vector<Rejection> rejections() {
        "t.yaml:1:18: unsupported scenario format version '2' (this tandem reads version 1)"},
       {"unknown top-level key", minimal_plus("colour: blue\n"),
        "t.yaml:8:1: unknown key 'colour' in the scenario (expected: tandem_scenario, name, description, cluster, "
-       "variants, backend, network, workload, outputs, expect)"},
+       "variants, backend, network, workload, faults, fault_seed, recovery, outputs, expect)"},
       {"duplicate key", minimal_plus("name: again\n"), "t.yaml:8:1: duplicate key 'name' in the scenario"},
       {"missing name", "tandem_scenario: 1\ncluster: {preset: dgx-h100}\n",
        "t.yaml:1:1: missing required key 'name' in the scenario"},
@@ -221,7 +221,7 @@ std::vector<Rejection> rejections() {
       {"outputs not boolean", minimal_plus("outputs: {json: yes}\n"),
        "t.yaml:8:17: outputs.json must be true or false (got 'yes')"},
       {"unknown output", minimal_plus("outputs: {trace: true}\n"),
-       "t.yaml:8:11: unknown key 'trace' in outputs (expected: json, csv)"},
+       "t.yaml:8:11: unknown key 'trace' in outputs (expected: json, csv, dumps, dump_format, fr_buffer_size)"},
 
       // cluster
       {"missing cluster", "tandem_scenario: 1\nname: t\n",
@@ -272,7 +272,7 @@ std::vector<Rejection> rejections() {
       {"missing type", with_workload("workload:\n  collectives: [all_reduce]\n"),
        "t.yaml:5:3: missing required key 'type' in workload"},
       {"unknown workload type", with_workload("workload:\n  type: training\n"),
-       "t.yaml:5:9: unknown workload type 'training' (expected: collective-sweep)"},
+       "t.yaml:5:9: unknown workload type 'training' (expected: collective-sweep, collective-loop)"},
       {"unknown workload key",
        with_workload("workload:\n  type: collective-sweep\n  colectives: [all_reduce]\n  sizes: [1M]\n"),
        "t.yaml:6:3: unknown key 'colectives' in workload (expected: type, collectives, sizes, algorithms, dtype, op, "
@@ -396,6 +396,65 @@ TEST(Scenario, RejectsWithFileLineColumn) {
 }
 
 TEST(Scenario, MinimalIsValid) { EXPECT_NO_THROW(parse_scenario(kMinimal, "t.yaml")); }
+
+// The collective-loop workload with faults and recovery: what loads, and what is refused where.
+const std::string kLoop = with_workload(
+    "workload: {type: collective-loop, collective: all_reduce, size: 1M, algorithm: ring, iterations: 4}\n");
+
+TEST(Scenario, LoopWithFaultsAndRecovery) {
+  const Scenario s = parse_scenario(kLoop +
+                                        "faults:\n"
+                                        "  - {kind: link_down, link: n0-nic7-uplink, at_collective: 1, recover_after_us: 500}\n"
+                                        "  - {kind: rank_hang, rank: 5, at_collective: 2}\n"
+                                        "  - {kind: desync, rank: 1, issue: {dtype: f16}}\n"
+                                        "fault_seed: 9\n"
+                                        "recovery: {retry_max: 2, backoff_us: 100, watchdog_ms: 50, action: shrink}\n"
+                                        "outputs: {dumps: true, dump_format: json, fr_buffer_size: 10}\n"
+                                        "expect:\n  - {iteration: 1, outcome: completed_after_retry}\n"
+                                        "  - {culprit_ranks: [5]}\n",
+                                    "t.yaml");
+  const auto& loop = std::get<CollectiveLoop>(s.workload);
+  EXPECT_EQ(loop.iterations, 4);
+  ASSERT_EQ(s.faults.faults.size(), 3u);
+  EXPECT_EQ(s.faults.seed, 9u);
+  EXPECT_EQ(s.faults.faults[0].kind, FaultKind::kLinkDown);
+  EXPECT_DOUBLE_EQ(*s.faults.faults[0].recover_after_s, 500e-6);
+  EXPECT_EQ(s.faults.faults[1].rank, 5);
+  EXPECT_EQ(*s.faults.faults[2].desync_dtype, DataType::kF16);
+  EXPECT_EQ(s.recovery.retry_max, 2);
+  EXPECT_DOUBLE_EQ(s.recovery.watchdog_s, 0.05);
+  EXPECT_EQ(s.recovery.action, RecoveryAction::kShrink);
+  EXPECT_TRUE(s.outputs.dumps);
+  EXPECT_EQ(*s.outputs.dump_format, FrFormat::kJson);
+  ASSERT_EQ(s.loop_expectations.size(), 2u);
+  EXPECT_EQ(*s.loop_expectations[0].outcome, Outcome::kCompletedAfterRetry);
+  EXPECT_EQ(*s.loop_expectations[1].culprit_ranks, std::vector<int>{5});
+}
+
+TEST(Scenario, FaultMistakesAreFileLineColumnErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {kLoop + "faults:\n  - {kind: link_flap, link: x}\n", "t.yaml:6:12: faults[0].kind: unknown fault kind 'link_flap'"},
+      {kLoop + "faults:\n  - {kind: link_down, link: n0-nic9-uplink}\n",
+       "t.yaml:6:29: faults[0].link: the cluster of 'base' has no link named 'n0-nic9-uplink'"},
+      {kLoop + "faults:\n  - {kind: rank_hang, rank: 16}\n", "t.yaml:6:29: faults[0].rank must be an integer from 0 to 15"},
+      {kLoop + "faults:\n  - {kind: rank_hang, rank: 1, factor: 2}\n", "faults[0].factor: a rank_hang fault takes no 'factor'"},
+      {kLoop + "faults:\n  - {kind: desync, rank: 1}\n", "missing required key 'issue' in faults[0]"},
+      {kLoop + "faults:\n  - {kind: straggler, rank: 1, factor: 0.5}\n", "faults[0].factor must be a number > 1"},
+      {kLoop + "recovery: {action: restart}\n", "recovery.action: unknown recovery action 'restart'"},
+      {kLoop + "expect:\n  - {iteration: 9, outcome: completed}\n", "expect[0].iteration must be an integer from 0 to 3"},
+      {kLoop + "expect:\n  - {outcome: finished}\n", "unknown outcome 'finished'"},
+      {minimal_plus("faults:\n  - {kind: rank_hang, rank: 1}\n"), "faults act on a sequence of collectives"},
+  };
+  for (const auto& [text, expected] : cases) {
+    try {
+      parse_scenario(text, "t.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFormat);
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what() << "\nexpected: " << expected;
+    }
+  }
+}
 
 TEST(Scenario, UnreadableFileIsAnIoError) {
   try {

@@ -1,11 +1,19 @@
 // The simulator against closed forms. Every sweep runs in its own child process (SimGrid allows
 // one platform per process), so these tests can build many clusters.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
 #include <map>
 
+#include "core/algorithms.h"
 #include "core/error.h"
 #include "models/cluster.h"
+#include "sim/simulator.h"
 #include "sim/sweep.h"
 
 namespace tandem::sim {
@@ -147,6 +155,266 @@ TEST(Simulator, PacketModelRefusesLargeClusters) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_NE(std::string(e.what()).find("small clusters"), std::string::npos) << e.what();
   }
+}
+
+// Runs `body` in a child process, which may build its own Simulator (SimGrid allows one platform
+// per process), and returns the numbers it produced, exactly (hex floats). A child that throws or
+// dies fails the test.
+std::vector<double> in_child(const std::function<std::vector<double>()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return {};
+  }
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    std::string text;
+    int code = 0;
+    try {
+      char number[64];
+      for (double v : body()) {
+        std::snprintf(number, sizeof number, "%a ", v);
+        text += number;
+      }
+    } catch (const std::exception& e) {
+      text = std::string("error: ") + e.what();
+      code = 1;
+    }
+    size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t w = write(fds[1], text.data() + written, text.size() - written);
+      if (w <= 0) break;
+      written += static_cast<size_t>(w);
+    }
+    close(fds[1]);
+    _exit(code);
+  }
+  close(fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(got));
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    ADD_FAILURE() << "the child failed (status " << status << "): " << text;
+    return {};
+  }
+  std::vector<double> values;
+  const char* at = text.c_str();
+  for (char* end = nullptr;; at = end) {
+    const double v = std::strtod(at, &end);
+    if (end == at) break;
+    values.push_back(v);
+  }
+  return values;
+}
+
+// Simulated durations are differences of SimGrid's clock, which keeps running from one run to the
+// next: the same collective started later is rounded at a larger absolute time and differs by a
+// few hundred ulps (about 1e-14 relative here), so "the same time" means within 1e-12.
+::testing::AssertionResult same_duration(double a, double b) {
+  if (std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b))) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << a << " s and " << b << " s differ by " << (a - b) / b << " (relative)";
+}
+
+// Two DGX H100 nodes (16 GPUs), ideal network, and a 64 MiB bf16 ring all_reduce on the
+// rail-aligned ring 0..7, 15..8: its two inter-node hops are n0-gpu7 -> n1-gpu7 (rail 7) and
+// n1-gpu0 -> n0-gpu0 (rail 0), 50 GB/s NIC links, the ring's bottleneck.
+struct FaultBench {
+  static constexpr int64_t kBytes = int64_t{64} << 20;
+  models::ClusterSpec cluster = [] {
+    models::ClusterSpec two_nodes = models::cluster_preset("dgx-h100");
+    two_nodes.nodes = 2;
+    return two_nodes;
+  }();
+  models::Topology topology = models::build_cluster(cluster);
+  CollectiveSpec spec{Collective::kAllReduce, kBytes / 2, DataType::kBF16, ReduceOp::kSum, 0, 16};
+
+  Schedule ring(ScheduleForm form) const {
+    return build_checked_schedule(spec, topology.layout(), Algorithm::kRing, {}, form);
+  }
+  uint32_t link(std::string_view name) const { return topology.find_link(name).value(); }
+  // The bandwidth term of the ring: 2(n-1)/n * S / B.
+  static double bandwidth_term_s(double bottleneck_Bps) { return 2.0 * 15 / 16 * kBytes / bottleneck_Bps; }
+};
+
+TEST(SimulatorFaults, DegradedBottleneckLinkDoublesTheBandwidthTerm) {
+  const std::vector<double> t = in_child([] {
+    FaultBench bench;
+    Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
+    const Schedule ring = bench.ring(ScheduleForm::kSymmetric);
+    const SimRequest request{&ring, bench.spec, {}, Protocol::kSimple, 1};
+    const uint32_t uplink = bench.link("n0-nic7-uplink");
+    std::vector<double> out;
+    out.push_back(sim.run(request).seconds);  // 0: fault-free (compressed rounds)
+    out.push_back(sim.run(request).seconds);  // 1: again
+    sim.set_link_factor(uplink, 0.5);
+    const SimResult slow = sim.run(request);
+    out.push_back(slow.seconds);              // 2: degraded
+    out.push_back(slow.compressed ? 1 : 0);   // 3
+    out.push_back(sim.run(request).seconds);  // 4: degraded again
+    sim.set_link_factor(uplink, 1.0);
+    const SimResult restored = sim.run(request);
+    out.push_back(restored.seconds);             // 5: restored
+    out.push_back(restored.compressed ? 1 : 0);  // 6
+    return out;
+  });
+  ASSERT_EQ(t.size(), 7u);
+  const double bandwidth = FaultBench::bandwidth_term_s(50e9);
+  EXPECT_TRUE(same_duration(t[1], t[0])) << "two fault-free runs";
+  EXPECT_EQ(t[3], 0.0) << "a degraded link must not take the compressed path";
+  EXPECT_TRUE(same_duration(t[4], t[2])) << "two degraded runs";
+  EXPECT_EQ(t[6], 1.0);
+  EXPECT_TRUE(same_duration(t[5], t[0])) << "restoring the link gives back the fault-free time";
+  // Half the bandwidth on the bottleneck: the bandwidth term doubles, the latencies stay.
+  EXPECT_NEAR((t[2] - t[0]) / bandwidth, 1.0, 0.02)
+      << "fault-free " << t[0] << " s, link at 0.5: " << t[2] << " s, bandwidth term " << bandwidth << " s";
+  std::printf("ring all_reduce 64 MiB / 16 GPUs: fault-free %.6f ms, n0-nic7-uplink at 0.5: %.6f ms (x%.3f)\n",
+              t[0] * 1e3, t[2] * 1e3, t[2] / t[0]);
+}
+
+TEST(SimulatorFaults, DeadNicIsRoutedAroundThroughANeighbour) {
+  const std::vector<double> t = in_child([] {
+    FaultBench bench;
+    Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
+    // Op by op on both sides, so that only the fault differs.
+    const Schedule ring = bench.ring(ScheduleForm::kExplicit);
+    const SimRequest request{&ring, bench.spec, {}, Protocol::kSimple, 1};
+    // Hierarchical all_reduce: the inter-node phase runs 8 rings at once, one per rail, so every
+    // NIC is busy and the rerouted GPU shares its relay's NIC.
+    const Schedule hierarchical = build_checked_schedule(bench.spec, RankLayout::nodes(2, 8), Algorithm::kHierarchical);
+    const SimRequest hierarchical_request{&hierarchical, bench.spec, {}, Protocol::kSimple, 1};
+    const uint32_t uplink = bench.link("n0-nic7-uplink");
+    std::vector<double> out;
+    out.push_back(sim.run(request).seconds);               // 0: ring, fault-free
+    out.push_back(sim.run(hierarchical_request).seconds);  // 1: hierarchical, fault-free
+    out.push_back(sim.crosses(7, 15, uplink) ? 1 : 0);     // 2
+    const std::vector<uint32_t> nic = sim.links_of_nic(0, 7);
+    out.push_back(static_cast<double>(nic.size()));  // 3
+    sim.set_dead_links(nic);
+    out.push_back(sim.crosses(7, 15, uplink) ? 1 : 0);     // 4
+    out.push_back(sim.crosses(15, 7, uplink) ? 1 : 0);     // 5
+    out.push_back(sim.run(request).seconds);               // 6: ring, NIC dead
+    out.push_back(sim.run(request).seconds);               // 7: again
+    out.push_back(sim.run(hierarchical_request).seconds);  // 8: hierarchical, NIC dead
+    sim.set_dead_links({});
+    out.push_back(sim.crosses(7, 15, uplink) ? 1 : 0);     // 9
+    out.push_back(sim.run(request).seconds);               // 10: ring, restored
+    out.push_back(sim.run(hierarchical_request).seconds);  // 11: hierarchical, restored
+    // Every NIC of node 0 dead: no route between the nodes. The run refuses before it starts
+    // anything, and the next one is unharmed.
+    std::vector<uint32_t> all_nics;
+    for (int i = 0; i < 8; ++i) {
+      for (uint32_t link : sim.links_of_nic(0, i)) all_nics.push_back(link);
+    }
+    sim.set_dead_links(all_nics);
+    double refused = 0;
+    try {
+      sim.run(request);
+    } catch (const Error& e) {
+      const bool named = std::string(e.what()).find("around the failed links") != std::string::npos;
+      refused = e.code() == ErrorCode::kUnsupported && named ? 1.0 : 0.0;
+    }
+    out.push_back(refused);  // 12
+    sim.set_dead_links({});
+    out.push_back(sim.run(request).seconds);  // 13: ring, restored after the refusal
+    return out;
+  });
+  ASSERT_EQ(t.size(), 14u);
+  EXPECT_EQ(t[12], 1.0) << "a cut-off node must be refused with Error(kUnsupported)";
+  EXPECT_TRUE(same_duration(t[13], t[0])) << "restored after a refused run";
+  EXPECT_EQ(t[2], 1.0) << "the ring's hop 7 -> 15 uses n0-nic7 before the fault";
+  EXPECT_EQ(t[3], 2.0) << "a DGX NIC has a PCIe link and an uplink";
+  EXPECT_EQ(t[4], 0.0) << "after the reroute it does not";
+  EXPECT_EQ(t[5], 0.0);
+  EXPECT_EQ(t[9], 1.0) << "normal routing is back";
+  EXPECT_TRUE(same_duration(t[7], t[6])) << "two runs with the NIC dead";
+  EXPECT_TRUE(same_duration(t[10], t[0])) << "restored ring";
+  EXPECT_TRUE(same_duration(t[11], t[1])) << "restored hierarchical";
+  // The ring's rerouted hop still has a 50 GB/s bottleneck (its relay's NIC is otherwise idle in
+  // that direction): only the detour's extra hops' latency shows.
+  EXPECT_GT(t[6], t[0]);
+  EXPECT_LT(t[6], 1.02 * t[0]);
+  // The hierarchical inter-node phase moves S/8 per rail at 50 GB/s; with rail 7 of node 0 sharing
+  // another rail's NIC that rail takes twice as long: about S/8 / 50 GB/s more.
+  const double inter_node_s = static_cast<double>(FaultBench::kBytes) / 8 / 50e9;
+  EXPECT_NEAR((t[8] - t[1]) / inter_node_s, 1.0, 0.1)
+      << "hierarchical fault-free " << t[1] << " s, NIC dead " << t[8] << " s, inter-node phase " << inter_node_s;
+  std::printf("n0-nic7 dead: ring %.6f -> %.6f ms (x%.4f), hierarchical %.6f -> %.6f ms (x%.3f)\n", t[0] * 1e3,
+              t[6] * 1e3, t[6] / t[0], t[1] * 1e3, t[8] * 1e3, t[8] / t[1]);
+}
+
+TEST(SimulatorFaults, StragglerSlowsTheRingByItsShareOfTheBottleneck) {
+  const std::vector<double> t = in_child([] {
+    FaultBench bench;
+    Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
+    const Schedule ring = bench.ring(ScheduleForm::kExplicit);
+    const SimRequest request{&ring, bench.spec, {}, Protocol::kSimple, 1};
+    std::vector<double> out;
+    out.push_back(sim.run(request).seconds);  // 0: fault-free
+    sim.set_gpu_slowdown(7, 3.0);             // sends the ring's network hop 7 -> 15
+    out.push_back(sim.run(request).seconds);  // 1
+    out.push_back(sim.run(request).seconds);  // 2: again
+    sim.set_gpu_slowdown(7, 1.0);
+    sim.set_gpu_slowdown(3, 3.0);             // sends an NVLink hop (3 -> 4), 9x the network's rate
+    out.push_back(sim.run(request).seconds);  // 3
+    sim.set_gpu_slowdown(3, 1.0);
+    out.push_back(sim.faults_active() ? 1 : 0);  // 4
+    out.push_back(sim.run(request).seconds);     // 5: restored
+    // Bad arguments are refused.
+    auto refused = [](const std::function<void()>& call) {
+      try {
+        call();
+      } catch (const Error& e) {
+        return e.code() == ErrorCode::kInvalidArgument ? 1.0 : 0.0;
+      }
+      return 0.0;
+    };
+    out.push_back(refused([&] { sim.set_gpu_slowdown(3, 0.5); }));                          // 6
+    out.push_back(refused([&] { sim.set_gpu_slowdown(16, 2.0); }));                         // 7
+    out.push_back(refused([&] { sim.set_link_factor(0, 0.0); }));                           // 8
+    out.push_back(refused([&] { sim.set_dead_links({static_cast<uint32_t>(1) << 20}); }));  // 9
+    out.push_back(sim.faults_active() ? 1 : 0);                                             // 10
+    return out;
+  });
+  ASSERT_EQ(t.size(), 11u);
+  EXPECT_TRUE(same_duration(t[2], t[1])) << "two runs with the straggler";
+  EXPECT_EQ(t[4], 0.0);
+  EXPECT_TRUE(same_duration(t[5], t[0])) << "restored";
+  // GPU 7 holds the ring's slowest hop 3x as long: nearly the whole collective is that hop's
+  // bandwidth term, so close to 3x.
+  EXPECT_GT(t[1] / t[0], 2.5);
+  EXPECT_LT(t[1] / t[0], 3.05);
+  // GPU 3's NVLink sends, even 3x slower, stay faster than the network hops that pace the ring.
+  EXPECT_GE(t[3], t[0]);
+  EXPECT_LT(t[3] / t[0], 1.05);
+  for (size_t i = 6; i <= 9; ++i) EXPECT_EQ(t[i], 1.0) << "bad argument " << i << " accepted";
+  EXPECT_EQ(t[10], 0.0) << "a refused setting must not stick";
+  std::printf(
+      "3x straggler: fault-free %.6f ms, GPU 7 (network hop) %.6f ms (x%.3f), GPU 3 (NVLink hop) %.6f ms (x%.4f)\n",
+      t[0] * 1e3, t[1] * 1e3, t[1] / t[0], t[3] * 1e3, t[3] / t[0]);
+}
+
+TEST(SimulatorFaults, PacketModelRefusesFaultControls) {
+  const std::vector<double> t = in_child([] {
+    models::ClusterSpec cluster = models::cluster_preset("dgx-h100");
+    cluster.nodes = 1;
+    const models::Topology topology = models::build_cluster(cluster);
+    NetworkModel network = NetworkModel::ideal();
+    network.fidelity = Fidelity::kPacket;
+    Simulator sim(topology, cluster, network);
+    try {
+      sim.set_link_factor(0, 0.5);
+    } catch (const Error& e) {
+      return std::vector<double>{e.code() == ErrorCode::kUnsupported ? 1.0 : 0.0};
+    }
+    return std::vector<double>{0.0};
+  });
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0], 1.0);
 }
 
 }  // namespace

@@ -1,0 +1,65 @@
+// Running a collective-loop scenario: the collective `iterations` times on the scenario's cluster,
+// with its faults injected and its recovery policy applied (core/faults.h, core/recovery.h), one
+// flight recorder per rank, dumps when the watchdog or an error triggers them (and at the end when
+// asked), and the analyzer's verdict on those dumps. The same driver runs on the simulator
+// (simulated time) and on the host backend (real threads, real data, wall time).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app/scenario.h"
+#include "core/fr_analysis.h"
+#include "core/recovery.h"
+
+namespace tandem::app {
+
+struct IterationResult {
+  int iteration = 0;
+  Outcome outcome = Outcome::kCompleted;
+  double seconds = 0;             // attempts, backoffs and the watchdog's wait
+  double fault_free_seconds = 0;  // the same collective on the same ranks without faults
+  int attempts = 0;
+  std::vector<int> dropped_ranks; // shrink
+  bool rerouted = false;
+  std::vector<int> faults;        // the plan's faults that hit this iteration
+  std::string detail;             // what the backend saw
+};
+
+struct LoopResults {
+  ScenarioBackend backend = ScenarioBackend::kSim;
+  int ranks = 0;                  // at the start
+  std::vector<IterationResult> iterations;  // the ones that ran (an abort stops the loop)
+  bool aborted = false;
+  std::string dump_prefix;        // where dumps went ("" when none were written)
+  std::vector<std::string> dump_reasons;
+  std::optional<FrAnalysis> analysis;  // of the dumps, when there are any
+
+  double total_seconds() const;
+  double fault_free_seconds() const;
+};
+
+struct LoopOptions {
+  std::string out_dir;            // dumps go to <out_dir>/fr/ unless TORCH_FR_DUMP_TEMP_FILE says otherwise
+  bool dump_on_exit = false;      // --dump-on-exit (or outputs.dumps)
+};
+
+LoopResults run_loop(const Scenario& scenario, ScenarioBackend backend, const LoopOptions& options);
+
+// The loop expectations checked against the results: one line each, "PASS ..." or "FAIL ...".
+struct LoopExpectationOutcome {
+  bool pass = false;
+  std::string line;
+};
+std::vector<LoopExpectationOutcome> evaluate_loop_expectations(const Scenario& scenario, const LoopResults& results);
+
+// The report section: each fault, when it hit, each iteration's outcome and its cost in time, and
+// the flight-recorder verdict.
+std::string format_loop_report(const Scenario& scenario, const LoopResults& results,
+                               const std::vector<LoopExpectationOutcome>& outcomes);
+std::string loop_results_json(const Scenario& scenario, const LoopResults& results,
+                              const std::vector<LoopExpectationOutcome>& outcomes);
+
+}  // namespace tandem::app

@@ -1,0 +1,780 @@
+#include "core/flight_recorder.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <initializer_list>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_set>
+#include <utility>
+
+#include "core/error.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+// Written in order: pg_status refers to groups by their position in pg_config.
+using json = nlohmann::ordered_json;
+using pickle::Dict;
+using pickle::List;
+using pickle::Tuple;
+using pickle::Value;
+
+// A ring larger than this is a typo, not a plan: PyTorch's default is 2000.
+constexpr size_t kMaxFrCapacity = 10'000'000;
+// JSON dumps are flat (depth 4); the limit keeps the conversion to pickle::Value shallow.
+constexpr int kMaxJsonDepth = 1000;
+
+// ---------------------------------------------------------------------------------------------
+// Environment
+// ---------------------------------------------------------------------------------------------
+
+// The first variable of `names` that is set to something, as (name, value). An empty value counts
+// as unset, the way `export VAR=` is commonly used to clear one.
+std::optional<std::pair<std::string, std::string>> first_env(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return std::make_pair(std::string(name), std::string(value));
+  }
+  return std::nullopt;
+}
+
+size_t parse_capacity(const std::string& name, const std::string& text) {
+  size_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value > kMaxFrCapacity) {
+    fail(ErrorCode::kInvalidArgument, "{}='{}': expected an entry count from 0 (off) to {}", name, text,
+         kMaxFrCapacity);
+  }
+  return value;
+}
+
+bool parse_env_bool(const std::string& name, const std::string& text) {
+  std::string lower = text;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "1" || lower == "true") return true;
+  if (lower == "0" || lower == "false") return false;
+  fail(ErrorCode::kInvalidArgument, "{}='{}': expected 0, 1, true or false", name, text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing: PyTorch's key order (FlightRecorderDetail.hpp), which pickle keeps and JSON sorts.
+// ---------------------------------------------------------------------------------------------
+
+std::string ranks_string(const std::vector<int>& ranks) {
+  std::string text = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(ranks[i]);
+  return text + "]";
+}
+
+Value sizes_value(const std::vector<std::vector<int64_t>>& sizes) {
+  List list;
+  for (const auto& shape : sizes) list.emplace_back(List(shape.begin(), shape.end()));
+  return list;
+}
+
+Value strings_value(const std::vector<std::string>& strings) { return List(strings.begin(), strings.end()); }
+
+Value time_value(const std::optional<int64_t>& time_ns) { return time_ns ? Value(*time_ns) : Value(pickle::None{}); }
+
+Value entry_value(const FrEntry& e) {
+  Dict d{{"record_id", e.record_id},
+         {"pg_id", e.pg_id},
+         {"process_group", Tuple{{e.pg_name, e.pg_desc}}},
+         {"collective_seq_id", e.collective_seq_id},
+         {"p2p_seq_id", e.p2p_seq_id},
+         {"op_id", e.op_id},
+         {"profiling_name", e.profiling_name},
+         {"time_created_ns", e.time_created_ns},
+         {"input_sizes", sizes_value(e.input_sizes)},
+         {"input_dtypes", strings_value(e.input_dtypes)},
+         {"output_sizes", sizes_value(e.output_sizes)},
+         {"output_dtypes", strings_value(e.output_dtypes)},
+         {"state", std::string(name(e.state))},
+         {"time_discovered_started_ns", time_value(e.time_discovered_started_ns)},
+         {"time_discovered_completed_ns", time_value(e.time_discovered_completed_ns)},
+         {"retired", e.retired},
+         {"timeout_ms", e.timeout_ms},
+         {"is_p2p", e.is_p2p},
+         {"thread_id", e.thread_id},
+         {"thread_name", e.thread_name}};
+  constexpr size_t kDurationPosition = 8;  // after time_created_ns, where PyTorch puts it
+  if (e.duration_ms) d.insert(d.begin() + kDurationPosition, {Value("duration_ms"), Value(*e.duration_ms)});
+  return d;
+}
+
+json entry_json(const FrEntry& e) {
+  json j;
+  j["record_id"] = e.record_id;
+  j["pg_id"] = e.pg_id;
+  j["process_group"] = json::array({e.pg_name, e.pg_desc});
+  j["collective_seq_id"] = e.collective_seq_id;
+  j["p2p_seq_id"] = e.p2p_seq_id;
+  j["op_id"] = e.op_id;
+  j["profiling_name"] = e.profiling_name;
+  j["time_created_ns"] = e.time_created_ns;
+  if (e.duration_ms) j["duration_ms"] = *e.duration_ms;
+  j["input_sizes"] = e.input_sizes;
+  j["input_dtypes"] = e.input_dtypes;
+  j["output_sizes"] = e.output_sizes;
+  j["output_dtypes"] = e.output_dtypes;
+  j["state"] = name(e.state);
+  // JSON has no "not yet" for these: PyTorch writes 0.
+  j["time_discovered_started_ns"] = e.time_discovered_started_ns.value_or(0);
+  j["time_discovered_completed_ns"] = e.time_discovered_completed_ns.value_or(0);
+  j["retired"] = e.retired;
+  j["timeout_ms"] = e.timeout_ms;
+  j["is_p2p"] = e.is_p2p;
+  j["thread_id"] = e.thread_id;
+  j["thread_name"] = e.thread_name;
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading: both formats become a pickle::Value first, then one strict reader makes the FrDump.
+// ---------------------------------------------------------------------------------------------
+
+// Builds a pickle::Value straight from the JSON parser's events. Key order is kept (pg_status
+// refers to groups by their position in pg_config), a repeated key is an error (it would be a
+// second group of one name), and nesting stops at kMaxJsonDepth.
+class JsonToValue : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  Value take_result() { return std::move(result_); }
+
+  bool null() override { return add(pickle::None{}); }
+  bool boolean(bool b) override { return add(b); }
+  bool number_integer(number_integer_t i) override { return add(int64_t{i}); }
+  bool number_unsigned(number_unsigned_t u) override {
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail(ErrorCode::kFormat, "integer {} too large", u);
+    return add(static_cast<int64_t>(u));
+  }
+  bool number_float(number_float_t d, const string_t&) override { return add(d); }
+  bool string(string_t& s) override { return add(std::move(s)); }
+  bool binary(binary_t&) override { fail(ErrorCode::kFormat, "bad JSON: binary value"); }
+  bool start_object(std::size_t) override { return open(Dict{}); }
+  bool start_array(std::size_t) override { return open(List{}); }
+  bool key(string_t& k) override {
+    if (!open_.back().keys.insert(k).second) fail(ErrorCode::kFormat, "JSON key '{}' repeated", k);
+    open_.back().key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail(ErrorCode::kFormat, "bad JSON: {}", e.what());
+  }
+
+ private:
+  struct Open {
+    Value container;
+    std::string key;                        // an object's key waiting for its value
+    std::unordered_set<std::string> keys;  // an object's keys so far
+  };
+
+  bool add(Value value) {
+    if (open_.empty()) {
+      result_ = std::move(value);
+    } else if (auto* list = std::get_if<List>(&open_.back().container.v)) {
+      list->push_back(std::move(value));
+    } else {
+      std::get<Dict>(open_.back().container.v).emplace_back(std::move(open_.back().key), std::move(value));
+    }
+    return true;
+  }
+
+  bool open(Value container) {
+    if (open_.size() >= static_cast<size_t>(kMaxJsonDepth)) fail(ErrorCode::kFormat, "JSON nested deeper than {}", kMaxJsonDepth);
+    open_.push_back(Open{std::move(container), {}, {}});
+    return true;
+  }
+
+  bool close() {
+    Value done = std::move(open_.back().container);
+    open_.pop_back();
+    return add(std::move(done));
+  }
+
+  std::vector<Open> open_;
+  Value result_;
+};
+
+Value parse_json(std::string_view text) {
+  JsonToValue builder;
+  nlohmann::json::sax_parse(text.begin(), text.end(), &builder);
+  return builder.take_result();
+}
+
+constexpr std::string_view kTopLevelKeys[] = {"version", "comm_lib_version", "pg_config", "pg_status", "entries",
+                                              "nccl_comm_state"};
+constexpr std::string_view kGroupKeys[] = {"name", "desc", "ranks"};
+constexpr std::string_view kStatusKeys[] = {"last_enqueued_collective", "last_started_collective",
+                                            "last_completed_collective"};
+constexpr std::string_view kEntryKeys[] = {
+    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id", "profiling_name",
+    "time_created_ns", "duration_ms", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "state",
+    "time_discovered_started_ns", "time_discovered_completed_ns", "retired", "timeout_ms", "is_p2p", "thread_id",
+    "thread_name", "frames"};
+
+bool is_digits(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
+  return text;
+}
+
+// Turns a dump's Value into an FrDump, naming the source and the field in every error. Fields a
+// version before ours may lack are optional; for our own version every key must be known (older
+// dumps carried keys we never saw, which are skipped).
+class DumpReader {
+ public:
+  DumpReader(const std::string& source, bool is_json) : source_(source), json_(is_json) {}
+
+  FrDump read(const Value& root) {
+    if (!root.is_dict()) bad("(top level)", fmt::format("expected a dict, got {}", root.type_name()));
+    FrDump dump;
+    dump.version = text(field(root, "(top level)", "version"), "version");
+    if (!dump.version.starts_with("2.") || !is_digits(std::string_view(dump.version).substr(2))) {
+      bad("version", fmt::format("unsupported flight-recorder version '{}' (expected 2.x)", dump.version));
+    }
+    strict_ = dump.version == kFrVersion;
+    check_keys(root, "(top level)", kTopLevelKeys);
+    // Version 2.7 called it nccl_version; older ones had neither.
+    const Value* lib = root.find("comm_lib_version");
+    const char* lib_key = "comm_lib_version";
+    if (lib == nullptr) {
+      lib = root.find("nccl_version");
+      lib_key = "nccl_version";
+    }
+    if (lib != nullptr) dump.comm_lib_version = text(*lib, lib_key);
+    dump.groups = groups(field(root, "(top level)", "pg_config"));
+    if (const Value* status = root.find("pg_status")) read_status(*status, dump.groups);
+    if (const Value* entries = root.find("entries")) {
+      const List& items = list(*entries, "entries");
+      for (size_t i = 0; i < items.size(); ++i) dump.entries.push_back(entry(items[i], fmt::format("entries[{}]", i)));
+    }
+    return dump;
+  }
+
+ private:
+  [[noreturn]] void bad(std::string_view path, std::string_view what) const {
+    fail(ErrorCode::kFormat, "{}: {}: {}", source_, path, what);
+  }
+
+  // Runs one of Value's typed accessors, naming `path` when it throws.
+  template <typename Get>
+  auto typed(std::string_view path, Get get) const {
+    try {
+      return get();
+    } catch (const Error& e) {
+      bad(path, e.what());
+    }
+  }
+
+  const Value& field(const Value& dict, std::string_view path, std::string_view key) const {
+    const Value* item = dict.find(key);
+    if (item == nullptr) bad(path, fmt::format("missing key '{}'", key));
+    return *item;
+  }
+
+  template <size_t N>
+  void check_keys(const Value& dict, std::string_view path, const std::string_view (&known)[N]) const {
+    if (!strict_) return;
+    for (const auto& [key, unused] : dict.as_dict()) {
+      if (!key.is_string()) bad(path, fmt::format("key of type {}", key.type_name()));
+      if (std::find(std::begin(known), std::end(known), key.as_string()) == std::end(known)) {
+        bad(path, fmt::format("unknown key '{}'", key.as_string()));
+      }
+    }
+  }
+
+  std::string text(const Value& v, std::string_view path) const {
+    return typed(path, [&] { return v.as_string(); });
+  }
+  int64_t integer(const Value& v, std::string_view path) const {
+    return typed(path, [&] { return v.as_int(); });
+  }
+  bool boolean(const Value& v, std::string_view path) const {
+    return typed(path, [&] { return v.as_bool(); });
+  }
+  const List& list(const Value& v, std::string_view path) const {
+    return typed(path, [&] { return std::cref(v.as_list()); });
+  }
+  const Dict& dict(const Value& v, std::string_view path) const {
+    return typed(path, [&] { return std::cref(v.as_dict()); });
+  }
+
+  int64_t integer_in(const Value& v, std::string_view path, int64_t min, int64_t max) const {
+    const int64_t i = integer(v, path);
+    if (i < min || i > max) bad(path, fmt::format("{} out of range [{}, {}]", i, min, max));
+    return i;
+  }
+
+  // PyTorch writes pg_status values as ints in pickle and as strings in JSON; either is read.
+  int64_t integer_or_string(const Value& v, std::string_view path) const {
+    if (!v.is_string()) return integer(v, path);
+    const std::string& s = v.as_string();
+    int64_t i = 0;
+    const auto [end, error] = std::from_chars(s.data(), s.data() + s.size(), i);
+    if (error != std::errc() || end != s.data() + s.size()) bad(path, fmt::format("'{}' is not an integer", s));
+    return i;
+  }
+
+  // "[0, 1, 2]" as ranks_str writes it (an actual list is accepted too).
+  std::vector<int> ranks(const Value& v, const std::string& path) const {
+    std::vector<int> result;
+    if (!v.is_string()) {
+      for (const Value& rank : list(v, path)) {
+        result.push_back(static_cast<int>(integer_in(rank, path, 0, std::numeric_limits<int>::max())));
+      }
+      return result;
+    }
+    const std::string_view whole = trim(v.as_string());
+    if (whole.size() < 2 || whole.front() != '[' || whole.back() != ']')
+      bad(path, fmt::format("'{}' is not a list of ranks", whole));
+    std::string_view rest = whole.substr(1, whole.size() - 2);
+    if (trim(rest).empty()) return result;
+    while (true) {
+      const size_t comma = rest.find(',');
+      const std::string_view piece = trim(rest.substr(0, comma));
+      int rank = -1;
+      const auto [end, error] = std::from_chars(piece.data(), piece.data() + piece.size(), rank);
+      if (error != std::errc() || end != piece.data() + piece.size() || rank < 0) {
+        bad(path, fmt::format("'{}' is not a list of ranks", whole));
+      }
+      result.push_back(rank);
+      if (comma == std::string_view::npos) return result;
+      rest.remove_prefix(comma + 1);
+    }
+  }
+
+  std::vector<FrGroup> groups(const Value& config) const {
+    std::vector<FrGroup> result;
+    if (config.is_none()) return result;  // PyTorch's JSON writes null when there are no groups
+    for (const auto& [key, info] : dict(config, "pg_config")) {
+      const std::string key_text = text(key, "pg_config key");
+      const std::string path = fmt::format("pg_config['{}']", key_text);
+      dict(info, path);
+      check_keys(info, path, kGroupKeys);
+      FrGroup group;
+      group.name = text(field(info, path, "name"), path + ".name");
+      if (group.name != key_text) bad(path + ".name", fmt::format("'{}' differs from its key", group.name));
+      group.desc = text(field(info, path, "desc"), path + ".desc");
+      group.ranks = ranks(field(info, path, "ranks"), path + ".ranks");
+      result.push_back(std::move(group));
+    }
+    return result;
+  }
+
+  // pg_status is keyed by the group's index on this rank, in pg_config's order.
+  void read_status(const Value& status, std::vector<FrGroup>& groups) const {
+    if (status.is_none()) return;
+    for (const auto& [key, info] : dict(status, "pg_status")) {
+      const std::string key_text = text(key, "pg_status key");
+      const std::string path = fmt::format("pg_status['{}']", key_text);
+      size_t index = 0;
+      const auto [end, error] = std::from_chars(key_text.data(), key_text.data() + key_text.size(), index);
+      if (error != std::errc() || end != key_text.data() + key_text.size()) bad(path, "the key is not a group index");
+      if (index >= groups.size()) bad(path, fmt::format("no group {} ({} in pg_config)", index, groups.size()));
+      dict(info, path);
+      check_keys(info, path, kStatusKeys);
+      FrGroup& group = groups[index];
+      group.last_enqueued_collective =
+          integer_or_string(field(info, path, kStatusKeys[0]), path + ".last_enqueued_collective");
+      group.last_started_collective =
+          integer_or_string(field(info, path, kStatusKeys[1]), path + ".last_started_collective");
+      group.last_completed_collective =
+          integer_or_string(field(info, path, kStatusKeys[2]), path + ".last_completed_collective");
+    }
+  }
+
+  std::vector<std::vector<int64_t>> sizes(const Value& v, const std::string& path) const {
+    std::vector<std::vector<int64_t>> result;
+    for (const Value& shape : list(v, path)) {
+      std::vector<int64_t>& dims = result.emplace_back();
+      for (const Value& dim : list(shape, path)) dims.push_back(integer(dim, path));
+    }
+    return result;
+  }
+
+  std::vector<std::string> strings(const Value& v, const std::string& path) const {
+    std::vector<std::string> result;
+    for (const Value& s : list(v, path)) result.push_back(text(s, path));
+    return result;
+  }
+
+  // None in pickle, 0 in JSON: not discovered yet.
+  std::optional<int64_t> discovered_time(const Value& entry, const std::string& path, const char* key) const {
+    const Value* v = entry.find(key);
+    if (v == nullptr || v->is_none()) return std::nullopt;
+    const int64_t time_ns = integer(*v, path + "." + key);
+    if (json_ && time_ns == 0) return std::nullopt;
+    return time_ns;
+  }
+
+  FrState state(const Value& v, const std::string& path) const {
+    const std::string s = text(v, path);
+    for (FrState candidate : {FrState::kScheduled, FrState::kStarted, FrState::kCompleted}) {
+      if (name(candidate) == s) return candidate;
+    }
+    bad(path, fmt::format("unknown state '{}' (expected scheduled, started or completed)", s));
+  }
+
+  FrEntry entry(const Value& v, const std::string& path) const {
+    dict(v, path);
+    check_keys(v, path, kEntryKeys);
+    const auto at = [&](const char* key) -> const Value& { return field(v, path, key); };
+    const auto sub = [&](const char* key) { return path + "." + key; };
+    FrEntry e;
+    e.record_id =
+        static_cast<uint64_t>(integer_in(at("record_id"), sub("record_id"), 0, std::numeric_limits<int64_t>::max()));
+    e.pg_id = static_cast<int>(
+        integer_in(at("pg_id"), sub("pg_id"), std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+    const List& pg = list(at("process_group"), sub("process_group"));
+    if (pg.size() != 2) bad(sub("process_group"), fmt::format("expected (name, desc), got {} items", pg.size()));
+    e.pg_name = text(pg[0], sub("process_group"));
+    e.pg_desc = text(pg[1], sub("process_group"));
+    e.collective_seq_id = integer(at("collective_seq_id"), sub("collective_seq_id"));
+    e.p2p_seq_id = integer(at("p2p_seq_id"), sub("p2p_seq_id"));
+    e.op_id = integer(at("op_id"), sub("op_id"));
+    e.profiling_name = text(at("profiling_name"), sub("profiling_name"));
+    e.time_created_ns = integer(at("time_created_ns"), sub("time_created_ns"));
+    if (const Value* duration = v.find("duration_ms"); duration != nullptr && !duration->is_none()) {
+      e.duration_ms = typed(sub("duration_ms"), [&] { return duration->as_number(); });
+    }
+    e.input_sizes = sizes(at("input_sizes"), sub("input_sizes"));
+    e.input_dtypes = strings(at("input_dtypes"), sub("input_dtypes"));
+    e.output_sizes = sizes(at("output_sizes"), sub("output_sizes"));
+    e.output_dtypes = strings(at("output_dtypes"), sub("output_dtypes"));
+    e.state = state(at("state"), sub("state"));
+    e.time_discovered_started_ns = discovered_time(v, path, "time_discovered_started_ns");
+    e.time_discovered_completed_ns = discovered_time(v, path, "time_discovered_completed_ns");
+    e.retired = boolean(at("retired"), sub("retired"));
+    e.timeout_ms = integer(at("timeout_ms"), sub("timeout_ms"));
+    e.is_p2p = boolean(at("is_p2p"), sub("is_p2p"));
+    // Added in later 2.x versions.
+    if (const Value* id = v.find("thread_id")) e.thread_id = text(*id, sub("thread_id"));
+    if (const Value* thread = v.find("thread_name")) e.thread_name = text(*thread, sub("thread_name"));
+    return e;
+  }
+
+  const std::string& source_;
+  const bool json_;
+  bool strict_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Files
+// ---------------------------------------------------------------------------------------------
+
+// Readers never see a half-written dump: the bytes go to a temporary name (which ends in ".tmp",
+// so it never looks like `<prefix><rank>`) and are renamed over the target.
+void write_atomically(const fs::path& path, std::string_view bytes) {
+  static std::atomic<uint64_t> counter{0};
+  fs::path tmp = path;
+  tmp += fmt::format(".{}.{}.tmp", ::getpid(), counter++);
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      fail(ErrorCode::kIo, "cannot write {}", tmp.string());
+    }
+  }
+  std::error_code error;
+  fs::rename(tmp, path, error);
+  if (error) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    fail(ErrorCode::kIo, "cannot rename {} to {}: {}", tmp.string(), path.string(), error.message());
+  }
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) fail(ErrorCode::kIo, "cannot read {}", path.string());
+  return std::move(bytes).str();
+}
+
+// The rank in `file_name` when it is `<prefix><digits>`.
+std::optional<std::string_view> rank_digits(std::string_view file_name, std::string_view prefix) {
+  if (!file_name.starts_with(prefix) || !is_digits(file_name.substr(prefix.size()))) return std::nullopt;
+  return file_name.substr(prefix.size());
+}
+
+// PyTorch's analyzer matches `(.*?)(\d+)$`: the stem is the name before its trailing digits. The
+// stem most files share wins (ties: the first in sorted order).
+std::string infer_prefix(const std::vector<std::string>& names) {
+  std::map<std::string, int> counts;
+  for (const std::string& file_name : names) {
+    const size_t stem = file_name.find_last_not_of("0123456789") + 1;  // npos + 1 == 0: all digits
+    if (stem < file_name.size()) ++counts[file_name.substr(0, stem)];
+  }
+  std::string best;
+  int best_count = 0;
+  for (const auto& [stem, count] : counts) {
+    if (count > best_count) {
+      best = stem;
+      best_count = count;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::string_view name(FrState state) {
+  switch (state) {
+    case FrState::kScheduled: return "scheduled";
+    case FrState::kStarted: return "started";
+    case FrState::kCompleted: return "completed";
+  }
+  return "unknown";
+}
+
+FrFormat parse_fr_format(std::string_view text) {
+  if (text == "pickle") return FrFormat::kPickle;
+  if (text == "json") return FrFormat::kJson;
+  fail(ErrorCode::kInvalidArgument, "unknown flight-recorder format '{}' (expected pickle or json)", text);
+}
+
+FrConfig FrConfig::from_env() {
+  FrConfig config;
+  if (const auto size = first_env({"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"})) {
+    config.capacity = parse_capacity(size->first, size->second);
+  }
+  if (const auto prefix = first_env({"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})) {
+    config.prefix = prefix->second;
+  }
+  if (const auto dump = first_env({"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"})) {
+    config.dump_on_timeout = parse_env_bool(dump->first, dump->second);
+  }
+  return config;
+}
+
+// ---------------------------------------------------------------------------------------------
+// FlightRecorder
+//
+// Record ids count up from 0 and the ring fills slots 0, 1, 2, ... before wrapping, so record id
+// `i` lives in slot `i % capacity` until id `i + capacity` overwrites it:
+//
+//   capacity 3, ids 0..4 recorded     slot:   0    1    2
+//                                     id:     3    4    2      next_slot_ = 5 % 3 = 2
+//   dump (oldest first) = slots [next_slot_, end) + [0, next_slot_) = ids 2, 3, 4
+// ---------------------------------------------------------------------------------------------
+
+FlightRecorder::FlightRecorder(int rank, size_t capacity, std::string comm_lib_version)
+    : rank_(rank), capacity_(capacity), comm_lib_version_(std::move(comm_lib_version)) {}
+
+void FlightRecorder::add_group(const FrGroup& new_group) {
+  const std::lock_guard lock(mutex_);
+  if (FrGroup* existing = group(new_group.name)) {
+    *existing = new_group;
+  } else {
+    groups_.push_back(new_group);
+  }
+}
+
+uint64_t FlightRecorder::record(FrEntry entry) {
+  const std::lock_guard lock(mutex_);
+  const uint64_t id = next_id_++;
+  // A disabled recorder keeps nothing, pg_status included: a dump must not show progress it
+  // could not follow to the end.
+  if (capacity_ == 0) return id;
+  entry.record_id = id;
+  entry.state = FrState::kScheduled;
+  entry.time_discovered_started_ns.reset();
+  entry.time_discovered_completed_ns.reset();
+  entry.duration_ms.reset();
+  entry.retired = false;
+  if (FrGroup* g = group(entry.pg_name); g != nullptr && !entry.is_p2p)
+    g->last_enqueued_collective = entry.collective_seq_id;
+  if (ring_.size() < capacity_) {
+    ring_.push_back(std::move(entry));
+  } else {
+    ring_[next_slot_] = std::move(entry);
+  }
+  next_slot_ = (next_slot_ + 1) % capacity_;
+  return id;
+}
+
+void FlightRecorder::started(uint64_t record_id, int64_t now_ns) {
+  const std::lock_guard lock(mutex_);
+  FrEntry* entry = find(record_id);
+  if (entry == nullptr || entry->time_discovered_started_ns) return;  // the first discovery counts
+  entry->time_discovered_started_ns = now_ns;
+  if (entry->state == FrState::kScheduled) entry->state = FrState::kStarted;
+  if (FrGroup* g = group(entry->pg_name); g != nullptr && !entry->is_p2p)
+    g->last_started_collective = entry->collective_seq_id;
+}
+
+void FlightRecorder::completed(uint64_t record_id, int64_t now_ns) {
+  const std::lock_guard lock(mutex_);
+  FrEntry* entry = find(record_id);
+  if (entry == nullptr || entry->time_discovered_completed_ns) return;
+  entry->time_discovered_completed_ns = now_ns;
+  entry->state = FrState::kCompleted;
+  if (entry->time_discovered_started_ns) {
+    entry->duration_ms = static_cast<double>(now_ns - *entry->time_discovered_started_ns) / 1e6;
+  }
+  if (FrGroup* g = group(entry->pg_name); g != nullptr && !entry->is_p2p)
+    g->last_completed_collective = entry->collective_seq_id;
+}
+
+void FlightRecorder::retire(uint64_t record_id) {
+  const std::lock_guard lock(mutex_);
+  if (FrEntry* entry = find(record_id)) entry->retired = true;
+}
+
+FrDump FlightRecorder::dump() const {
+  const std::lock_guard lock(mutex_);
+  FrDump result;
+  result.comm_lib_version = comm_lib_version_;
+  result.rank = rank_;
+  result.groups = groups_;
+  result.entries.reserve(ring_.size());
+  const auto split = ring_.begin() + static_cast<ptrdiff_t>(ring_.size() < capacity_ ? 0 : next_slot_);
+  result.entries.insert(result.entries.end(), split, ring_.end());
+  result.entries.insert(result.entries.end(), ring_.begin(), split);
+  return result;
+}
+
+FrEntry* FlightRecorder::find(uint64_t record_id) {
+  if (capacity_ == 0) return nullptr;
+  const size_t slot = record_id % capacity_;
+  if (slot >= ring_.size() || ring_[slot].record_id != record_id) return nullptr;
+  return &ring_[slot];
+}
+
+FrGroup* FlightRecorder::group(const std::string& group_name) {
+  const auto it = std::find_if(groups_.begin(), groups_.end(), [&](const FrGroup& g) { return g.name == group_name; });
+  return it == groups_.end() ? nullptr : &*it;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Formats
+// ---------------------------------------------------------------------------------------------
+
+pickle::Value to_pickle_value(const FrDump& dump) {
+  Dict config;
+  Dict status;
+  for (size_t i = 0; i < dump.groups.size(); ++i) {
+    const FrGroup& g = dump.groups[i];
+    config.emplace_back(g.name, Dict{{"name", g.name}, {"desc", g.desc}, {"ranks", ranks_string(g.ranks)}});
+    status.emplace_back(std::to_string(i), Dict{{"last_enqueued_collective", g.last_enqueued_collective},
+                                                {"last_started_collective", g.last_started_collective},
+                                                {"last_completed_collective", g.last_completed_collective}});
+  }
+  List entries;
+  entries.reserve(dump.entries.size());
+  for (const FrEntry& e : dump.entries) entries.push_back(entry_value(e));
+  return Dict{{"version", dump.version},
+              {"comm_lib_version", dump.comm_lib_version},
+              {"pg_config", std::move(config)},
+              {"pg_status", std::move(status)},
+              {"entries", std::move(entries)}};
+}
+
+std::string to_pickle(const FrDump& dump) { return pickle::dumps(to_pickle_value(dump)); }
+
+std::string to_json(const FrDump& dump) {
+  json config = json::object();
+  json status = json::object();
+  for (size_t i = 0; i < dump.groups.size(); ++i) {
+    const FrGroup& g = dump.groups[i];
+    config[g.name] = {{"name", g.name}, {"desc", g.desc}, {"ranks", ranks_string(g.ranks)}};
+    status[std::to_string(i)] = {{"last_enqueued_collective", std::to_string(g.last_enqueued_collective)},
+                                 {"last_started_collective", std::to_string(g.last_started_collective)},
+                                 {"last_completed_collective", std::to_string(g.last_completed_collective)}};
+  }
+  json result;
+  result["version"] = dump.version;
+  result["comm_lib_version"] = dump.comm_lib_version;
+  result["pg_config"] = std::move(config);
+  result["pg_status"] = std::move(status);
+  if (!dump.entries.empty()) {
+    json& entries = result["entries"] = json::array();
+    for (const FrEntry& e : dump.entries) entries.push_back(entry_json(e));
+  }
+  // A thread name that is not UTF-8 must not make the whole dump fail.
+  return result.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+FrDump parse_dump(std::string_view bytes, const std::string& source) {
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) fail(ErrorCode::kFormat, "{}: empty flight-recorder dump", source);
+  const bool is_json = bytes[first] == '{';
+  Value root;
+  try {
+    root = is_json ? parse_json(bytes) : pickle::loads(bytes);
+  } catch (const Error& e) {
+    fail(ErrorCode::kFormat, "{}: {}", source, e.what());
+  }
+  return DumpReader(source, is_json).read(root);
+}
+
+std::vector<fs::path> write_dumps(const std::vector<FrDump>& dumps, const std::string& prefix, FrFormat format) {
+  if (prefix.empty()) fail(ErrorCode::kInvalidArgument, "flight-recorder dump prefix is empty");
+  std::vector<fs::path> paths;
+  for (const FrDump& dump : dumps) {
+    if (dump.rank < 0) fail(ErrorCode::kInvalidArgument, "flight-recorder dump for negative rank {}", dump.rank);
+    const fs::path path = prefix + std::to_string(dump.rank);
+    if (path.has_parent_path()) {
+      std::error_code error;
+      fs::create_directories(path.parent_path(), error);
+      if (error) fail(ErrorCode::kIo, "cannot create {}: {}", path.parent_path().string(), error.message());
+    }
+    write_atomically(path, format == FrFormat::kJson ? to_json(dump) : to_pickle(dump));
+    paths.push_back(path);
+  }
+  return paths;
+}
+
+std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix) {
+  std::error_code error;
+  if (!fs::is_directory(dir, error))
+    fail(ErrorCode::kIo, "flight-recorder dump directory {} does not exist", dir.string());
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (it->is_regular_file(error)) names.push_back(it->path().filename().string());
+  }
+  if (error) fail(ErrorCode::kIo, "cannot list {}: {}", dir.string(), error.message());
+  std::sort(names.begin(), names.end());
+
+  const std::string chosen = prefix.empty() ? infer_prefix(names) : prefix;
+  std::vector<FrDump> dumps;
+  std::map<int, std::string> file_of_rank;
+  for (const std::string& file_name : names) {
+    const std::optional<std::string_view> digits = rank_digits(file_name, chosen);
+    if (!digits) continue;
+    const fs::path path = dir / file_name;
+    int rank = 0;
+    const auto [end, parse_error] = std::from_chars(digits->data(), digits->data() + digits->size(), rank);
+    if (parse_error != std::errc()) fail(ErrorCode::kFormat, "{}: rank {} out of range", path.string(), *digits);
+    if (const auto [it, inserted] = file_of_rank.emplace(rank, file_name); !inserted) {
+      fail(ErrorCode::kFormat, "{} and {} in {} are both rank {}", it->second, file_name, dir.string(), rank);
+    }
+    FrDump& dump = dumps.emplace_back(parse_dump(read_file(path), path.string()));
+    dump.rank = rank;
+  }
+  if (dumps.empty()) fail(ErrorCode::kIo, "no flight-recorder dumps in {}", dir.string());
+  std::sort(dumps.begin(), dumps.end(), [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; });
+  return dumps;
+}
+
+}  // namespace tandem
