@@ -543,10 +543,21 @@ LoopResults drive(const LoopSetup& setup, LoopBackend& backend, const LoopOption
           for (int r : rank_faults(setup, active, p.ranks).crashed) recorders.crashed(r);
           const auto ids = recorders.launch(p.ranks, active, ns(p.start_s));
           AttemptResult result = backend.attempt(p, active);
-          if (result.status == Status::kOk) recorders.completed(ids, ns(p.start_s + result.seconds));
+          if (result.status == Status::kOk) {
+            recorders.completed(ids, ns(p.start_s + result.seconds));
+          } else if ((result.status == Status::kFailed || result.status == Status::kCorrupt) &&
+                     recorders.config().dump_on_timeout) {
+            // Any backend error dumps, as PyTorch's watchdog does (later dumps overwrite earlier ones).
+            const std::string prefix = recorders.dump();
+            if (!prefix.empty()) {
+              results.dump_prefix = prefix;
+              results.dump_reasons.push_back(fmt::format("iteration {} attempt {}: error: {}", k, p.attempt, result.message));
+            }
+          }
           return result;
         },
         [&](const std::string& reason) {
+          if (!recorders.config().dump_on_timeout) return;  // TORCH_NCCL_DUMP_ON_TIMEOUT=0
           const std::string prefix = recorders.dump();
           if (!prefix.empty()) results.dump_prefix = prefix;
           results.dump_reasons.push_back(fmt::format("iteration {}: {}", k, reason));

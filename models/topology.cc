@@ -598,9 +598,9 @@ std::string Topology::to_dot() const {
   for (uint32_t id = 0; id < state_->links.size(); ++id) {
     const Link& link = *state_->links[id];
     const auto [a, b] = state_->endpoints[id];
-    out += fmt::format("  \"{}\" -- \"{}\" [id={}, kind={}, label=\"{}\", latency_us={:g}];\n", state_->graph[a].name,
-                       state_->graph[b].name, id, name(link.kind), format_bandwidth(link.bandwidth_Bps),
-                       link.latency_s * 1e6);
+    out += fmt::format("  \"{}\" -- \"{}\" [id={}, name=\"{}\", kind={}, label=\"{}\", latency_us={:g}];\n",
+                       state_->graph[a].name, state_->graph[b].name, id, link.name, name(link.kind),
+                       format_bandwidth(link.bandwidth_Bps), link.latency_s * 1e6);
   }
   out += "}\n";
   return out;
@@ -631,8 +631,8 @@ std::string Topology::to_text() const {
     std::string text;
     for (const Neighbor& nb : neighbors(v)) {
       const Link& link = *state_->links[nb.link];
-      text += fmt::format("{}{} {} to {}", text.empty() ? "" : "; ", name(link.kind),
-                          format_bandwidth(link.bandwidth_Bps), state_->graph[nb.vertex].name);
+      text += fmt::format("{}{} {} to {} [{}]", text.empty() ? "" : "; ", name(link.kind),
+                          format_bandwidth(link.bandwidth_Bps), state_->graph[nb.vertex].name, link.name);
     }
     return text;
   };

@@ -42,7 +42,7 @@ TEST(TopoCli, DotAndOverrides) {
   int edges = 0;
   for (const std::string& line : lines) edges += contains(line, "\" -- \"") ? 1 : 0;
   EXPECT_EQ(edges, 16 + 16 + 16 + 8 * 4);  // NVLink, PCIe, NIC uplinks, leaf x spine
-  EXPECT_TRUE(contains(o.out, R"("n1-nic7" -- "leaf-rail7" [id=47, kind=network, label="100 GB/s")")) << o.out;
+  EXPECT_TRUE(contains(o.out, R"("n1-nic7" -- "leaf-rail7" [id=47, name="n1-nic7-uplink", kind=network, label="100 GB/s")")) << o.out;
   // An 800G NIC behind PCIe Gen5 gets a note in the text summary.
   EXPECT_TRUE(contains(run_tandem("topo --nodes 2 --nic-gbps 800").out, "note: a 100 GB/s NIC is fed by 1 x 64 GB/s"));
 }
