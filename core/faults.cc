@@ -4,6 +4,7 @@
 #include <array>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tandem {
 namespace {
@@ -20,14 +21,8 @@ constexpr std::array<std::pair<FaultKind, std::string_view>, 9> kKinds{{
     {FaultKind::kCorrupt, "corrupt"},
 }};
 
-// SplitMix64: a well-mixed 64-bit hash, so a seeded draw depends on (seed, fault, collective)
-// only, never on the order in which threads ask.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// A seeded draw depends on (seed, fault, collective) only, never on the order in which threads ask.
+uint64_t mix(uint64_t x) { return splitmix64(x); }
 
 double uniform(uint64_t seed, uint64_t a, uint64_t b) {
   return static_cast<double>(mix(mix(seed ^ mix(a)) ^ mix(b)) >> 11) * 0x1.0p-53;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace tandem::models {
 
@@ -69,14 +70,9 @@ std::string_view plural(VertexKind kind) {
 
 bool is_fabric(VertexKind kind) { return kind == VertexKind::kLeaf || kind == VertexKind::kSpine; }
 
-// splitmix64's finalizer: a cheap hash whose low bits are well mixed, so `hash % candidates`
-// spreads consecutive ranks over the spines instead of striping them.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// Well-mixed low bits, so `hash % candidates` spreads consecutive ranks over the spines instead of
+// striping them.
+uint64_t mix(uint64_t x) { return splitmix64(x); }
 
 uint64_t ecmp_hash(int src, int dst, uint32_t vertex) {
   return mix(mix(mix(static_cast<uint64_t>(src)) ^ static_cast<uint64_t>(dst)) ^ vertex);

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "tests/support/expect_error.h"
 #include "core/flight_recorder.h"
 #include "core/pickle.h"
 
@@ -33,17 +34,7 @@ using pickle::Dict;
 using pickle::List;
 using pickle::Value;
 
-template <typename Fn>
-void expect_error(Fn fn, ErrorCode code, std::initializer_list<const char*> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const char* fragment : fragments)
-      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using tandem::testing::expect_error;
 
 bool have_python() {
   static const bool found = std::system("python3 -c pass >/dev/null 2>&1") == 0;

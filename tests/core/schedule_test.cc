@@ -8,6 +8,7 @@
 #include "core/algorithms.h"
 #include "core/builder.h"
 #include "core/error.h"
+#include "tests/support/expect_error.h"
 #include "core/schedule_json.h"
 #include "core/validate.h"
 
@@ -17,17 +18,7 @@ namespace {
 SlotRange in(uint32_t c, uint32_t n = 1) { return {BufferKind::kInput, c, n}; }
 SlotRange out(uint32_t c, uint32_t n = 1) { return {BufferKind::kOutput, c, n}; }
 
-// Runs `fn`, expects Error with `code` whose message contains every fragment.
-template <typename Fn>
-void expect_error(Fn fn, ErrorCode code, std::initializer_list<const char*> fragments) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    for (const char* fragment : fragments) EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
-}
+using tandem::testing::expect_error;
 
 TEST(ChunkMap, BalancedPartitionCoversTheBlockExactly) {
   for (int64_t count : {0, 1, 7, 8, 1000, 1001, 4097}) {

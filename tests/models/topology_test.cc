@@ -559,7 +559,7 @@ TEST(Topology, DotHasOneLinePerVertexAndLink) {
   const std::regex vertex_line(
       R"re(^\s*"([^"]+)" \[kind=(gpu|nvswitch|nic|leaf|spine), shape=\w+, label="[^"]*"\];$)re");
   const std::regex edge_line(
-      R"re(^  "([^"]+)" -- "([^"]+)" \[id=(\d+), kind=(nvlink|pcie|network), label="[0-9.]+ GB/s", latency_us=[0-9.e-]+\];$)re");
+      R"re(^  "([^"]+)" -- "([^"]+)" \[id=(\d+), name="([^"]+)", kind=(nvlink|pcie|network), label="[0-9.]+ GB/s", latency_us=[0-9.e-]+\];$)re");
   size_t vertices = 0, edges = 0, clusters = 0;
   std::set<uint32_t> ids;
   for (const std::string& line : lines) {
@@ -574,6 +574,7 @@ TEST(Topology, DotHasOneLinePerVertexAndLink) {
       const auto [a, b] = topo.endpoints(id);
       EXPECT_EQ(match[1].str(), topo.graph()[a].name);
       EXPECT_EQ(match[2].str(), topo.graph()[b].name);
+      EXPECT_EQ(match[4].str(), topo.link(id).name);
     } else if (line.rfind("  subgraph cluster_n", 0) == 0) {
       ++clusters;
     }
@@ -582,7 +583,7 @@ TEST(Topology, DotHasOneLinePerVertexAndLink) {
   EXPECT_EQ(edges, topo.link_count());
   EXPECT_EQ(ids.size(), topo.link_count());
   EXPECT_EQ(clusters, 2u);
-  EXPECT_NE(dot.find(R"("n0-gpu0" -- "n0-nvswitch" [id=0, kind=nvlink, label="450 GB/s", latency_us=0.25];)"),
+  EXPECT_NE(dot.find(R"("n0-gpu0" -- "n0-nvswitch" [id=0, name="n0-gpu0-nvlink", kind=nvlink, label="450 GB/s", latency_us=0.25];)"),
             std::string::npos);
 }
 

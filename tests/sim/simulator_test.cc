@@ -1,8 +1,6 @@
 // The simulator against closed forms. Every sweep runs in its own child process (SimGrid allows
 // one platform per process), so these tests can build many clusters.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -161,45 +159,19 @@ TEST(Simulator, PacketModelRefusesLargeClusters) {
 // per process), and returns the numbers it produced, exactly (hex floats). A child that throws or
 // dies fails the test.
 std::vector<double> in_child(const std::function<std::vector<double>()>& body) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    ADD_FAILURE() << "pipe failed";
-    return {};
-  }
-  std::fflush(nullptr);
-  const pid_t child = fork();
-  if (child == 0) {
-    close(fds[0]);
-    std::string text;
-    int code = 0;
-    try {
+  std::string text;
+  try {
+    text = run_isolated([&] {
+      std::string numbers;
       char number[64];
       for (double v : body()) {
         std::snprintf(number, sizeof number, "%a ", v);
-        text += number;
+        numbers += number;
       }
-    } catch (const std::exception& e) {
-      text = std::string("error: ") + e.what();
-      code = 1;
-    }
-    size_t written = 0;
-    while (written < text.size()) {
-      const ssize_t w = write(fds[1], text.data() + written, text.size() - written);
-      if (w <= 0) break;
-      written += static_cast<size_t>(w);
-    }
-    close(fds[1]);
-    _exit(code);
-  }
-  close(fds[1]);
-  std::string text;
-  char buffer[4096];
-  for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<size_t>(got));
-  close(fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    ADD_FAILURE() << "the child failed (status " << status << "): " << text;
+      return numbers;
+    });
+  } catch (const Error& e) {
+    ADD_FAILURE() << "the child failed: " << e.what();
     return {};
   }
   std::vector<double> values;
