@@ -3,16 +3,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <limits>
 #include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 
@@ -31,6 +34,8 @@ using pickle::Value;
 
 // A ring larger than this is a typo, not a plan: PyTorch's default is 2000.
 constexpr size_t kMaxFrCapacity = 10'000'000;
+// read_dump_dir parses dumps on up to this many threads (and no more than the machine has cores).
+constexpr unsigned kMaxReadThreads = 8;
 // JSON dumps are flat (depth 4); the limit keeps the conversion to pickle::Value shallow.
 constexpr int kMaxJsonDepth = 1000;
 
@@ -234,6 +239,42 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
+// A key of kEntryKeys, found while compiling: its position there.
+struct EntryKey {
+  consteval EntryKey(const char* key) : index(0) {
+    while (kEntryKeys[index] != key) ++index;  // past the end: not a constant expression, so an error
+  }
+  size_t index;
+};
+
+// Where a value is in a dump, for error messages. A dump holds thousands of entries, so an
+// entry's ("entries[12].input_sizes") is spelled out only when an error names it.
+class Path {
+ public:
+  Path(const char* text) : text_(text) {}
+  Path(std::string_view text) : text_(text) {}
+  Path(const std::string& text) : text_(text) {}
+
+  static Path entry(size_t index, const char* key = nullptr) {
+    Path path("");
+    path.entry_index_ = index;
+    path.entry_key_ = key;
+    return path;
+  }
+
+  std::string str() const {
+    if (entry_index_ == kNone) return std::string(text_);
+    if (entry_key_ == nullptr) return fmt::format("entries[{}]", entry_index_);
+    return fmt::format("entries[{}].{}", entry_index_, entry_key_);
+  }
+
+ private:
+  static constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  std::string_view text_;
+  size_t entry_index_ = kNone;
+  const char* entry_key_ = nullptr;
+};
+
 // Turns a dump's Value into an FrDump, naming the source and the field in every error. Fields a
 // version before ours may lack are optional; for our own version every key must be known (older
 // dumps carried keys we never saw, which are skipped).
@@ -262,19 +303,20 @@ class DumpReader {
     if (const Value* status = root.find("pg_status")) read_status(*status, dump.groups);
     if (const Value* entries = root.find("entries")) {
       const List& items = list(*entries, "entries");
-      for (size_t i = 0; i < items.size(); ++i) dump.entries.push_back(entry(items[i], fmt::format("entries[{}]", i)));
+      dump.entries.resize(items.size());
+      for (size_t i = 0; i < items.size(); ++i) entry(items[i], i, dump.entries[i]);
     }
     return dump;
   }
 
  private:
-  [[noreturn]] void bad(std::string_view path, std::string_view what) const {
-    fail(ErrorCode::kFormat, "{}: {}: {}", source_, path, what);
+  [[noreturn]] void bad(const Path& path, std::string_view what) const {
+    fail(ErrorCode::kFormat, "{}: {}: {}", source_, path.str(), what);
   }
 
   // Runs one of Value's typed accessors, naming `path` when it throws.
   template <typename Get>
-  auto typed(std::string_view path, Get get) const {
+  auto typed(const Path& path, Get get) const {
     try {
       return get();
     } catch (const Error& e) {
@@ -282,14 +324,14 @@ class DumpReader {
     }
   }
 
-  const Value& field(const Value& dict, std::string_view path, std::string_view key) const {
+  const Value& field(const Value& dict, const Path& path, std::string_view key) const {
     const Value* item = dict.find(key);
     if (item == nullptr) bad(path, fmt::format("missing key '{}'", key));
     return *item;
   }
 
   template <size_t N>
-  void check_keys(const Value& dict, std::string_view path, const std::string_view (&known)[N]) const {
+  void check_keys(const Value& dict, const Path& path, const std::string_view (&known)[N]) const {
     if (!strict_) return;
     for (const auto& [key, unused] : dict.as_dict()) {
       if (!key.is_string()) bad(path, fmt::format("key of type {}", key.type_name()));
@@ -299,30 +341,30 @@ class DumpReader {
     }
   }
 
-  std::string text(const Value& v, std::string_view path) const {
+  std::string text(const Value& v, const Path& path) const {
     return typed(path, [&] { return v.as_string(); });
   }
-  int64_t integer(const Value& v, std::string_view path) const {
+  int64_t integer(const Value& v, const Path& path) const {
     return typed(path, [&] { return v.as_int(); });
   }
-  bool boolean(const Value& v, std::string_view path) const {
+  bool boolean(const Value& v, const Path& path) const {
     return typed(path, [&] { return v.as_bool(); });
   }
-  const List& list(const Value& v, std::string_view path) const {
+  const List& list(const Value& v, const Path& path) const {
     return typed(path, [&] { return std::cref(v.as_list()); });
   }
-  const Dict& dict(const Value& v, std::string_view path) const {
+  const Dict& dict(const Value& v, const Path& path) const {
     return typed(path, [&] { return std::cref(v.as_dict()); });
   }
 
-  int64_t integer_in(const Value& v, std::string_view path, int64_t min, int64_t max) const {
+  int64_t integer_in(const Value& v, const Path& path, int64_t min, int64_t max) const {
     const int64_t i = integer(v, path);
     if (i < min || i > max) bad(path, fmt::format("{} out of range [{}, {}]", i, min, max));
     return i;
   }
 
   // PyTorch writes pg_status values as ints in pickle and as strings in JSON; either is read.
-  int64_t integer_or_string(const Value& v, std::string_view path) const {
+  int64_t integer_or_string(const Value& v, const Path& path) const {
     if (!v.is_string()) return integer(v, path);
     const std::string& s = v.as_string();
     int64_t i = 0;
@@ -399,44 +441,77 @@ class DumpReader {
     }
   }
 
-  std::vector<std::vector<int64_t>> sizes(const Value& v, const std::string& path) const {
+  std::vector<std::vector<int64_t>> sizes(const Value& v, const Path& path) const {
     std::vector<std::vector<int64_t>> result;
-    for (const Value& shape : list(v, path)) {
+    const List& shapes = list(v, path);
+    result.reserve(shapes.size());
+    for (const Value& shape : shapes) {
+      const List& dims_value = list(shape, path);
       std::vector<int64_t>& dims = result.emplace_back();
-      for (const Value& dim : list(shape, path)) dims.push_back(integer(dim, path));
+      dims.reserve(dims_value.size());
+      for (const Value& dim : dims_value) dims.push_back(integer(dim, path));
     }
     return result;
   }
 
-  std::vector<std::string> strings(const Value& v, const std::string& path) const {
+  std::vector<std::string> strings(const Value& v, const Path& path) const {
     std::vector<std::string> result;
-    for (const Value& s : list(v, path)) result.push_back(text(s, path));
+    const List& items = list(v, path);
+    result.reserve(items.size());
+    for (const Value& s : items) result.push_back(text(s, path));
     return result;
   }
 
   // None in pickle, 0 in JSON: not discovered yet.
-  std::optional<int64_t> discovered_time(const Value& entry, const std::string& path, const char* key) const {
-    const Value* v = entry.find(key);
+  std::optional<int64_t> discovered_time(const Value* v, const Path& path) const {
     if (v == nullptr || v->is_none()) return std::nullopt;
-    const int64_t time_ns = integer(*v, path + "." + key);
+    const int64_t time_ns = integer(*v, path);
     if (json_ && time_ns == 0) return std::nullopt;
     return time_ns;
   }
 
-  FrState state(const Value& v, const std::string& path) const {
-    const std::string s = text(v, path);
+  FrState state(const Value& v, const Path& path) const {
+    const std::string& s = typed(path, [&] { return std::cref(v.as_string()); });
     for (FrState candidate : {FrState::kScheduled, FrState::kStarted, FrState::kCompleted}) {
       if (name(candidate) == s) return candidate;
     }
     bad(path, fmt::format("unknown state '{}' (expected scheduled, started or completed)", s));
   }
 
-  FrEntry entry(const Value& v, const std::string& path) const {
-    dict(v, path);
-    check_keys(v, path, kEntryKeys);
-    const auto at = [&](const char* key) -> const Value& { return field(v, path, key); };
-    const auto sub = [&](const char* key) { return path + "." + key; };
-    FrEntry e;
+  // An entry's values by their key's position in kEntryKeys (nullptr: absent), in one pass. As in
+  // check_keys, an unknown key is an error for our own version and skipped for older ones.
+  std::array<const Value*, std::size(kEntryKeys)> entry_fields(const Dict& entry, const Path& path) const {
+    constexpr size_t kKeys = std::size(kEntryKeys);
+    std::array<const Value*, kKeys> fields{};
+    size_t next = 0;  // writers keep kEntryKeys' order, so the key after the last one found comes first
+    for (const auto& [key, value] : entry) {
+      if (!key.is_string()) {
+        if (strict_) bad(path, fmt::format("key of type {}", key.type_name()));
+        continue;
+      }
+      const std::string& name = key.as_string();
+      size_t probe = 0;
+      while (probe < kKeys && kEntryKeys[(next + probe) % kKeys] != name) ++probe;
+      if (probe == kKeys) {
+        if (strict_) bad(path, fmt::format("unknown key '{}'", name));
+        continue;
+      }
+      const size_t found = (next + probe) % kKeys;
+      if (fields[found] == nullptr) fields[found] = &value;  // the first, as Value::find
+      next = found + 1;
+    }
+    return fields;
+  }
+
+  void entry(const Value& v, size_t index, FrEntry& e) const {
+    const Path path = Path::entry(index);
+    const auto fields = entry_fields(dict(v, path), path);
+    const auto find = [&](EntryKey key) { return fields[key.index]; };
+    const auto at = [&](EntryKey key) -> const Value& {
+      if (fields[key.index] == nullptr) bad(path, fmt::format("missing key '{}'", kEntryKeys[key.index]));
+      return *fields[key.index];
+    };
+    const auto sub = [&](EntryKey key) { return Path::entry(index, kEntryKeys[key.index].data()); };
     e.record_id =
         static_cast<uint64_t>(integer_in(at("record_id"), sub("record_id"), 0, std::numeric_limits<int64_t>::max()));
     e.pg_id = static_cast<int>(
@@ -450,7 +525,7 @@ class DumpReader {
     e.op_id = integer(at("op_id"), sub("op_id"));
     e.profiling_name = text(at("profiling_name"), sub("profiling_name"));
     e.time_created_ns = integer(at("time_created_ns"), sub("time_created_ns"));
-    if (const Value* duration = v.find("duration_ms"); duration != nullptr && !duration->is_none()) {
+    if (const Value* duration = find("duration_ms"); duration != nullptr && !duration->is_none()) {
       e.duration_ms = typed(sub("duration_ms"), [&] { return duration->as_number(); });
     }
     e.input_sizes = sizes(at("input_sizes"), sub("input_sizes"));
@@ -458,15 +533,15 @@ class DumpReader {
     e.output_sizes = sizes(at("output_sizes"), sub("output_sizes"));
     e.output_dtypes = strings(at("output_dtypes"), sub("output_dtypes"));
     e.state = state(at("state"), sub("state"));
-    e.time_discovered_started_ns = discovered_time(v, path, "time_discovered_started_ns");
-    e.time_discovered_completed_ns = discovered_time(v, path, "time_discovered_completed_ns");
+    e.time_discovered_started_ns = discovered_time(find("time_discovered_started_ns"), sub("time_discovered_started_ns"));
+    e.time_discovered_completed_ns =
+        discovered_time(find("time_discovered_completed_ns"), sub("time_discovered_completed_ns"));
     e.retired = boolean(at("retired"), sub("retired"));
     e.timeout_ms = integer(at("timeout_ms"), sub("timeout_ms"));
     e.is_p2p = boolean(at("is_p2p"), sub("is_p2p"));
     // Added in later 2.x versions.
-    if (const Value* id = v.find("thread_id")) e.thread_id = text(*id, sub("thread_id"));
-    if (const Value* thread = v.find("thread_name")) e.thread_name = text(*thread, sub("thread_name"));
-    return e;
+    if (const Value* id = find("thread_id")) e.thread_id = text(*id, sub("thread_id"));
+    if (const Value* thread = find("thread_name")) e.thread_name = text(*thread, sub("thread_name"));
   }
 
   const std::string& source_;
@@ -503,12 +578,61 @@ void write_atomically(const fs::path& path, std::string_view bytes) {
   }
 }
 
+// Straight into one string of the file's size (a dump runs to megabytes, and there may be
+// thousands): a stream copy would grow and copy its buffer several times.
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
   if (!in) fail(ErrorCode::kIo, "cannot read {}", path.string());
-  return std::move(bytes).str();
+  std::string bytes;
+  std::error_code size_error;
+  if (const uintmax_t size = fs::file_size(path, size_error); !size_error) {
+    bytes.resize(size);
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+    bytes.resize(static_cast<size_t>(in.gcount()));
+  }
+  if (in && in.peek() != std::ifstream::traits_type::eof()) {  // it grew, or its size was unknown
+    std::ostringstream rest;
+    rest << in.rdbuf();
+    bytes += std::move(rest).str();
+  }
+  if (in.bad()) fail(ErrorCode::kIo, "cannot read {}", path.string());
+  return bytes;
+}
+
+struct DumpFile {
+  fs::path path;
+  int rank = 0;
+};
+
+// Reads and parses each file, on several threads (reading is most of `tandem fr analyze`, and the
+// dumps are independent). What fails is what a loop over the files in order would meet first.
+std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
+  std::vector<FrDump> dumps(files.size());
+  std::vector<std::exception_ptr> errors(files.size());
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> first_error{files.size()};
+  const auto work = [&] {
+    for (size_t i = next++; i < files.size(); i = next++) {
+      if (i > first_error.load()) continue;  // a loop in order would have stopped before it
+      try {
+        dumps[i] = parse_dump(read_file(files[i].path), files[i].path.string());
+        dumps[i].rank = files[i].rank;
+      } catch (...) {
+        errors[i] = std::current_exception();
+        size_t seen = first_error.load();
+        while (i < seen && !first_error.compare_exchange_weak(seen, i)) {
+        }
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>({files.size(), std::max(1u, std::thread::hardware_concurrency()), kMaxReadThreads});
+  {
+    std::vector<std::jthread> helpers;  // joined on leaving the block, also when starting one fails
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+    work();
+  }
+  if (first_error < files.size()) std::rethrow_exception(errors[first_error]);
+  return dumps;
 }
 
 // The rank in `file_name` when it is `<prefix><digits>`.
@@ -757,21 +881,30 @@ std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix
   std::sort(names.begin(), names.end());
 
   const std::string chosen = prefix.empty() ? infer_prefix(names) : prefix;
-  std::vector<FrDump> dumps;
+  std::vector<DumpFile> files;
   std::map<int, std::string> file_of_rank;
+  // A file name that is no usable rank stops the list; its error comes after those of the files
+  // before it, as when each file was read as soon as it was named.
+  std::exception_ptr name_error;
   for (const std::string& file_name : names) {
     const std::optional<std::string_view> digits = rank_digits(file_name, chosen);
     if (!digits) continue;
     const fs::path path = dir / file_name;
     int rank = 0;
     const auto [end, parse_error] = std::from_chars(digits->data(), digits->data() + digits->size(), rank);
-    if (parse_error != std::errc()) fail(ErrorCode::kFormat, "{}: rank {} out of range", path.string(), *digits);
-    if (const auto [it, inserted] = file_of_rank.emplace(rank, file_name); !inserted) {
-      fail(ErrorCode::kFormat, "{} and {} in {} are both rank {}", it->second, file_name, dir.string(), rank);
+    try {
+      if (parse_error != std::errc()) fail(ErrorCode::kFormat, "{}: rank {} out of range", path.string(), *digits);
+      if (const auto [it, inserted] = file_of_rank.emplace(rank, file_name); !inserted) {
+        fail(ErrorCode::kFormat, "{} and {} in {} are both rank {}", it->second, file_name, dir.string(), rank);
+      }
+    } catch (const Error&) {
+      name_error = std::current_exception();
+      break;
     }
-    FrDump& dump = dumps.emplace_back(parse_dump(read_file(path), path.string()));
-    dump.rank = rank;
+    files.push_back(DumpFile{path, rank});
   }
+  std::vector<FrDump> dumps = read_dumps(files);
+  if (name_error) std::rethrow_exception(name_error);
   if (dumps.empty()) fail(ErrorCode::kIo, "no flight-recorder dumps in {}", dir.string());
   std::sort(dumps.begin(), dumps.end(), [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; });
   return dumps;

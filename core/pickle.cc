@@ -1,14 +1,17 @@
 #include "core/pickle.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <charconv>
 #include <clocale>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
-#include <memory>
+#include <optional>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -230,29 +233,28 @@ struct WriteVisitor {
 void write_value(std::string& out, const Value& value) { std::visit(WriteVisitor{out}, value.v); }
 
 // ---------------------------------------------------------------------------------------------
-// Reader
+// Reading
 //
 // Python objects have reference semantics: MEMOIZE/PUT remember an object (often an empty list
-// that APPENDS fills later), GET and DUP push the same object again. So the reader builds a graph
-// of nodes in an arena, referenced by index (no ownership cycles, no deep destructors), and turns
-// it into a Value tree only at STOP, copying shared nodes, with a depth limit (which also catches
-// self-references) and a memory budget.
+// that APPENDS fills later), GET and DUP push the same object again, and a memoized list may still
+// grow after it went into another container. Two readers share the input decoding below:
+//
+//   DirectReader  builds the Value in one pass on a stack of Values. Python's pickler memoizes
+//                 every string and container but refers back (GET) only to strings, unless an
+//                 object really is shared, so this is the path every dump takes. It gives up on a
+//                 GET or DUP of a container, on anything malformed and near any limit.
+//   GraphReader   reads any pickle: it builds a graph of the objects and turns it into a Value
+//                 only at STOP, copying shared nodes, with a depth limit (which also catches
+//                 self-references) and a memory budget. loads() runs it when DirectReader gives
+//                 up, so every error and every shared structure gets GraphReader's answer.
 // ---------------------------------------------------------------------------------------------
 
-enum class NodeKind : uint8_t { kScalar, kList, kTuple, kDict };
+enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kBytes, kList, kTuple, kDict };
 
-struct DictNode {
-  std::vector<std::pair<size_t, size_t>> entries;  // (key node, value node), insertion order
-  std::unordered_map<std::string, size_t> index;   // the key's pickle -> position in entries
-};
-
-// One per opcode at most, so kept small: dict data lives behind a pointer.
-struct Node {
-  NodeKind kind = NodeKind::kScalar;
-  Value scalar;                    // kScalar
-  std::vector<size_t> items;       // kList, kTuple: item nodes
-  std::unique_ptr<DictNode> dict;  // kDict
-};
+constexpr uint32_t kNoIndex = std::numeric_limits<uint32_t>::max();
+// Indices are 32-bit: every input byte adds at most one node, stack entry, item or chunk, and
+// protocol 0's decoded text is at most twice its input. Anything below 2 GiB fits.
+constexpr uint64_t kMaxInputBytes = uint64_t{1} << 31;
 
 void append_utf8(std::string& out, uint32_t code_point) {
   // Surrogates are encoded like any other code point, as Python's "surrogatepass" does.
@@ -273,26 +275,198 @@ void append_utf8(std::string& out, uint32_t code_point) {
   }
 }
 
-class Reader {
- public:
-  explicit Reader(std::string_view bytes)
-      : in_(bytes), budget_bytes_(kMaxExpansion * bytes.size() + kExpansionAllowanceBytes) {}
+// A scalar opcode's argument, decoded.
+struct Scalar {
+  Kind kind = Kind::kNone;
+  uint64_t bits = 0;      // kBool, kInt, kFloat: the value
+  std::string_view text;  // kString, kBytes: in the input, or in Input::decoded_ when `decoded`
+  bool decoded = false;
+};
 
-  Value run() {
-    while (true) {
-      op_offset_ = pos_;
-      if (pos_ >= in_.size()) bad("truncated pickle (no STOP)");
-      const uint8_t code = take_uint(1);
-      if (static_cast<Op>(code) == Op::kStop) return finish();
-      step(code);
+enum class MemoOp : uint8_t { kNone, kPut, kMemoize, kGet };
+
+// Memo keys -> T. Python numbers them 0, 1, 2, ... (at most one per opcode), so keys below
+// `dense_keys` live in a vector and the rest in a map.
+template <typename T>
+class Memo {
+ public:
+  explicit Memo(uint64_t dense_keys = 0) : dense_keys_(dense_keys) {}
+
+  // Empties it, keeping the vector's memory.
+  void clear(uint64_t dense_keys) {
+    dense_keys_ = dense_keys;
+    dense_.clear();
+    sparse_.clear();
+    size_ = 0;
+  }
+
+  size_t kept_bytes() const { return dense_.capacity() * sizeof(dense_[0]); }
+
+  void put(uint64_t key, const T& value) {
+    if (key < dense_keys_) {
+      if (key >= dense_.size()) dense_.resize(key + 1);
+      if (!dense_[key]) ++size_;
+      dense_[key] = value;
+    } else if (sparse_.insert_or_assign(key, value).second) {
+      ++size_;
     }
   }
 
+  const T* find(uint64_t key) const {
+    if (key < dense_.size()) return dense_[key] ? &*dense_[key] : nullptr;
+    const auto it = sparse_.find(key);
+    return it == sparse_.end() ? nullptr : &it->second;
+  }
+
+  uint64_t size() const { return size_; }  // distinct keys: MEMOIZE's next key
+
  private:
+  uint64_t dense_keys_;
+  std::vector<std::optional<T>> dense_;
+  std::unordered_map<uint64_t, T> sparse_;
+  uint64_t size_ = 0;
+};
+
+// The input and what both readers decode the same way: opcode arguments, scalars, framing.
+class Input {
+ protected:
+  explicit Input(std::string_view bytes) : in_(bytes) {}
+
+  void reset(std::string_view bytes) {
+    in_ = bytes;
+    pos_ = 0;
+    op_offset_ = 0;
+    decoded_.clear();
+  }
+
   [[noreturn]] void bad(const std::string& what) const { fail(ErrorCode::kFormat, "{} at byte {}", what, op_offset_); }
 
-  // --- input ---
+  void check_size() const {
+    if (in_.size() >= kMaxInputBytes) bad(fmt::format("pickle of {} bytes is too large (at most 2 GiB)", in_.size()));
+  }
 
+  // The next opcode, with op_offset_ at it.
+  uint8_t next_opcode() {
+    op_offset_ = pos_;
+    if (pos_ >= in_.size()) bad("truncated pickle (no STOP)");
+    return static_cast<uint8_t>(take_uint(1));
+  }
+
+  uint8_t opcode() const { return static_cast<uint8_t>(in_[op_offset_]); }
+
+  [[noreturn]] void unsupported(uint8_t code) const {
+    bad(fmt::format("unsupported pickle opcode 0x{:02x} ({})", code, opcode_name(code)));
+  }
+
+  // PROTO and FRAME, which only check their argument.
+  bool read_framing(uint8_t code) {
+    switch (static_cast<Op>(code)) {
+      case Op::kProto: {
+        const uint64_t protocol = take_uint(1);
+        if (protocol > kHighestProtocol) bad(fmt::format("unsupported pickle protocol {}", protocol));
+        return true;
+      }
+      case Op::kFrame: {
+        // Framing only helps buffered readers; the frame must still lie inside the input.
+        const uint64_t length = take_uint(8);
+        if (length > in_.size() - pos_)
+          bad(fmt::format("truncated pickle: FRAME of {} bytes, {} left", length, in_.size() - pos_));
+        return true;
+      }
+      default: return false;
+    }
+  }
+
+  // The memo opcodes, with their key (MEMOIZE's is the memo's size, which the reader knows).
+  MemoOp read_memo(uint8_t code, uint64_t& key) {
+    switch (static_cast<Op>(code)) {
+      case Op::kMemoize: return MemoOp::kMemoize;
+      case Op::kBinPut: key = take_uint(1); return MemoOp::kPut;
+      case Op::kLongBinPut: key = take_uint(4); return MemoOp::kPut;
+      case Op::kPut: key = parse_memo_key(take_line()); return MemoOp::kPut;
+      case Op::kBinGet: key = take_uint(1); return MemoOp::kGet;
+      case Op::kLongBinGet: key = take_uint(4); return MemoOp::kGet;
+      case Op::kGet: key = parse_memo_key(take_line()); return MemoOp::kGet;
+      default: return MemoOp::kNone;
+    }
+  }
+
+  // A scalar opcode and its argument; false when `code` is not one.
+  bool read_scalar(uint8_t code, Scalar& scalar) {
+    const auto number = [&](Kind kind, uint64_t bits) {
+      scalar.kind = kind;
+      scalar.bits = bits;
+      return true;
+    };
+    const auto integer = [&](int64_t value) { return number(Kind::kInt, static_cast<uint64_t>(value)); };
+    const auto text = [&](Kind kind, std::string_view data) {
+      scalar.kind = kind;
+      scalar.text = data;
+      scalar.decoded = false;
+      return true;
+    };
+    switch (static_cast<Op>(code)) {
+      case Op::kNone: return number(Kind::kNone, 0);
+      case Op::kNewTrue: return number(Kind::kBool, 1);
+      case Op::kNewFalse: return number(Kind::kBool, 0);
+      case Op::kBinInt1: return integer(static_cast<int64_t>(take_uint(1)));
+      case Op::kBinInt2: return integer(static_cast<int64_t>(take_uint(2)));
+      case Op::kBinInt: return integer(int64_t{static_cast<int32_t>(take_uint(4))});
+      case Op::kLong1: return integer(decode_long(take(take_uint(1))));
+      case Op::kLong4: {
+        const auto length = static_cast<int32_t>(take_uint(4));
+        if (length < 0) bad("pickle LONG4 with a negative length");
+        return integer(decode_long(take(static_cast<uint64_t>(length))));
+      }
+      case Op::kInt: {
+        // Protocol 0 writes bools as INT "01" / "00".
+        const std::string_view line = take_line();
+        if (line == "00" || line == "01") return number(Kind::kBool, line == "01" ? 1 : 0);
+        return integer(parse_decimal(line));
+      }
+      case Op::kLong: {
+        std::string_view line = take_line();
+        if (line.ends_with('L')) line.remove_suffix(1);
+        return integer(parse_decimal(line));
+      }
+      case Op::kFloat: return number(Kind::kFloat, std::bit_cast<uint64_t>(parse_float(take_line())));
+      case Op::kBinFloat: return number(Kind::kFloat, take_uint_big_endian(8));
+      case Op::kShortBinUnicode: return text(Kind::kString, take(take_uint(1)));
+      case Op::kBinUnicode: return text(Kind::kString, take(take_uint(4)));
+      case Op::kBinUnicode8: return text(Kind::kString, take(take_uint(8)));
+      case Op::kUnicode: {
+        const size_t offset = decoded_.size();
+        decode_raw_unicode_escape(take_line(), decoded_);
+        text(Kind::kString, std::string_view(decoded_).substr(offset));
+        scalar.decoded = true;
+        return true;
+      }
+      case Op::kShortBinBytes: return text(Kind::kBytes, take(take_uint(1)));
+      case Op::kBinBytes: return text(Kind::kBytes, take(take_uint(4)));
+      case Op::kBinBytes8: return text(Kind::kBytes, take(take_uint(8)));
+      default: return false;
+    }
+  }
+
+  // Where text lies: its offset in the input or in decoded_.
+  uint32_t text_offset(const Scalar& scalar) const {
+    const char* base = scalar.decoded ? decoded_.data() : in_.data();
+    return static_cast<uint32_t>(scalar.text.data() - base);
+  }
+
+  std::string_view text_at(bool decoded, uint32_t offset, uint32_t length) const {
+    return (decoded ? std::string_view(decoded_) : in_).substr(offset, length);
+  }
+
+  // Keys below this go to a Memo's vector.
+  uint64_t dense_memo_keys() const { return in_.size() + 256; }
+
+  std::string_view in_;
+  size_t pos_ = 0;
+  size_t op_offset_ = 0;  // where the opcode being run starts: every message names it
+  std::string decoded_;   // protocol 0's UNICODE text, as UTF-8
+
+ private:
   std::string_view take(uint64_t count) {
     if (count > in_.size() - pos_) {
       bad(fmt::format("truncated pickle: {} needs {} bytes, {} left", opcode_name(opcode()), count,
@@ -326,130 +500,11 @@ class Reader {
     return line;
   }
 
-  uint8_t opcode() const { return static_cast<uint8_t>(in_[op_offset_]); }
-
-  // --- stack ---
-
-  // Values below the innermost MARK belong to an enclosing opcode; only mark opcodes reach them.
-  size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
-
-  size_t pop() {
-    if (stack_.size() <= fence()) bad(fmt::format("pickle stack underflow in {}", opcode_name(opcode())));
-    const size_t node = stack_.back();
-    stack_.pop_back();
-    return node;
+  uint64_t parse_memo_key(std::string_view text) {
+    const int64_t key = parse_decimal(text);
+    if (key < 0) bad(fmt::format("negative pickle memo key {}", key));
+    return static_cast<uint64_t>(key);
   }
-
-  size_t top() {
-    if (stack_.size() <= fence()) bad(fmt::format("pickle stack underflow in {}", opcode_name(opcode())));
-    return stack_.back();
-  }
-
-  // Pops the innermost MARK and returns the stack position it marked.
-  size_t pop_mark() {
-    if (marks_.empty()) bad(fmt::format("pickle {} without a MARK", opcode_name(opcode())));
-    const size_t mark = marks_.back();
-    marks_.pop_back();
-    return mark;
-  }
-
-  // The items above the innermost MARK, removed from the stack with the mark.
-  std::vector<size_t> pop_to_mark() {
-    const size_t mark = pop_mark();
-    std::vector<size_t> items(stack_.begin() + static_cast<ptrdiff_t>(mark), stack_.end());
-    stack_.resize(mark);
-    return items;
-  }
-
-  // The container just below a MARK (APPENDS, SETITEMS) must sit above the enclosing fence.
-  size_t container_below(size_t mark) {
-    if (mark == 0 || mark - 1 < fence()) bad(fmt::format("pickle stack underflow in {}", opcode_name(opcode())));
-    return stack_[mark - 1];
-  }
-
-  size_t add_node(NodeKind kind) {
-    Node& node = nodes_.emplace_back();
-    node.kind = kind;
-    if (kind == NodeKind::kDict) node.dict = std::make_unique<DictNode>();
-    return nodes_.size() - 1;
-  }
-
-  void push_scalar(Value value) {
-    const size_t node = add_node(NodeKind::kScalar);
-    nodes_[node].scalar = std::move(value);
-    stack_.push_back(node);
-  }
-
-  void push_sequence(NodeKind kind, std::vector<size_t> items) {
-    const size_t node = add_node(kind);
-    nodes_[node].items = std::move(items);
-    stack_.push_back(node);
-  }
-
-  // --- containers ---
-
-  void append(size_t list, const std::vector<size_t>& items) {
-    if (nodes_[list].kind != NodeKind::kList)
-      bad(fmt::format("pickle {} to a {}", opcode_name(opcode()), kind_name(list)));
-    auto& target = nodes_[list].items;
-    target.insert(target.end(), items.begin(), items.end());
-  }
-
-  // Later values replace earlier ones for an equal key, as in Python; the key keeps its place.
-  void set_items(size_t dict, const std::vector<size_t>& key_values) {
-    if (nodes_[dict].kind != NodeKind::kDict)
-      bad(fmt::format("pickle {} on a {}", opcode_name(opcode()), kind_name(dict)));
-    if (key_values.size() % 2 != 0) bad(fmt::format("pickle {} with an odd number of items", opcode_name(opcode())));
-    for (size_t i = 0; i < key_values.size(); i += 2) {
-      std::string key = hash_key(key_values[i]);
-      DictNode& target = *nodes_[dict].dict;
-      const auto [it, inserted] = target.index.try_emplace(std::move(key), target.entries.size());
-      if (inserted) {
-        target.entries.emplace_back(key_values[i], key_values[i + 1]);
-      } else {
-        target.entries[it->second].second = key_values[i + 1];
-      }
-    }
-  }
-
-  // Keys must be hashable (immutable all the way down); two keys are equal when they pickle alike.
-  std::string hash_key(size_t key) {
-    const Value value = materialize(key, 0);
-    require_hashable(value);
-    std::string canonical;
-    write_value(canonical, value);
-    return canonical;
-  }
-
-  void require_hashable(const Value& value) const {
-    if (value.is_list() || value.is_dict())
-      bad(fmt::format("unhashable pickle dict key of type {}", value.type_name()));
-    if (value.is_tuple()) {
-      for (const Value& item : value.as_list()) require_hashable(item);
-    }
-  }
-
-  const char* kind_name(size_t node) const {
-    switch (nodes_[node].kind) {
-      case NodeKind::kList: return "list";
-      case NodeKind::kTuple: return "tuple";
-      case NodeKind::kDict: return "dict";
-      case NodeKind::kScalar: break;
-    }
-    return "scalar";
-  }
-
-  // --- memo ---
-
-  void memo_put(uint64_t key) { memo_[key] = top(); }
-
-  void memo_get(uint64_t key) {
-    const auto it = memo_.find(key);
-    if (it == memo_.end()) bad(fmt::format("pickle memo key {} missing", key));
-    stack_.push_back(it->second);
-  }
-
-  // --- text arguments (protocol 0) ---
 
   int64_t parse_decimal(std::string_view text) {
     if (!text.empty() && text.front() == '+') text.remove_prefix(1);
@@ -477,9 +532,8 @@ class Reader {
   }
 
   // UNICODE is raw-unicode-escape: bytes are Latin-1 code points, except that \uXXXX and
-  // \UXXXXXXXX after an odd number of backslashes are escapes.
-  std::string decode_raw_unicode_escape(std::string_view text) {
-    std::string out;
+  // \UXXXXXXXX after an odd number of backslashes are escapes. The UTF-8 goes to the end of `out`.
+  void decode_raw_unicode_escape(std::string_view text, std::string& out) {
     size_t i = 0;
     while (i < text.size()) {
       if (text[i] != '\\') {
@@ -504,7 +558,6 @@ class Reader {
       append_utf8(out, code_point);
       i += digits;
     }
-    return out;
   }
 
   // LONG1 / LONG4 payload: little-endian two's complement of any length; it must fit in int64.
@@ -521,130 +574,337 @@ class Reader {
     }
     return static_cast<int64_t>(bits);
   }
+};
+
+// ---------------------------------------------------------------------------------------------
+// GraphReader
+//
+// The graph lives in a few flat arrays indexed by uint32_t, so that reading allocates nothing per
+// object and text stays a view into the input until STOP. A list or dict grows by chunks of items_:
+// one per APPEND(S) or SETITEM(S), or its last chunk is extended when nothing came between. A
+// tuple's items are one contiguous run (tuples never grow). [[1], 2], read as EMPTY_LIST
+// EMPTY_LIST K(1) APPEND APPEND K(2) APPEND:
+//
+//   nodes_   0 list: chunks 1..1, 2 items     chunks_  0 items_[0, 1)  node 1's APPEND
+//            1 list: chunks 0..0, 1 item               1 items_[1, 3)  node 0's APPENDs: the second
+//            2 int 1                                                   extends the first
+//            3 int 2
+//   items_   [2 | 1 3]                        (a dict's chunks hold key, value, key, value, ...)
+//
+// Dict keys must be hashable, and two keys are equal when they pickle alike: the first time a node
+// is used as a key it gets the id of its canonical bytes in an intern table (keys_), so repeated
+// keys are found with one array lookup per key when a dict is copied out.
+// ---------------------------------------------------------------------------------------------
+
+struct Node {  // 24 bytes
+  Kind kind = Kind::kNone;
+  bool decoded = false;        // kString: the text is in decoded_, not in the input
+  bool hashable = true;        // false for lists, dicts and tuples that hold one
+  uint32_t key_id = kNoIndex;  // in keys_, once used as a dict key
+  uint32_t first = kNoIndex;   // kString, kBytes: offset of the text; kTuple: first item in items_;
+                               // kList, kDict: first chunk
+  uint32_t count = 0;          // kString, kBytes: bytes; kList, kTuple: items; kDict: key-value
+                               // pairs, repeated keys included
+  uint64_t bits = 0;           // kBool, kInt, kFloat: the value; kList, kDict: last chunk
+};
+
+struct Chunk {
+  uint32_t begin;  // in items_
+  uint32_t count;
+  uint32_t next = kNoIndex;
+};
+
+struct Key {  // one distinct dict key: its kind and canonical bytes (key_text_[offset, +length))
+  uint64_t hash;
+  uint64_t offset;
+  uint64_t length;
+  Kind kind;
+};
+
+class GraphReader : Input {
+ public:
+  explicit GraphReader(std::string_view bytes)
+      : Input(bytes), memo_(dense_memo_keys()), budget_bytes_(kMaxExpansion * bytes.size() + kExpansionAllowanceBytes) {}
+
+  Value run() {
+    check_size();
+    while (true) {
+      const uint8_t code = next_opcode();
+      if (static_cast<Op>(code) == Op::kStop) return finish();
+      step(code);
+    }
+  }
+
+ private:
+  // --- stack ---
+
+  // Values below the innermost MARK belong to an enclosing opcode; only mark opcodes reach them.
+  size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
+
+  [[noreturn]] void underflow() const { bad(fmt::format("pickle stack underflow in {}", opcode_name(opcode()))); }
+
+  uint32_t top() const {
+    if (stack_.size() <= fence()) underflow();
+    return stack_.back();
+  }
+
+  // Pops the innermost MARK and returns the stack position it marked.
+  size_t pop_mark() {
+    if (marks_.empty()) bad(fmt::format("pickle {} without a MARK", opcode_name(opcode())));
+    const size_t mark = marks_.back();
+    marks_.pop_back();
+    return mark;
+  }
+
+  // The container just below a MARK (APPENDS, SETITEMS) must sit above the enclosing fence.
+  uint32_t container_below(size_t mark) const {
+    if (mark == 0 || mark - 1 < fence()) underflow();
+    return stack_[mark - 1];
+  }
+
+  // --- nodes ---
+
+  uint32_t add_node(const Node& node) {
+    nodes_.push_back(node);
+    return static_cast<uint32_t>(nodes_.size() - 1);
+  }
+
+  void push_scalar(const Scalar& scalar) {
+    Node node{.kind = scalar.kind, .bits = scalar.bits};
+    if (scalar.kind == Kind::kString || scalar.kind == Kind::kBytes) {
+      node.decoded = scalar.decoded;
+      node.first = text_offset(scalar);
+      node.count = static_cast<uint32_t>(scalar.text.size());
+    }
+    stack_.push_back(add_node(node));
+  }
+
+  std::string_view text(const Node& node) const { return text_at(node.decoded, node.first, node.count); }
+
+  uint32_t add_container(Kind kind) { return add_node(Node{.kind = kind, .hashable = false, .bits = kNoIndex}); }
+
+  // A list made of stack_[from, end), which is then removed.
+  void push_list(size_t from) {
+    const uint32_t list = add_container(Kind::kList);
+    grow(list, from);
+    stack_.resize(from);
+    stack_.push_back(list);
+  }
+
+  // A tuple made of stack_[from, end), which is then removed.
+  void push_tuple(size_t from) {
+    Node tuple{.kind = Kind::kTuple,
+               .first = static_cast<uint32_t>(items_.size()),
+               .count = static_cast<uint32_t>(stack_.size() - from)};
+    for (size_t i = from; i < stack_.size(); ++i) tuple.hashable = tuple.hashable && nodes_[stack_[i]].hashable;
+    items_.insert(items_.end(), stack_.begin() + static_cast<ptrdiff_t>(from), stack_.end());
+    stack_.resize(from);
+    stack_.push_back(add_node(tuple));
+  }
+
+  void push_small_tuple(size_t count) {
+    if (stack_.size() < fence() + count) underflow();
+    push_tuple(stack_.size() - count);
+  }
+
+  // Appends stack_[from, end) to a list's or dict's items (the caller checked its kind).
+  void grow(uint32_t container, size_t from) {
+    const auto count = static_cast<uint32_t>(stack_.size() - from);
+    if (count == 0) return;
+    Node& node = nodes_[container];
+    const auto last = static_cast<uint32_t>(node.bits);
+    if (last != kNoIndex && chunks_[last].begin + chunks_[last].count == items_.size()) {
+      chunks_[last].count += count;
+    } else {
+      const auto chunk = static_cast<uint32_t>(chunks_.size());
+      chunks_.push_back(Chunk{.begin = static_cast<uint32_t>(items_.size()), .count = count});
+      if (last == kNoIndex) {
+        node.first = chunk;
+      } else {
+        chunks_[last].next = chunk;
+      }
+      node.bits = chunk;
+    }
+    node.count += node.kind == Kind::kDict ? count / 2 : count;
+    items_.insert(items_.end(), stack_.begin() + static_cast<ptrdiff_t>(from), stack_.end());
+  }
+
+  const char* kind_name(uint32_t node) const {
+    switch (nodes_[node].kind) {
+      case Kind::kList: return "list";
+      case Kind::kTuple: return "tuple";
+      case Kind::kDict: return "dict";
+      default: return "scalar";
+    }
+  }
+
+  // --- containers ---
+
+  // APPEND, APPENDS: stack_[from, end) go to the end of `list`.
+  void append(uint32_t list, size_t from) {
+    if (nodes_[list].kind != Kind::kList)
+      bad(fmt::format("pickle {} to a {}", opcode_name(opcode()), kind_name(list)));
+    grow(list, from);
+    stack_.resize(from);
+  }
+
+  // SETITEM, SETITEMS, DICT: stack_[from, end) hold keys and values, alternating. Later values
+  // replace earlier ones for an equal key, as in Python (sorted out when the dict is copied out).
+  void set_items(uint32_t dict, size_t from) {
+    if (nodes_[dict].kind != Kind::kDict)
+      bad(fmt::format("pickle {} on a {}", opcode_name(opcode()), kind_name(dict)));
+    if ((stack_.size() - from) % 2 != 0)
+      bad(fmt::format("pickle {} with an odd number of items", opcode_name(opcode())));
+    for (size_t i = from; i < stack_.size(); i += 2) {
+      require_hashable(stack_[i]);
+      key_id(stack_[i], 0);
+    }
+    grow(dict, from);
+    stack_.resize(from);
+  }
+
+  // Keys must be immutable all the way down; the error names the first mutable container inside.
+  void require_hashable(uint32_t key) const {
+    if (nodes_[key].hashable) return;
+    uint32_t mutable_node = key;
+    while (nodes_[mutable_node].kind == Kind::kTuple) {  // a tuple is unhashable through an item
+      const Node& tuple = nodes_[mutable_node];
+      const uint32_t* items = items_.data() + tuple.first;
+      mutable_node = *std::find_if(items, items + tuple.count, [&](uint32_t item) { return !nodes_[item].hashable; });
+    }
+    bad(fmt::format("unhashable pickle dict key of type {}", kind_name(mutable_node)));
+  }
+
+  [[noreturn]] void too_deep() const {
+    bad(fmt::format("pickle nests containers deeper than {} (or contains itself)", kMaxDepth));
+  }
+
+  // The id of a hashable node's canonical bytes: kind, then the text, the value's bits, or a
+  // tuple's item ids.
+  uint32_t key_id(uint32_t index, int depth) {
+    if (nodes_[index].key_id != kNoIndex) return nodes_[index].key_id;
+    const Node& node = nodes_[index];
+    uint32_t id = kNoIndex;
+    switch (node.kind) {
+      case Kind::kNone: id = intern(node.kind, {}); break;
+      case Kind::kBool:
+      case Kind::kInt:
+      case Kind::kFloat:
+        id = intern(node.kind, std::string_view(reinterpret_cast<const char*>(&node.bits), sizeof node.bits));
+        break;
+      case Kind::kString:
+      case Kind::kBytes: id = intern(node.kind, text(node)); break;
+      case Kind::kTuple: {
+        if (depth >= kMaxDepth) too_deep();
+        std::string item_ids;
+        item_ids.reserve(node.count * sizeof(uint32_t));
+        for (uint32_t i = 0; i < node.count; ++i) {
+          const uint32_t item = key_id(items_[node.first + i], depth + 1);
+          item_ids.append(reinterpret_cast<const char*>(&item), sizeof item);
+        }
+        id = intern(Kind::kTuple, item_ids);
+        break;
+      }
+      default: bad("unhashable pickle dict key");  // require_hashable ran first
+    }
+    nodes_[index].key_id = id;
+    return id;
+  }
+
+  // Open addressing, linear probing, at most half full.
+  uint32_t intern(Kind kind, std::string_view bytes) {
+    const uint64_t hash = std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(kind) * 0x9e3779b97f4a7c15);
+    if (2 * (keys_.size() + 1) > key_table_.size()) grow_key_table();
+    const size_t mask = key_table_.size() - 1;
+    for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+      const uint32_t id = key_table_[slot];
+      if (id == kNoIndex) {
+        key_table_[slot] = static_cast<uint32_t>(keys_.size());
+        keys_.push_back(Key{.hash = hash, .offset = key_text_.size(), .length = bytes.size(), .kind = kind});
+        key_text_.append(bytes);
+        return key_table_[slot];
+      }
+      const Key& key = keys_[id];
+      if (key.hash == hash && key.kind == kind && std::string_view(key_text_).substr(key.offset, key.length) == bytes)
+        return id;
+    }
+  }
+
+  void grow_key_table() {
+    key_table_.assign(std::max<size_t>(64, 2 * key_table_.size()), kNoIndex);
+    const size_t mask = key_table_.size() - 1;
+    for (uint32_t id = 0; id < keys_.size(); ++id) {
+      size_t slot = keys_[id].hash & mask;
+      while (key_table_[slot] != kNoIndex) slot = (slot + 1) & mask;
+      key_table_[slot] = id;
+    }
+  }
 
   // --- the opcodes ---
 
   void step(uint8_t code) {
-    if (step_scalar(code) || step_container(code) || step_stack(code)) return;
-    bad(fmt::format("unsupported pickle opcode 0x{:02x} ({})", code, opcode_name(code)));
-  }
-
-  bool step_scalar(uint8_t code) {
-    switch (static_cast<Op>(code)) {
-      case Op::kNone: push_scalar(None{}); return true;
-      case Op::kNewTrue: push_scalar(true); return true;
-      case Op::kNewFalse: push_scalar(false); return true;
-      case Op::kBinInt1: push_scalar(static_cast<int64_t>(take_uint(1))); return true;
-      case Op::kBinInt2: push_scalar(static_cast<int64_t>(take_uint(2))); return true;
-      case Op::kBinInt: push_scalar(int64_t{static_cast<int32_t>(take_uint(4))}); return true;
-      case Op::kLong1: push_scalar(decode_long(take(take_uint(1)))); return true;
-      case Op::kLong4: {
-        const auto length = static_cast<int32_t>(take_uint(4));
-        if (length < 0) bad("pickle LONG4 with a negative length");
-        push_scalar(decode_long(take(static_cast<uint64_t>(length))));
-        return true;
-      }
-      case Op::kInt: {
-        // Protocol 0 writes bools as INT "01" / "00".
-        const std::string_view text = take_line();
-        if (text == "00" || text == "01") {
-          push_scalar(text == "01");
-        } else {
-          push_scalar(parse_decimal(text));
-        }
-        return true;
-      }
-      case Op::kLong: {
-        std::string_view text = take_line();
-        if (text.ends_with('L')) text.remove_suffix(1);
-        push_scalar(parse_decimal(text));
-        return true;
-      }
-      case Op::kFloat: push_scalar(parse_float(take_line())); return true;
-      case Op::kBinFloat: push_scalar(std::bit_cast<double>(take_uint_big_endian(8))); return true;
-      default: return step_text(code);
+    Scalar scalar;
+    if (read_scalar(code, scalar)) {
+      push_scalar(scalar);
+      return;
     }
-  }
-
-  bool step_text(uint8_t code) {
-    switch (static_cast<Op>(code)) {
-      case Op::kShortBinUnicode: push_scalar(std::string(take(take_uint(1)))); return true;
-      case Op::kBinUnicode: push_scalar(std::string(take(take_uint(4)))); return true;
-      case Op::kBinUnicode8: push_scalar(std::string(take(take_uint(8)))); return true;
-      case Op::kUnicode: push_scalar(decode_raw_unicode_escape(take_line())); return true;
-      case Op::kShortBinBytes: push_scalar(Bytes{std::string(take(take_uint(1)))}); return true;
-      case Op::kBinBytes: push_scalar(Bytes{std::string(take(take_uint(4)))}); return true;
-      case Op::kBinBytes8: push_scalar(Bytes{std::string(take(take_uint(8)))}); return true;
-      default: return false;
+    uint64_t key = 0;
+    switch (read_memo(code, key)) {
+      case MemoOp::kMemoize: memo_.put(memo_.size(), top()); return;
+      case MemoOp::kPut: memo_.put(key, top()); return;
+      case MemoOp::kGet: {
+        const uint32_t* node = memo_.find(key);
+        if (node == nullptr) bad(fmt::format("pickle memo key {} missing", key));
+        stack_.push_back(*node);
+        return;
+      }
+      case MemoOp::kNone: break;
     }
+    if (step_container(code) || step_stack(code) || read_framing(code)) return;
+    unsupported(code);
   }
 
   bool step_container(uint8_t code) {
     switch (static_cast<Op>(code)) {
-      case Op::kEmptyList: push_sequence(NodeKind::kList, {}); return true;
-      case Op::kEmptyTuple: push_sequence(NodeKind::kTuple, {}); return true;
-      case Op::kEmptyDict: stack_.push_back(add_node(NodeKind::kDict)); return true;
-      case Op::kList: push_sequence(NodeKind::kList, pop_to_mark()); return true;
-      case Op::kTuple: push_sequence(NodeKind::kTuple, pop_to_mark()); return true;
+      case Op::kEmptyList: stack_.push_back(add_container(Kind::kList)); return true;
+      case Op::kEmptyTuple: push_tuple(stack_.size()); return true;
+      case Op::kEmptyDict: stack_.push_back(add_container(Kind::kDict)); return true;
+      case Op::kList: push_list(pop_mark()); return true;
+      case Op::kTuple: push_tuple(pop_mark()); return true;
       case Op::kTuple1: push_small_tuple(1); return true;
       case Op::kTuple2: push_small_tuple(2); return true;
       case Op::kTuple3: push_small_tuple(3); return true;
       case Op::kDict: {
-        const std::vector<size_t> key_values = pop_to_mark();
-        const size_t dict = add_node(NodeKind::kDict);
-        set_items(dict, key_values);
+        const size_t mark = pop_mark();
+        const uint32_t dict = add_container(Kind::kDict);
+        set_items(dict, mark);
         stack_.push_back(dict);
         return true;
       }
-      case Op::kAppend: {
-        const size_t item = pop();
-        append(top(), {item});
+      case Op::kAppend:
+        if (stack_.size() < fence() + 2) underflow();
+        append(stack_[stack_.size() - 2], stack_.size() - 1);
         return true;
-      }
       case Op::kAppends: {
         const size_t mark = pop_mark();
-        const size_t list = container_below(mark);
-        append(list, std::vector<size_t>(stack_.begin() + static_cast<ptrdiff_t>(mark), stack_.end()));
-        stack_.resize(mark);
+        append(container_below(mark), mark);
         return true;
       }
-      case Op::kSetItem: {
-        const size_t item = pop();
-        const size_t key = pop();
-        set_items(top(), {key, item});
+      case Op::kSetItem:
+        if (stack_.size() < fence() + 3) underflow();
+        set_items(stack_[stack_.size() - 3], stack_.size() - 2);
         return true;
-      }
       case Op::kSetItems: {
         const size_t mark = pop_mark();
-        const size_t dict = container_below(mark);
-        set_items(dict, std::vector<size_t>(stack_.begin() + static_cast<ptrdiff_t>(mark), stack_.end()));
-        stack_.resize(mark);
+        set_items(container_below(mark), mark);
         return true;
       }
       default: return false;
     }
   }
 
-  void push_small_tuple(size_t count) {
-    std::vector<size_t> items(count);
-    for (size_t i = count; i-- > 0;) items[i] = pop();
-    push_sequence(NodeKind::kTuple, std::move(items));
-  }
-
   bool step_stack(uint8_t code) {
     switch (static_cast<Op>(code)) {
-      case Op::kProto: {
-        const uint64_t protocol = take_uint(1);
-        if (protocol > kHighestProtocol) bad(fmt::format("unsupported pickle protocol {}", protocol));
-        return true;
-      }
-      case Op::kFrame: {
-        // Framing only helps buffered readers; the frame must still lie inside the input.
-        const uint64_t length = take_uint(8);
-        if (length > in_.size() - pos_)
-          bad(fmt::format("truncated pickle: FRAME of {} bytes, {} left", length, in_.size() - pos_));
-        return true;
-      }
       case Op::kMark: marks_.push_back(stack_.size()); return true;
       case Op::kPop:
         // Like Python: with nothing above the innermost MARK, POP discards the mark itself.
@@ -656,21 +916,8 @@ class Reader {
         return true;
       case Op::kPopMark: stack_.resize(pop_mark()); return true;
       case Op::kDup: stack_.push_back(top()); return true;
-      case Op::kMemoize: memo_put(memo_.size()); return true;
-      case Op::kBinPut: memo_put(take_uint(1)); return true;
-      case Op::kLongBinPut: memo_put(take_uint(4)); return true;
-      case Op::kPut: memo_put(static_cast<uint64_t>(parse_memo_key(take_line()))); return true;
-      case Op::kBinGet: memo_get(take_uint(1)); return true;
-      case Op::kLongBinGet: memo_get(take_uint(4)); return true;
-      case Op::kGet: memo_get(static_cast<uint64_t>(parse_memo_key(take_line()))); return true;
       default: return false;
     }
-  }
-
-  int64_t parse_memo_key(std::string_view text) {
-    const int64_t key = parse_decimal(text);
-    if (key < 0) bad(fmt::format("negative pickle memo key {}", key));
-    return key;
   }
 
   // --- STOP: the graph becomes a Value ---
@@ -678,47 +925,555 @@ class Reader {
   Value finish() {
     if (!marks_.empty()) bad("pickle STOP inside an unclosed MARK");
     if (stack_.size() != 1) bad(fmt::format("pickle STOP with {} values on the stack (expected 1)", stack_.size()));
+    key_seen_in_.assign(keys_.size(), 0);
+    key_slot_.resize(keys_.size());
     return materialize(stack_.back(), 0);
   }
 
   void charge(const Node& node) {
     spent_bytes_ += sizeof(Value);
-    if (const auto* s = std::get_if<std::string>(&node.scalar.v)) spent_bytes_ += s->size();
-    if (const auto* b = std::get_if<Bytes>(&node.scalar.v)) spent_bytes_ += b->data.size();
+    if (node.kind == Kind::kString || node.kind == Kind::kBytes) spent_bytes_ += node.count;
     if (spent_bytes_ > budget_bytes_) {
       bad(fmt::format("pickle expands to more than {} MiB in memory (through shared references)", budget_bytes_ >> 20));
     }
   }
 
   // `depth` counts the containers around this node.
-  Value materialize(size_t index, int depth) {
-    const Node& node = nodes_[index];
+  Value materialize(uint32_t index, int depth) {
+    const Node& node = nodes_[index];  // nodes_ no longer grows: the reference stays valid
     charge(node);
-    if (node.kind == NodeKind::kScalar) return node.scalar;
-    if (depth >= kMaxDepth) bad(fmt::format("pickle nests containers deeper than {} (or contains itself)", kMaxDepth));
-    if (node.kind == NodeKind::kDict) {
-      Dict dict;
-      dict.reserve(node.dict->entries.size());
-      for (const auto& [key, item] : node.dict->entries) {
-        dict.emplace_back(materialize(key, depth + 1), materialize(item, depth + 1));
-      }
-      return dict;
+    switch (node.kind) {
+      case Kind::kNone: return None{};
+      case Kind::kBool: return node.bits != 0;
+      case Kind::kInt: return static_cast<int64_t>(node.bits);
+      case Kind::kFloat: return std::bit_cast<double>(node.bits);
+      case Kind::kString: return std::string(text(node));
+      case Kind::kBytes: return Bytes{std::string(text(node))};
+      default: break;
     }
+    if (depth >= kMaxDepth) too_deep();
+    if (node.kind == Kind::kDict) return materialize_dict(node, depth);
     List items;
-    items.reserve(node.items.size());
-    for (size_t item : node.items) items.push_back(materialize(item, depth + 1));
-    if (node.kind == NodeKind::kTuple) return Tuple{std::move(items)};
+    items.reserve(node.count);
+    if (node.kind == Kind::kTuple) {
+      for (uint32_t i = 0; i < node.count; ++i) items.push_back(materialize(items_[node.first + i], depth + 1));
+      return Tuple{std::move(items)};
+    }
+    for (uint32_t chunk = node.first; chunk != kNoIndex; chunk = chunks_[chunk].next) {
+      const Chunk& c = chunks_[chunk];
+      for (uint32_t i = 0; i < c.count; ++i) items.push_back(materialize(items_[c.begin + i], depth + 1));
+    }
     return items;
   }
 
-  const std::string_view in_;
-  size_t pos_ = 0;
-  size_t op_offset_ = 0;  // where the opcode being run starts: every message names it
+  // First the distinct keys in the order they came, each with its last value (pairs_ from `base`
+  // on), then their copies. pairs_ is a stack shared with the dicts inside, hence the indices.
+  Value materialize_dict(const Node& node, int depth) {
+    const size_t base = pairs_.size();
+    const uint64_t dict_number = ++dicts_copied_;
+    for (uint32_t chunk = node.first; chunk != kNoIndex; chunk = chunks_[chunk].next) {
+      const Chunk& c = chunks_[chunk];
+      for (uint32_t i = 0; i < c.count; i += 2) {
+        const uint32_t key = items_[c.begin + i];
+        const uint32_t value = items_[c.begin + i + 1];
+        const uint32_t id = nodes_[key].key_id;  // set_items gave every key one
+        if (key_seen_in_[id] == dict_number) {
+          pairs_[base + key_slot_[id]].second = value;
+        } else {
+          key_seen_in_[id] = dict_number;
+          key_slot_[id] = static_cast<uint32_t>(pairs_.size() - base);
+          pairs_.emplace_back(key, value);
+        }
+      }
+    }
+    const size_t end = pairs_.size();
+    Dict dict;
+    dict.reserve(end - base);
+    for (size_t i = base; i < end; ++i) {
+      const auto [key, value] = pairs_[i];
+      Value key_value = materialize(key, depth + 1);
+      dict.emplace_back(std::move(key_value), materialize(value, depth + 1));
+    }
+    pairs_.resize(base);
+    return dict;
+  }
+
+  // The graph.
   std::vector<Node> nodes_;
-  std::vector<size_t> stack_;  // node indices
+  std::vector<Chunk> chunks_;
+  std::vector<uint32_t> items_;
+  std::vector<uint32_t> stack_;
   std::vector<size_t> marks_;  // stack sizes at each open MARK
-  std::unordered_map<uint64_t, size_t> memo_;
+  Memo<uint32_t> memo_;
+  // Dict keys: canonical bytes -> id.
+  std::vector<Key> keys_;
+  std::string key_text_;
+  std::vector<uint32_t> key_table_;  // key ids (kNoIndex: empty slot); the size is a power of two
+  // STOP.
+  std::vector<uint64_t> key_seen_in_;  // key id -> the number of the dict copy that last saw it
+  std::vector<uint32_t> key_slot_;     // key id -> its position in that copy
+  uint64_t dicts_copied_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> pairs_;
   const uint64_t budget_bytes_;
+  uint64_t spent_bytes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// DirectReader
+//
+// Builds the Value on a stack of Values as the opcodes come: what APPENDS or SETITEMS add goes
+// straight into the list or dict below the MARK. The memo keeps where a string's text lies (or a
+// scalar's bits), so a GET copies it from there, and a copy of each memoized tuple (Python's
+// pickler refers back to a tuple whenever one is used twice). A tuple never changes: every list
+// or dict inside was moved into it from the stack and can only be reached again through a GET or
+// DUP of that list or dict, where this reader gives up. Lists and dicts in the memo are only
+// marked as such. It gives up, and loads() hands the input to GraphReader, on:
+//   - a GET or DUP of a list or dict, or a DUP of a tuple (only GraphReader gives Python's sharing);
+//   - anything malformed (GraphReader words the error);
+//   - a value nesting more than kMaxDepth containers, or a dict key that is not hashable;
+//   - more memory than GraphReader's budget: every value built is charged, so this reader never
+//     accepts what GraphReader would refuse;
+//   - a dict filled by many SETITEM(S) (protocol 0 writes one per key): each one hashes the keys
+//     already there again, which must not cost more than one value per input byte in all.
+// ---------------------------------------------------------------------------------------------
+
+struct GiveUp {};  // thrown and caught inside DirectReader
+
+// The variant indices of Value::v.
+constexpr size_t kStringIndex = 4;
+constexpr size_t kBytesIndex = 5;
+constexpr size_t kFirstContainerIndex = 6;  // List, Tuple, Dict
+constexpr size_t kTupleIndex = 7;
+static_assert(std::is_same_v<std::variant_alternative_t<kStringIndex, decltype(Value::v)>, std::string>);
+static_assert(std::is_same_v<std::variant_alternative_t<kBytesIndex, decltype(Value::v)>, Bytes>);
+static_assert(std::is_same_v<std::variant_alternative_t<kFirstContainerIndex, decltype(Value::v)>, List>);
+static_assert(std::is_same_v<std::variant_alternative_t<kTupleIndex, decltype(Value::v)>, Tuple>);
+
+uint64_t hash_bytes(size_t type, std::string_view bytes) {
+  return std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(type + 1) * 0x9e3779b97f4a7c15);
+}
+
+class DirectReader : Input {
+ public:
+  DirectReader() : Input({}) {}
+
+  // The value, or nullopt when GraphReader must read the input. The reader can be used again: it
+  // keeps its arrays' memory (up to kMaxKeptBytes), as reading many dumps in a row would otherwise
+  // map and fault in fresh pages for each (glibc hands large freed blocks back to the system).
+  std::optional<Value> read(std::string_view bytes) {
+    reset(bytes);
+    memo_.clear(dense_memo_keys());
+    reindexed_values_ = 0;
+    budget_bytes_ = kMaxExpansion * bytes.size() + kExpansionAllowanceBytes;
+    spent_bytes_ = 0;
+    std::optional<Value> value;
+    try {
+      value = run();
+    } catch (const GiveUp&) {
+    } catch (const Error&) {
+    }
+    stack_.clear();
+    marks_.clear();
+    tuples_.clear();
+    if (kept_bytes() > kMaxKeptBytes) *this = DirectReader();
+    return value;
+  }
+
+ private:
+  static constexpr size_t kMaxKeptBytes = size_t{64} << 20;
+
+  Value run() {
+    check_size();
+    while (true) {
+      const uint8_t code = next_opcode();
+      if (static_cast<Op>(code) == Op::kStop) return finish();
+      step(code);
+    }
+  }
+
+  size_t kept_bytes() const {
+    return decoded_.capacity() + stack_.capacity() * sizeof(Slot) + marks_.capacity() * sizeof(size_t) +
+           memo_.kept_bytes() + tuples_.capacity() * sizeof(Value) + key_table_.capacity() * sizeof(uint32_t) +
+           key_hashes_.capacity() * sizeof(uint64_t);
+  }
+
+  // A value on the stack, with what the memo and dict keys need to know of it.
+  struct Slot {
+    Value value;
+    uint32_t height = 0;       // containers nested in `value`, itself included
+    uint32_t text_offset = 0;  // a string's or bytes' text, in the input or in decoded_
+    bool decoded = false;
+    bool hashed = false;  // `hash` is known
+    uint64_t hash = 0;    // as a dict key
+  };
+
+  // What the memo keeps of a value: a list or dict only as one, since GET gives up on it.
+  struct Remembered {
+    size_t type;         // the index in Value::v
+    uint64_t bits = 0;   // a scalar's value, text's offset, or a tuple's index in tuples_
+    uint32_t length = 0;  // text's
+    uint32_t height = 0;  // a tuple's
+    bool decoded = false;
+    uint64_t hash = 0;  // text's, as a dict key
+  };
+
+  [[noreturn]] static void give_up() { throw GiveUp{}; }
+
+  static size_t text_size(const Value& value) {
+    if (const auto* text = std::get_if<std::string>(&value.v)) return text->size();
+    if (const auto* bytes = std::get_if<Bytes>(&value.v)) return bytes->data.size();
+    return 0;
+  }
+
+  // What a copy of `value` is charged: sizeof(Value) and the text of each value in it.
+  static uint64_t copy_bytes(const Value& value) {
+    uint64_t bytes = sizeof(Value) + text_size(value);
+    if (const auto* tuple = std::get_if<Tuple>(&value.v)) {
+      for (const Value& item : tuple->items) bytes += copy_bytes(item);
+    }
+    return bytes;
+  }
+
+  void charge(uint64_t bytes) {
+    spent_bytes_ += bytes;
+    if (spent_bytes_ > budget_bytes_) give_up();
+  }
+
+  // --- stack ---
+
+  size_t fence() const { return marks_.empty() ? 0 : marks_.back(); }
+
+  Slot& top() {
+    if (stack_.size() <= fence()) give_up();
+    return stack_.back();
+  }
+
+  size_t pop_mark() {
+    if (marks_.empty()) give_up();
+    const size_t mark = marks_.back();
+    marks_.pop_back();
+    return mark;
+  }
+
+  // The container just below a MARK, of variant type T.
+  template <typename T>
+  Slot& container_below(size_t mark) {
+    if (mark == 0 || mark - 1 < fence() || !std::holds_alternative<T>(stack_[mark - 1].value.v)) give_up();
+    return stack_[mark - 1];
+  }
+
+  void push_scalar(const Scalar& scalar) {
+    Slot& slot = stack_.emplace_back();
+    switch (scalar.kind) {
+      case Kind::kNone: break;
+      case Kind::kBool: slot.value.v = scalar.bits != 0; break;
+      case Kind::kInt: slot.value.v = static_cast<int64_t>(scalar.bits); break;
+      case Kind::kFloat: slot.value.v = std::bit_cast<double>(scalar.bits); break;
+      case Kind::kString: slot.value.v.emplace<std::string>(scalar.text); break;
+      case Kind::kBytes: slot.value.v.emplace<Bytes>(Bytes{std::string(scalar.text)}); break;
+      default: give_up();
+    }
+    if (scalar.kind == Kind::kString || scalar.kind == Kind::kBytes) {
+      slot.text_offset = text_offset(scalar);
+      slot.decoded = scalar.decoded;
+    }
+    charge(sizeof(Value) + scalar.text.size());
+  }
+
+  void push_container(Value container) {
+    stack_.push_back(Slot{.value = std::move(container), .height = 1});
+    charge(sizeof(Value));
+  }
+
+  // The items stack_[from, end) moved into `items`, and removed; the height of their container.
+  uint32_t take_items(List& items, size_t from) {
+    uint32_t height = 1;
+    if (items.capacity() < items.size() + (stack_.size() - from))
+      items.reserve(std::max(items.size() + (stack_.size() - from), 2 * items.capacity()));
+    for (size_t i = from; i < stack_.size(); ++i) {
+      height = std::max(height, stack_[i].height + 1);
+      items.push_back(std::move(stack_[i].value));
+    }
+    if (height > kMaxDepth) give_up();
+    stack_.resize(from);
+    return height;
+  }
+
+  void push_list(size_t from) {
+    Slot list{.value = List{}};
+    list.height = take_items(std::get<List>(list.value.v), from);
+    stack_.push_back(std::move(list));
+    charge(sizeof(Value));
+  }
+
+  void push_tuple(size_t from) {
+    List items;
+    const uint32_t height = take_items(items, from);
+    stack_.push_back(Slot{.value = Tuple{std::move(items)}, .height = height});
+    charge(sizeof(Value));
+  }
+
+  void push_small_tuple(size_t count) {
+    if (stack_.size() < fence() + count) give_up();
+    push_tuple(stack_.size() - count);
+  }
+
+  void append(Slot& list, size_t from) {
+    list.height = std::max(list.height, take_items(std::get<List>(list.value.v), from));
+  }
+
+  // --- dicts ---
+
+  // As GraphReader's keys: equal when they pickle alike (floats by their bits).
+  static bool same_key(const Value& a, const Value& b) {
+    if (a.v.index() != b.v.index()) return false;
+    if (const auto* x = std::get_if<double>(&a.v)) return std::bit_cast<uint64_t>(*x) == std::bit_cast<uint64_t>(std::get<double>(b.v));
+    if (const auto* x = std::get_if<Tuple>(&a.v)) {
+      const List& y = std::get<Tuple>(b.v).items;
+      if (x->items.size() != y.size()) return false;
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (!same_key(x->items[i], y[i])) return false;
+      }
+      return true;
+    }
+    return a == b;  // None, bool, int, str, bytes
+  }
+
+  // Gives up on a list or dict (unhashable), which GraphReader reports. `visited` counts the values
+  // hashed.
+  static uint64_t key_hash(const Value& key, uint64_t& visited) {
+    ++visited;
+    switch (key.v.index()) {
+      case kStringIndex: return hash_bytes(kStringIndex, std::get<std::string>(key.v));
+      case kBytesIndex: return hash_bytes(kBytesIndex, std::get<Bytes>(key.v).data);
+      default: break;
+    }
+    if (const auto* tuple = std::get_if<Tuple>(&key.v)) {
+      std::string item_hashes;
+      for (const Value& item : tuple->items) {
+        const uint64_t hash = key_hash(item, visited);
+        item_hashes.append(reinterpret_cast<const char*>(&hash), sizeof hash);
+      }
+      return hash_bytes(key.v.index(), item_hashes);
+    }
+    if (key.v.index() >= kFirstContainerIndex) give_up();
+    const uint64_t bits = scalar_bits(key);
+    return hash_bytes(key.v.index(), std::string_view(reinterpret_cast<const char*>(&bits), sizeof bits));
+  }
+
+  static uint64_t scalar_bits(const Value& value) {
+    if (const auto* b = std::get_if<bool>(&value.v)) return *b ? 1 : 0;
+    if (const auto* i = std::get_if<int64_t>(&value.v)) return static_cast<uint64_t>(*i);
+    if (const auto* d = std::get_if<double>(&value.v)) return std::bit_cast<uint64_t>(*d);
+    return 0;  // None
+  }
+
+  uint64_t slot_hash(Slot& key) {
+    if (!key.hashed) {
+      uint64_t visited = 0;  // at most what the key's building was charged for
+      key.hash = key_hash(key.value, visited);
+      key.hashed = true;
+    }
+    return key.hash;
+  }
+
+  // SETITEM, SETITEMS, DICT: stack_[from, end) hold keys and values, alternating. A later value
+  // replaces the earlier one for an equal key, which keeps its place, as in Python. The keys are
+  // found through key_table_ (open addressing, at most half full), rebuilt for each call.
+  void set_items(Slot& target, size_t from) {
+    if ((stack_.size() - from) % 2 != 0) give_up();
+    Dict& dict = std::get<Dict>(target.value.v);
+    const size_t existing = dict.size();
+    const size_t added = (stack_.size() - from) / 2;
+    size_t table_size = 16;
+    while (table_size < 2 * (existing + added)) table_size *= 2;
+    const size_t mask = table_size - 1;
+    key_table_.assign(table_size, kNoIndex);
+    key_hashes_.clear();
+    const auto insert = [&](uint64_t hash, const Value& key) -> std::pair<uint32_t, bool> {
+      for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
+        const uint32_t index = key_table_[slot];
+        if (index == kNoIndex) {
+          key_table_[slot] = static_cast<uint32_t>(key_hashes_.size());
+          key_hashes_.push_back(hash);
+          return {key_table_[slot], true};
+        }
+        if (key_hashes_[index] == hash && same_key(dict[index].first, key)) return {index, false};
+      }
+    };
+    for (const auto& [key, unused] : dict) {
+      insert(key_hash(key, reindexed_values_), key);
+      if (reindexed_values_ > in_.size()) give_up();
+    }
+    if (dict.capacity() < existing + added) dict.reserve(std::max(existing + added, 2 * dict.capacity()));
+    for (size_t i = from; i < stack_.size(); i += 2) {
+      Slot& key = stack_[i];
+      Slot& value = stack_[i + 1];
+      target.height = std::max({target.height, key.height + 1, value.height + 1});
+      const auto [index, inserted] = insert(slot_hash(key), key.value);
+      if (inserted) {
+        dict.emplace_back(std::move(key.value), std::move(value.value));
+      } else {
+        dict[index].second = std::move(value.value);
+      }
+    }
+    if (target.height > kMaxDepth) give_up();
+    stack_.resize(from);
+  }
+
+  // --- memo ---
+
+  Remembered remember(Slot& slot) {
+    Remembered remembered{.type = slot.value.v.index()};
+    if (std::holds_alternative<Tuple>(slot.value.v)) {
+      charge(copy_bytes(slot.value));
+      remembered.bits = tuples_.size();
+      remembered.height = slot.height;
+      tuples_.push_back(slot.value);
+      return remembered;
+    }
+    if (const auto* text = std::get_if<std::string>(&slot.value.v)) {
+      remembered.length = static_cast<uint32_t>(text->size());
+    } else if (const auto* bytes = std::get_if<Bytes>(&slot.value.v)) {
+      remembered.length = static_cast<uint32_t>(bytes->data.size());
+    } else {
+      if (remembered.type < kFirstContainerIndex) remembered.bits = scalar_bits(slot.value);
+      return remembered;
+    }
+    remembered.bits = slot.text_offset;
+    remembered.decoded = slot.decoded;
+    remembered.hash = slot_hash(slot);  // text is mostly dict keys, fetched again and again
+    return remembered;
+  }
+
+  void push_remembered(const Remembered& remembered) {
+    if (remembered.type == kTupleIndex) {
+      const Value& tuple = tuples_[remembered.bits];
+      charge(copy_bytes(tuple));
+      stack_.push_back(Slot{.value = tuple, .height = remembered.height});
+      return;
+    }
+    if (remembered.type >= kFirstContainerIndex) give_up();
+    Slot& slot = stack_.emplace_back();
+    const uint64_t bits = remembered.bits;
+    switch (remembered.type) {
+      case 0: break;  // None
+      case 1: slot.value.v = bits != 0; break;
+      case 2: slot.value.v = static_cast<int64_t>(bits); break;
+      case 3: slot.value.v = std::bit_cast<double>(bits); break;
+      default: {
+        const std::string_view text = text_at(remembered.decoded, static_cast<uint32_t>(bits), remembered.length);
+        if (remembered.type == kStringIndex) {
+          slot.value.v.emplace<std::string>(text);
+        } else {
+          slot.value.v.emplace<Bytes>(Bytes{std::string(text)});
+        }
+        slot.text_offset = static_cast<uint32_t>(bits);
+        slot.decoded = remembered.decoded;
+        slot.hashed = true;
+        slot.hash = remembered.hash;
+      }
+    }
+    charge(sizeof(Value) + remembered.length);
+  }
+
+  // --- the opcodes ---
+
+  void step(uint8_t code) {
+    Scalar scalar;
+    if (read_scalar(code, scalar)) {
+      push_scalar(scalar);
+      return;
+    }
+    uint64_t key = 0;
+    switch (read_memo(code, key)) {
+      case MemoOp::kMemoize: memo_.put(memo_.size(), remember(top())); return;
+      case MemoOp::kPut: memo_.put(key, remember(top())); return;
+      case MemoOp::kGet: {
+        const Remembered* remembered = memo_.find(key);
+        if (remembered == nullptr) give_up();
+        push_remembered(*remembered);
+        return;
+      }
+      case MemoOp::kNone: break;
+    }
+    if (step_container(code) || step_stack(code) || read_framing(code)) return;
+    give_up();
+  }
+
+  bool step_container(uint8_t code) {
+    switch (static_cast<Op>(code)) {
+      case Op::kEmptyList: push_container(List{}); return true;
+      case Op::kEmptyTuple: push_container(Tuple{}); return true;
+      case Op::kEmptyDict: push_container(Dict{}); return true;
+      case Op::kList: push_list(pop_mark()); return true;
+      case Op::kTuple: push_tuple(pop_mark()); return true;
+      case Op::kTuple1: push_small_tuple(1); return true;
+      case Op::kTuple2: push_small_tuple(2); return true;
+      case Op::kTuple3: push_small_tuple(3); return true;
+      case Op::kDict: {
+        const size_t mark = pop_mark();
+        Slot dict{.value = Dict{}, .height = 1};
+        set_items(dict, mark);
+        stack_.push_back(std::move(dict));
+        charge(sizeof(Value));
+        return true;
+      }
+      case Op::kAppend:
+        append(container_below<List>(stack_.size() - std::min<size_t>(stack_.size(), 1)), stack_.size() - 1);
+        return true;
+      case Op::kAppends: {
+        const size_t mark = pop_mark();
+        append(container_below<List>(mark), mark);
+        return true;
+      }
+      case Op::kSetItem:
+        set_items(container_below<Dict>(stack_.size() - std::min<size_t>(stack_.size(), 2)), stack_.size() - 2);
+        return true;
+      case Op::kSetItems: {
+        const size_t mark = pop_mark();
+        set_items(container_below<Dict>(mark), mark);
+        return true;
+      }
+      default: return false;
+    }
+  }
+
+  bool step_stack(uint8_t code) {
+    switch (static_cast<Op>(code)) {
+      case Op::kMark: marks_.push_back(stack_.size()); return true;
+      case Op::kPop:
+        if (stack_.size() > fence()) {
+          stack_.pop_back();
+        } else {
+          pop_mark();
+        }
+        return true;
+      case Op::kPopMark: stack_.resize(pop_mark()); return true;
+      case Op::kDup: {
+        if (top().value.v.index() >= kFirstContainerIndex) give_up();
+        Slot copy = stack_.back();
+        charge(sizeof(Value) + text_size(copy.value));
+        stack_.push_back(std::move(copy));
+        return true;
+      }
+      default: return false;
+    }
+  }
+
+  Value finish() {
+    if (!marks_.empty() || stack_.size() != 1) give_up();
+    return std::move(stack_.back().value);
+  }
+
+  std::vector<Slot> stack_;
+  std::vector<size_t> marks_;  // stack sizes at each open MARK
+  Memo<Remembered> memo_;
+  std::vector<Value> tuples_;  // copies of the memoized tuples
+  std::vector<uint32_t> key_table_;  // set_items: dict positions (kNoIndex: empty slot)
+  std::vector<uint64_t> key_hashes_;  // set_items: each dict position's key hash
+  uint64_t reindexed_values_ = 0;  // key values hashed again by set_items
+  uint64_t budget_bytes_ = 0;
   uint64_t spent_bytes_ = 0;
 };
 
@@ -789,6 +1544,10 @@ std::string dumps(const Value& value) {
   return out;
 }
 
-Value loads(std::string_view bytes) { return Reader(bytes).run(); }
+Value loads(std::string_view bytes) {
+  thread_local DirectReader direct;  // reused: see DirectReader::read
+  if (std::optional<Value> value = direct.read(bytes)) return std::move(*value);
+  return GraphReader(bytes).run();
+}
 
 }  // namespace tandem::pickle

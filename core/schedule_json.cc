@@ -63,6 +63,15 @@ class Reader {
 constexpr int64_t kMaxU32 = 0xffffffffll;
 constexpr int64_t kMaxRanks = 1 << 20;  // checked at load: more ranks than any cluster tandem models
 
+// Sizes checked at load. validate and symbolic_check keep state per chunk slot and per chunk in
+// flight, so a few numbers in a small file (chunks_per_block: 4e9) would otherwise ask for tens
+// of GB, or wrap a rank's slot count past 2^32. A 4,096-rank ring all_reduce (2^25 slots, as many
+// chunks sent, a 4 GB file) is within them; larger rings are stored in symmetric form.
+constexpr int64_t kMaxSlotsPerRank = int64_t{1} << 24;  // input + output + scratch chunks of one rank
+constexpr int64_t kMaxSlots = int64_t{1} << 25;         // slots of all rank programs; chunks of all sends
+// A symmetric schedule is checked with one bit per (template slot, ring position).
+constexpr int64_t kMaxSymmetricSlotPositions = int64_t{1} << 33;
+
 BufferKind parse_buffer(const std::string& text, const std::string& path) {
   for (BufferKind b : {BufferKind::kInput, BufferKind::kOutput, BufferKind::kScratch}) {
     if (name(b) == text) return b;
@@ -83,6 +92,38 @@ SlotRange parse_range(const json& value, const std::string& path) {
   return {parse_buffer(Reader::text(a[0], path + "[0]"), path + "[0]"),
           static_cast<uint32_t>(Reader::integer(a[1], path + "[1]", 0, kMaxU32)),
           static_cast<uint32_t>(Reader::integer(a[2], path + "[2]", 0, kMaxU32))};
+}
+
+// The limits above, once the whole schedule is read (a slot count needs the collective, nranks,
+// chunks_per_block and each rank's scratch).
+void check_sizes(const Schedule& s) {
+  const BufferGeometry g = s.geometry();
+  const int64_t buffer_slots =
+      (int64_t{g.input_blocks} + int64_t{g.output_blocks}) * int64_t{s.chunks_per_block};
+  int64_t all_slots = 0, all_sent = 0;
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const int64_t slots = buffer_slots + int64_t{s.ranks[r].scratch_chunks};
+    if (slots > kMaxSlotsPerRank) {
+      Reader::bad(fmt::format("ranks[{}]", r),
+                  fmt::format("{} chunk slots (input, output and scratch at {} chunks per block), above the "
+                              "limit of {} per rank",
+                              slots, s.chunks_per_block, kMaxSlotsPerRank));
+    }
+    all_slots += slots;
+    for (const Lane& lane : s.ranks[r].lanes) {
+      for (const Op& op : lane.ops) all_sent += op.kind == OpKind::kSend ? op.src.count : 0;
+    }
+  }
+  if (all_slots > kMaxSlots) {
+    Reader::bad("ranks", fmt::format("{} chunk slots in all, above the limit of {}", all_slots, kMaxSlots));
+  }
+  if (all_sent > kMaxSlots) {
+    Reader::bad("ranks", fmt::format("sends move {} chunks in all, above the limit of {}", all_sent, kMaxSlots));
+  }
+  if (s.symmetric() && all_slots * s.nranks > kMaxSymmetricSlotPositions) {
+    Reader::bad("ranks", fmt::format("{} template slots x {} positions, above the limit of {}", all_slots, s.nranks,
+                                     kMaxSymmetricSlotPositions));
+  }
 }
 
 }  // namespace
@@ -130,7 +171,7 @@ Schedule schedule_from_json(const std::string& text) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     fail(ErrorCode::kFormat, "schedule JSON: not valid JSON: {}", e.what());
   }
   const json& top = Reader::object(doc, "", {"schema_version", "collective", "algorithm", "nranks", "root",
@@ -215,6 +256,7 @@ Schedule schedule_from_json(const std::string& text) {
     }
     s.ranks.push_back(std::move(rank));
   }
+  check_sizes(s);
   return s;
 }
 

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Flight-recorder analysis speed: wall time and peak memory of one `tandem fr analyze DIR --json`
+# over RANKS PyTorch-style pickle dumps (protocol 2, written by Python's pickle, which memoizes every
+# string and container) of ENTRIES entries each, as tests/fixtures/fr/make_fr_fixtures.py lays them
+# out: one default group over all ranks, collectives cycling through all_reduce / all_gather /
+# reduce_scatter / broadcast, all completed except the last, which the last rank never joined (a
+# hang, so the analysis has one finding to report and exits 1).
+#
+# Usage: bench/fr_bench.sh [RANKS] [ENTRIES]        (default 1024 2000)
+#   BUILD=dir   the CMake build folder to use (default build); configured (Release) if it has no
+#               CMakeCache.txt yet, then `tandem` is built in it.
+#   JOBS=n      build parallelism (default 2)
+# Prints one line: ranks, entries, dump bytes, wall seconds, peak RSS. The dumps go to a temporary
+# folder that is removed on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ranks=${1:-1024}
+entries=${2:-2000}
+build=${BUILD:-build}
+jobs=${JOBS:-2}
+[[ $ranks =~ ^[1-9][0-9]*$ && $entries =~ ^[1-9][0-9]*$ ]] || { echo "usage: $0 [RANKS] [ENTRIES]" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "fr_bench: python3 not found" >&2; exit 2; }
+[[ -x /usr/bin/time ]] || { echo "fr_bench: /usr/bin/time not found" >&2; exit 2; }
+
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+fi
+cmake --build "$build" --target tandem -j "$jobs" >/dev/null
+tandem=$build/app/tandem
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/fr_bench.XXXXXX")
+trap 'rm -rf "$dir"' EXIT
+mkdir "$dir/dumps"
+
+python3 - "$dir/dumps" "$ranks" "$entries" >"$dir/bytes" <<'EOF'
+import os
+import pickle
+import sys
+
+outdir, world, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+START_NS = 1_700_000_000_000_000_000
+OPS = [("nccl:all_reduce", 1, 1), ("nccl:all_gather", 1, world), ("nccl:reduce_scatter", world, 1),
+       ("nccl:broadcast", 1, 1)]
+ranks_text = "[" + ", ".join(map(str, range(world))) + "]"
+
+
+def entry(rank, seq, state):
+    name, in_factor, out_factor = OPS[seq % len(OPS)]
+    elements = 1024 << (seq % 7)
+    created = START_NS + seq * 1_000_000 + rank * 1_000
+    started = created + 10_000 if state != "scheduled" else None
+    completed = created + 500_000 if state == "completed" else None
+    e = {
+        "record_id": seq,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq + 1,
+        "p2p_seq_id": 0,
+        "op_id": seq + 1,
+        "profiling_name": name,
+        "time_created_ns": created,
+        "input_sizes": [[elements * in_factor]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[elements * out_factor]],
+        "output_dtypes": ["Float"],
+        "state": state,
+        "time_discovered_started_ns": started,
+        "time_discovered_completed_ns": completed,
+        "retired": state == "completed",
+        "timeout_ms": 600_000,
+        "is_p2p": False,
+        "frames": [{"name": "train_step", "filename": "train.py", "line": 42}],
+        "thread_id": "140245417121344",
+        "thread_name": "pt_main_thread",
+    }
+    if completed is not None:
+        e["duration_ms"] = (completed - started) / 1e6
+    return e
+
+
+total = 0
+for rank in range(world):
+    # The last collective hangs: started everywhere but on the last rank, which never issued it.
+    recorded = count - 1 if rank == world - 1 and world > 1 else count
+    items = [entry(rank, seq, "completed" if seq < count - 1 else "started") for seq in range(recorded)]
+    last = recorded
+    dump = {
+        "version": "2.10",
+        "comm_lib_version": "2.21.5",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks_text}},
+        "pg_status": {"0": {"last_enqueued_collective": last, "last_started_collective": last,
+                            "last_completed_collective": min(last, count - 1)}},
+        "entries": items,
+    }
+    data = pickle.dumps(dump, protocol=2)
+    total += len(data)
+    with open(os.path.join(outdir, f"nccl_trace_rank_{rank}"), "wb") as f:
+        f.write(data)
+print(total)
+EOF
+bytes=$(cat "$dir/bytes")
+
+# Exit status 1 is the expected finding; anything else is a failure.
+status=0
+/usr/bin/time -f '%e s %M KB' -o "$dir/time" "$tandem" fr analyze "$dir/dumps" --json >/dev/null || status=$?
+if [[ $status -gt 1 ]]; then
+  echo "fr_bench: tandem fr analyze exited $status" >&2
+  exit 1
+fi
+read -r wall_s _ rss_kb _ < <(tail -n 1 "$dir/time")
+printf 'fr analyze: %d ranks x %d entries, %d MiB of pickle: %s s wall, %d MiB peak RSS (%s)\n' "$ranks" "$entries" \
+  $((bytes >> 20)) "$wall_s" $((rss_kb >> 10)) "$tandem"
