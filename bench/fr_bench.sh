@@ -33,6 +33,7 @@ trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/dumps"
 
 python3 - "$dir/dumps" "$ranks" "$entries" >"$dir/bytes" <<'EOF'
+import multiprocessing
 import os
 import pickle
 import sys
@@ -44,7 +45,7 @@ OPS = [("nccl:all_reduce", 1, 1), ("nccl:all_gather", 1, world), ("nccl:reduce_s
 ranks_text = "[" + ", ".join(map(str, range(world))) + "]"
 
 
-def entry(rank, seq, state):
+def entry(rank, seq, state, group="0", desc="default_pg"):
     name, in_factor, out_factor = OPS[seq % len(OPS)]
     elements = 1024 << (seq % 7)
     created = START_NS + seq * 1_000_000 + rank * 1_000
@@ -53,7 +54,7 @@ def entry(rank, seq, state):
     e = {
         "record_id": seq,
         "pg_id": 0,
-        "process_group": ("0", "default_pg"),
+        "process_group": (group, desc),  # a new tuple each time, as PyTorch's and the fixtures' are
         "collective_seq_id": seq + 1,
         "p2p_seq_id": 0,
         "op_id": seq + 1,
@@ -78,25 +79,28 @@ def entry(rank, seq, state):
     return e
 
 
-total = 0
-for rank in range(world):
+def write_rank(rank):
     # The last collective hangs: started everywhere but on the last rank, which never issued it.
     recorded = count - 1 if rank == world - 1 and world > 1 else count
     items = [entry(rank, seq, "completed" if seq < count - 1 else "started") for seq in range(recorded)]
-    last = recorded
     dump = {
         "version": "2.10",
         "comm_lib_version": "2.21.5",
         "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": ranks_text}},
-        "pg_status": {"0": {"last_enqueued_collective": last, "last_started_collective": last,
-                            "last_completed_collective": min(last, count - 1)}},
+        "pg_status": {"0": {"last_enqueued_collective": recorded, "last_started_collective": recorded,
+                            "last_completed_collective": min(recorded, count - 1)}},
         "entries": items,
     }
     data = pickle.dumps(dump, protocol=2)
-    total += len(data)
     with open(os.path.join(outdir, f"nccl_trace_rank_{rank}"), "wb") as f:
         f.write(data)
-print(total)
+    return len(data)
+
+
+if __name__ == "__main__":
+    # fork: the workers need this script's functions, and it came on stdin.
+    with multiprocessing.get_context("fork").Pool() as pool:
+        print(sum(pool.imap_unordered(write_rank, range(world), chunksize=16)))
 EOF
 bytes=$(cat "$dir/bytes")
 
@@ -108,5 +112,5 @@ if [[ $status -gt 1 ]]; then
   exit 1
 fi
 read -r wall_s _ rss_kb _ < <(tail -n 1 "$dir/time")
-printf 'fr analyze: %d ranks x %d entries, %d MiB of pickle: %s s wall, %d MiB peak RSS (%s)\n' "$ranks" "$entries" \
-  $((bytes >> 20)) "$wall_s" $((rss_kb >> 10)) "$tandem"
+printf 'fr analyze: %d ranks x %d entries, %s MiB of pickle: %s s wall, %d MiB peak RSS (%s)\n' "$ranks" "$entries" \
+  "$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')" "$wall_s" $((rss_kb >> 10)) "$tandem"

@@ -578,12 +578,15 @@ void write_atomically(const fs::path& path, std::string_view bytes) {
   }
 }
 
-// Straight into one string of the file's size (a dump runs to megabytes, and there may be
-// thousands): a stream copy would grow and copy its buffer several times.
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
+// The whole file, read straight into `bytes`, whose memory is reused: a dump runs to megabytes and
+// there may be thousands, and fresh buffers (a stream's copies, a new string each time) cost more
+// than the reading.
+void read_file(const fs::path& path, std::string& bytes) {
+  std::ifstream in;
+  in.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: large reads go straight into `bytes`
+  in.open(path, std::ios::binary);
   if (!in) fail(ErrorCode::kIo, "cannot read {}", path.string());
-  std::string bytes;
+  bytes.clear();
   std::error_code size_error;
   if (const uintmax_t size = fs::file_size(path, size_error); !size_error) {
     bytes.resize(size);
@@ -596,7 +599,6 @@ std::string read_file(const fs::path& path) {
     bytes += std::move(rest).str();
   }
   if (in.bad()) fail(ErrorCode::kIo, "cannot read {}", path.string());
-  return bytes;
 }
 
 struct DumpFile {
@@ -612,10 +614,12 @@ std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
   std::atomic<size_t> next{0};
   std::atomic<size_t> first_error{files.size()};
   const auto work = [&] {
+    std::string bytes;
     for (size_t i = next++; i < files.size(); i = next++) {
       if (i > first_error.load()) continue;  // a loop in order would have stopped before it
       try {
-        dumps[i] = parse_dump(read_file(files[i].path), files[i].path.string());
+        read_file(files[i].path, bytes);
+        dumps[i] = parse_dump(bytes, files[i].path.string());
         dumps[i].rank = files[i].rank;
       } catch (...) {
         errors[i] = std::current_exception();

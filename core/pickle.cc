@@ -275,6 +275,11 @@ void append_utf8(std::string& out, uint32_t code_point) {
   }
 }
 
+// A dict key's hash: of its canonical bytes and of a number for its type.
+uint64_t hash_bytes(size_t type, std::string_view bytes) {
+  return std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(type + 1) * 0x9e3779b97f4a7c15);
+}
+
 // A scalar opcode's argument, decoded.
 struct Scalar {
   Kind kind = Kind::kNone;
@@ -285,8 +290,8 @@ struct Scalar {
 
 enum class MemoOp : uint8_t { kNone, kPut, kMemoize, kGet };
 
-// Memo keys -> T. Python numbers them 0, 1, 2, ... (at most one per opcode), so keys below
-// `dense_keys` live in a vector and the rest in a map.
+// Memo keys -> T. Python numbers them 0, 1, 2, ..., so keys below `dense_keys` live in a vector
+// and the rest in a map.
 template <typename T>
 class Memo {
  public:
@@ -300,7 +305,9 @@ class Memo {
     size_ = 0;
   }
 
-  size_t kept_bytes() const { return dense_.capacity() * sizeof(dense_[0]); }
+  size_t kept_bytes() const {
+    return dense_.capacity() * sizeof(dense_[0]) + sparse_.bucket_count() * sizeof(void*);
+  }
 
   void put(uint64_t key, const T& value) {
     if (key < dense_keys_) {
@@ -458,8 +465,9 @@ class Input {
     return (decoded ? std::string_view(decoded_) : in_).substr(offset, length);
   }
 
-  // Keys below this go to a Memo's vector.
-  uint64_t dense_memo_keys() const { return in_.size() + 256; }
+  // Keys below this go to a Memo's vector: Python numbers the memoized objects, each one opcode to
+  // make and one to memoize, so its keys stay below half the input's size.
+  uint64_t dense_memo_keys() const { return in_.size() / 2 + 256; }
 
   std::string_view in_;
   size_t pos_ = 0;
@@ -813,7 +821,7 @@ class GraphReader : Input {
 
   // Open addressing, linear probing, at most half full.
   uint32_t intern(Kind kind, std::string_view bytes) {
-    const uint64_t hash = std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(kind) * 0x9e3779b97f4a7c15);
+    const uint64_t hash = hash_bytes(static_cast<size_t>(kind), bytes);
     if (2 * (keys_.size() + 1) > key_table_.size()) grow_key_table();
     const size_t mask = key_table_.size() - 1;
     for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
@@ -1023,12 +1031,19 @@ class GraphReader : Input {
 //
 // Builds the Value on a stack of Values as the opcodes come: what APPENDS or SETITEMS add goes
 // straight into the list or dict below the MARK. The memo keeps where a string's text lies (or a
-// scalar's bits), so a GET copies it from there, and a copy of each memoized tuple (Python's
-// pickler refers back to a tuple whenever one is used twice). A tuple never changes: every list
-// or dict inside was moved into it from the stack and can only be reached again through a GET or
-// DUP of that list or dict, where this reader gives up. Lists and dicts in the memo are only
-// marked as such. It gives up, and loads() hands the input to GraphReader, on:
-//   - a GET or DUP of a list or dict, or a DUP of a tuple (only GraphReader gives Python's sharing);
+// scalar's bits), so a GET copies it from there, and a snapshot of each memoized list, dict or
+// tuple as it was when memoized, which a GET copies. A copy is Python's sharing as long as neither
+// the original nor the copy changes afterwards, which holds for what picklers write:
+//   - Python's pickler memoizes a list or dict while it is still empty, fills it, and refers back
+//     to one only when an object really is shared (tuples: whenever one is used twice);
+//   - PyTorch's pickler refers back to any list or dict used twice (a dump's stack frames), and
+//     memoizes it once it is complete.
+// A container can only change while it is on the stack (one moved into another can be reached
+// again only through a GET, which gives a copy): so changing one whose snapshot was fetched, or a
+// fetched copy, gives up, and changing one whose snapshot was not fetched marks that stale.
+// It gives up, and loads() hands the input to GraphReader, on:
+//   - a GET of a stale snapshot, a change as above, or a DUP of a container (only GraphReader
+//     gives Python's sharing in general);
 //   - anything malformed (GraphReader words the error);
 //   - a value nesting more than kMaxDepth containers, or a dict key that is not hashable;
 //   - more memory than GraphReader's budget: every value built is charged, so this reader never
@@ -1043,15 +1058,9 @@ struct GiveUp {};  // thrown and caught inside DirectReader
 constexpr size_t kStringIndex = 4;
 constexpr size_t kBytesIndex = 5;
 constexpr size_t kFirstContainerIndex = 6;  // List, Tuple, Dict
-constexpr size_t kTupleIndex = 7;
 static_assert(std::is_same_v<std::variant_alternative_t<kStringIndex, decltype(Value::v)>, std::string>);
 static_assert(std::is_same_v<std::variant_alternative_t<kBytesIndex, decltype(Value::v)>, Bytes>);
 static_assert(std::is_same_v<std::variant_alternative_t<kFirstContainerIndex, decltype(Value::v)>, List>);
-static_assert(std::is_same_v<std::variant_alternative_t<kTupleIndex, decltype(Value::v)>, Tuple>);
-
-uint64_t hash_bytes(size_t type, std::string_view bytes) {
-  return std::hash<std::string_view>{}(bytes) ^ (static_cast<uint64_t>(type + 1) * 0x9e3779b97f4a7c15);
-}
 
 class DirectReader : Input {
  public:
@@ -1061,20 +1070,14 @@ class DirectReader : Input {
   // keeps its arrays' memory (up to kMaxKeptBytes), as reading many dumps in a row would otherwise
   // map and fault in fresh pages for each (glibc hands large freed blocks back to the system).
   std::optional<Value> read(std::string_view bytes) {
-    reset(bytes);
-    memo_.clear(dense_memo_keys());
-    reindexed_values_ = 0;
-    budget_bytes_ = kMaxExpansion * bytes.size() + kExpansionAllowanceBytes;
-    spent_bytes_ = 0;
+    clear(bytes);
     std::optional<Value> value;
     try {
       value = run();
     } catch (const GiveUp&) {
     } catch (const Error&) {
     }
-    stack_.clear();
-    marks_.clear();
-    tuples_.clear();
+    clear({});
     if (kept_bytes() > kMaxKeptBytes) *this = DirectReader();
     return value;
   }
@@ -1091,9 +1094,21 @@ class DirectReader : Input {
     }
   }
 
+  // Ready for `bytes` (also after an exception, such as bad_alloc, left values behind).
+  void clear(std::string_view bytes) {
+    reset(bytes);
+    stack_.clear();
+    marks_.clear();
+    memo_.clear(dense_memo_keys());
+    snapshots_.clear();
+    reindexed_values_ = 0;
+    budget_bytes_ = kMaxExpansion * bytes.size() + kExpansionAllowanceBytes;
+    spent_bytes_ = 0;
+  }
+
   size_t kept_bytes() const {
     return decoded_.capacity() + stack_.capacity() * sizeof(Slot) + marks_.capacity() * sizeof(size_t) +
-           memo_.kept_bytes() + tuples_.capacity() * sizeof(Value) + key_table_.capacity() * sizeof(uint32_t) +
+           memo_.kept_bytes() + snapshots_.capacity() * sizeof(Snapshot) + key_table_.capacity() * sizeof(uint32_t) +
            key_hashes_.capacity() * sizeof(uint64_t);
   }
 
@@ -1102,17 +1117,26 @@ class DirectReader : Input {
     Value value;
     uint32_t height = 0;       // containers nested in `value`, itself included
     uint32_t text_offset = 0;  // a string's or bytes' text, in the input or in decoded_
+    uint32_t snapshot = kNoIndex;  // a container's latest snapshot in snapshots_, once memoized
     bool decoded = false;
     bool hashed = false;  // `hash` is known
+    bool fetched = false;  // a copy of a snapshot: changing it would not change what it copies
     uint64_t hash = 0;    // as a dict key
   };
 
-  // What the memo keeps of a value: a list or dict only as one, since GET gives up on it.
+  // A memoized list, dict or tuple as it was when memoized.
+  struct Snapshot {
+    Value value;
+    uint32_t height = 0;
+    bool stale = false;    // the container changed since
+    bool fetched = false;  // a GET copied it
+  };
+
+  // What the memo keeps of a value.
   struct Remembered {
     size_t type;         // the index in Value::v
-    uint64_t bits = 0;   // a scalar's value, text's offset, or a tuple's index in tuples_
+    uint64_t bits = 0;   // a scalar's value, text's offset, or a container's index in snapshots_
     uint32_t length = 0;  // text's
-    uint32_t height = 0;  // a tuple's
     bool decoded = false;
     uint64_t hash = 0;  // text's, as a dict key
   };
@@ -1130,6 +1154,10 @@ class DirectReader : Input {
     uint64_t bytes = sizeof(Value) + text_size(value);
     if (const auto* tuple = std::get_if<Tuple>(&value.v)) {
       for (const Value& item : tuple->items) bytes += copy_bytes(item);
+    } else if (const auto* list = std::get_if<List>(&value.v)) {
+      for (const Value& item : *list) bytes += copy_bytes(item);
+    } else if (const auto* dict = std::get_if<Dict>(&value.v)) {
+      for (const auto& [key, item] : *dict) bytes += copy_bytes(key) + copy_bytes(item);
     }
     return bytes;
   }
@@ -1219,7 +1247,17 @@ class DirectReader : Input {
   }
 
   void append(Slot& list, size_t from) {
+    before_change(list);
     list.height = std::max(list.height, take_items(std::get<List>(list.value.v), from));
+  }
+
+  // See the top: a change must not make a copy differ from what it copies.
+  void before_change(Slot& container) {
+    if (container.fetched) give_up();
+    if (container.snapshot == kNoIndex) return;
+    Snapshot& snapshot = snapshots_[container.snapshot];
+    if (snapshot.fetched) give_up();
+    snapshot.stale = true;
   }
 
   // --- dicts ---
@@ -1282,6 +1320,7 @@ class DirectReader : Input {
   // found through key_table_ (open addressing, at most half full), rebuilt for each call.
   void set_items(Slot& target, size_t from) {
     if ((stack_.size() - from) % 2 != 0) give_up();
+    before_change(target);
     Dict& dict = std::get<Dict>(target.value.v);
     const size_t existing = dict.size();
     const size_t added = (stack_.size() - from) / 2;
@@ -1325,11 +1364,13 @@ class DirectReader : Input {
 
   Remembered remember(Slot& slot) {
     Remembered remembered{.type = slot.value.v.index()};
-    if (std::holds_alternative<Tuple>(slot.value.v)) {
+    if (remembered.type >= kFirstContainerIndex) {
+      // Memoized again: the earlier snapshot is as good only until the next change.
+      if (slot.snapshot != kNoIndex) snapshots_[slot.snapshot].stale = true;
       charge(copy_bytes(slot.value));
-      remembered.bits = tuples_.size();
-      remembered.height = slot.height;
-      tuples_.push_back(slot.value);
+      slot.snapshot = static_cast<uint32_t>(snapshots_.size());
+      snapshots_.push_back(Snapshot{.value = slot.value, .height = slot.height});
+      remembered.bits = slot.snapshot;
       return remembered;
     }
     if (const auto* text = std::get_if<std::string>(&slot.value.v)) {
@@ -1337,7 +1378,7 @@ class DirectReader : Input {
     } else if (const auto* bytes = std::get_if<Bytes>(&slot.value.v)) {
       remembered.length = static_cast<uint32_t>(bytes->data.size());
     } else {
-      if (remembered.type < kFirstContainerIndex) remembered.bits = scalar_bits(slot.value);
+      remembered.bits = scalar_bits(slot.value);
       return remembered;
     }
     remembered.bits = slot.text_offset;
@@ -1347,13 +1388,14 @@ class DirectReader : Input {
   }
 
   void push_remembered(const Remembered& remembered) {
-    if (remembered.type == kTupleIndex) {
-      const Value& tuple = tuples_[remembered.bits];
-      charge(copy_bytes(tuple));
-      stack_.push_back(Slot{.value = tuple, .height = remembered.height});
+    if (remembered.type >= kFirstContainerIndex) {
+      Snapshot& snapshot = snapshots_[remembered.bits];
+      if (snapshot.stale) give_up();
+      snapshot.fetched = true;
+      charge(copy_bytes(snapshot.value));
+      stack_.push_back(Slot{.value = snapshot.value, .height = snapshot.height, .fetched = true});
       return;
     }
-    if (remembered.type >= kFirstContainerIndex) give_up();
     Slot& slot = stack_.emplace_back();
     const uint64_t bits = remembered.bits;
     switch (remembered.type) {
@@ -1420,7 +1462,8 @@ class DirectReader : Input {
         return true;
       }
       case Op::kAppend:
-        append(container_below<List>(stack_.size() - std::min<size_t>(stack_.size(), 1)), stack_.size() - 1);
+        if (stack_.size() < fence() + 2) give_up();
+        append(container_below<List>(stack_.size() - 1), stack_.size() - 1);
         return true;
       case Op::kAppends: {
         const size_t mark = pop_mark();
@@ -1428,7 +1471,8 @@ class DirectReader : Input {
         return true;
       }
       case Op::kSetItem:
-        set_items(container_below<Dict>(stack_.size() - std::min<size_t>(stack_.size(), 2)), stack_.size() - 2);
+        if (stack_.size() < fence() + 3) give_up();
+        set_items(container_below<Dict>(stack_.size() - 2), stack_.size() - 2);
         return true;
       case Op::kSetItems: {
         const size_t mark = pop_mark();
@@ -1469,7 +1513,7 @@ class DirectReader : Input {
   std::vector<Slot> stack_;
   std::vector<size_t> marks_;  // stack sizes at each open MARK
   Memo<Remembered> memo_;
-  std::vector<Value> tuples_;  // copies of the memoized tuples
+  std::vector<Snapshot> snapshots_;
   std::vector<uint32_t> key_table_;  // set_items: dict positions (kNoIndex: empty slot)
   std::vector<uint64_t> key_hashes_;  // set_items: each dict position's key hash
   uint64_t reindexed_values_ = 0;  // key values hashed again by set_items

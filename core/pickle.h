@@ -80,7 +80,8 @@ std::string dumps(const Value& value);
 // Parses one pickle. Throws Error(kFormat) with the offset and what was wrong ("truncated pickle
 // (no STOP) at byte 123", "unsupported pickle opcode 0x63 (GLOBAL) at byte 4"). Shared references
 // (memo, DUP) come back as copies; nesting deeper than 1000 containers and self-references are
-// rejected, and so is a pickle whose copies would take far more memory than its size.
+// rejected, and so is a pickle whose copies would take far more memory than its size (or of 2 GiB
+// or more).
 Value loads(std::string_view bytes);
 
 }  // namespace tandem::pickle

@@ -98,8 +98,7 @@ SlotRange parse_range(const json& value, const std::string& path) {
 // chunks_per_block and each rank's scratch).
 void check_sizes(const Schedule& s) {
   const BufferGeometry g = s.geometry();
-  const int64_t buffer_slots =
-      (int64_t{g.input_blocks} + int64_t{g.output_blocks}) * int64_t{s.chunks_per_block};
+  const int64_t buffer_slots = (int64_t{g.input_blocks} + int64_t{g.output_blocks}) * int64_t{s.chunks_per_block};
   int64_t all_slots = 0, all_sent = 0;
   for (size_t r = 0; r < s.ranks.size(); ++r) {
     const int64_t slots = buffer_slots + int64_t{s.ranks[r].scratch_chunks};

@@ -244,6 +244,42 @@ TEST(Pickle, ReadsStackAndMemoOpcodes) {
   EXPECT_EQ(loads("(K\x01K\x02\x64."s), Value(dict({{1, 2}})));                          // DICT
 }
 
+// Python's memo semantics: GET pushes the memoized object itself, so a list that grows after it
+// went into a container (or into two) is seen there as it ended up. Checked against Python 3.11.
+TEST(Pickle, MemoSharesTheObjectAsItEndsUp) {
+  // d = {}; l = []; d["a"] = l; then GET l, APPEND 7, POP
+  EXPECT_EQ(loads("}X\x01\x00\x00\x00" "a]q\x00sh\x00K\x07\x61\x30."s), Value(dict({{"a", List{7}}})));
+  // [l, l], then l.append(1)
+  EXPECT_EQ(loads("](]q\x00h\x00\x65h\x00K\x01\x61\x30."s), Value(List{List{1}, List{1}}));
+  // A tuple used twice is memoized and fetched again, as Python's pickler writes t = ("x", 1); [t, t, {"k": t}].
+  const Value tuple = Tuple{{"x", 1}};
+  EXPECT_EQ(loads("\x80\x02]q\x00(X\x01\x00\x00\x00xq\x01K\x01\x86q\x02h\x02}q\x03X\x01\x00\x00\x00kq\x04h\x02se."s),
+            Value(List{tuple, tuple, dict({{"k", tuple}})}));
+  // PyTorch's pickler memoizes a list or dict used twice once it is complete (a dump's stack
+  // frames): frame = {"name": "f"}; frames = [frame]; [frames, frames, frame].
+  const Value frame = dict({{"name", "f"}});
+  EXPECT_EQ(loads("\x80\x02](](}(X\x04\x00\x00\x00nameX\x01\x00\x00\x00" "fuq\x00\x65q\x01h\x01h\x00\x65."s),
+            Value(List{List{frame}, List{frame}, frame}));
+  // Every scalar type, memoized and fetched again.
+  EXPECT_EQ(loads("(Nq\x00\x88q\x01K\x05q\x02G\x3f\xf8\x00\x00\x00\x00\x00\x00q\x03\x43\x02" "abq\x04"
+                  "h\x00h\x01h\x02h\x03h\x04l."s),
+            Value(List{None{}, true, 5, 1.5, Bytes{"ab"}, None{}, true, 5, 1.5, Bytes{"ab"}}));
+  // A key fetched from the memo, and an equal tuple key, replace the earlier value in its place.
+  EXPECT_EQ(loads("}(X\x01\x00\x00\x00kq\x00K\x01h\x00K\x02u."s), Value(dict({{"k", 2}})));
+  EXPECT_EQ(loads("}((K\x01K\x02tK\x03(K\x01K\x02tK\x04u."s), Value(dict({{Tuple{{1, 2}}, 4}})));
+}
+
+// Protocol 0 and 1 fill a dict one SETITEM per key, protocol 2 in batches of 1000 SETITEMS.
+TEST(Pickle, ReadsLargeDictsFilledPieceByPiece) {
+  if (!have_python()) GTEST_SKIP() << "python3 not found";
+  Dict expected;
+  for (int i = 0; i < 3000; ++i) expected.emplace_back(std::to_string(i), i);
+  const std::vector<std::string> pickles =
+      python_pickles({{"{str(i): i for i in range(3000)}", 0}, {"{str(i): i for i in range(3000)}", 1},
+                      {"{str(i): i for i in range(3000)}", 2}});
+  for (const std::string& pickle : pickles) EXPECT_EQ(loads(pickle), Value(expected));
+}
+
 TEST(Pickle, MalformedInputNamesTheProblemAndByte) {
   const auto bad = [](const std::string& bytes, std::initializer_list<const char*> fragments) {
     expect_error([&] { loads(bytes); }, ErrorCode::kFormat, fragments);
@@ -321,6 +357,25 @@ TEST(Pickle, EveryTruncationIsAFormatError) {
       ASSERT_EQ(e.code(), ErrorCode::kFormat) << e.what();
       ASSERT_NE(std::string(e.what()).find("at byte"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Sharing a list or dict (here a DUP of an empty list, popped at once) sends the whole pickle to the
+// reader that handles it; the value must not depend on which reader read it.
+TEST(Pickle, SharedContainersDoNotChangeTheValue) {
+  const auto with_shared_list = [](const std::string& pickle) {
+    const size_t after_proto = pickle.starts_with('\x80') ? 2 : 0;
+    return pickle.substr(0, after_proto) + "]\x32\x30\x30" + pickle.substr(after_proto);
+  };
+  std::vector<std::string> pickles = {dumps(sample()), dumps(python_object_expected())};
+  if (have_python()) {
+    std::vector<std::pair<std::string, int>> requests;
+    for (int protocol = 0; protocol <= 5; ++protocol) requests.emplace_back(kPythonObject, protocol);
+    for (const std::string& pickle : python_pickles(requests)) pickles.push_back(pickle);
+  }
+  for (const std::string& pickle : pickles) {
+    // Bytes, not Values, are compared: a NaN float is not equal to itself.
+    EXPECT_EQ(dumps(loads(with_shared_list(pickle))), dumps(loads(pickle)));
   }
 }
 
