@@ -41,6 +41,9 @@ RankBuffers place_buffers(Collective collective, int rank, int64_t count, DataTy
 // Input element `index` (0 <= index < input blocks * count) of `rank`, as an exact double.
 double input_value(const CheckSpec& spec, int rank, int64_t index);
 
+// fill_inputs, poison_outputs and count_wrong skip ranks whose buffers are null (ranks of other
+// processes under a process-per-rank launch).
+
 // Writes the pattern into every rank's input (input blocks * count elements at buffers[r].input).
 void fill_inputs(const CheckSpec& spec, std::span<const RankBuffers> buffers);
 

@@ -16,6 +16,8 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -25,9 +27,11 @@
 #include "app/bench_check.h"
 #include "app/cli_cluster.h"
 #include "app/cli_common.h"
-#include "app/host_memory.h"
 #include "app/commands.h"
+#include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
+#include "app/run_memory.h"
+#include "backend/nccl/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
 #include "core/error.h"
@@ -59,10 +63,9 @@ struct BenchOptions {
   int channels = 1;
   bool ngpus_given = false;  // -g on the command line (sim: GPUs per node; default all of them)
   std::string network = "fluid";
-  bool node_major = false;   // sim: ring in rank order instead of rail-aligned
+  bool node_major = false;  // sim: ring in rank order instead of rail-aligned
   ClusterOptions cluster;
 };
-
 
 std::string host_name() {
   char name[256] = {};
@@ -106,30 +109,6 @@ BenchPlan make_plan(const BenchOptions& options) {
   plan.sizes = sweep_sizes(plan.min_bytes, plan.max_bytes, options.step_factor, plan.step_bytes);
   return plan;
 }
-
-// Per-rank buffers sized for the largest size of the sweep, and the pointers a run uses.
-class RankMemory {
- public:
-  RankMemory(const BenchPlan& plan, int64_t max_input_bytes, int64_t max_output_bytes) {
-    for (int rank = 0; rank < plan.layout.nranks; ++rank) {
-      inputs_.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_input_bytes)));
-      outputs_.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_output_bytes)));
-    }
-  }
-
-  std::vector<RankBuffers> buffers(Collective collective, int64_t count, DataType dtype, bool in_place) const {
-    std::vector<RankBuffers> result;
-    for (size_t rank = 0; rank < inputs_.size(); ++rank) {
-      result.push_back(place_buffers(collective, static_cast<int>(rank), count, dtype, in_place, inputs_[rank]->data(),
-                                     outputs_[rank]->data()));
-    }
-    return result;
-  }
-
- private:
-  std::vector<std::unique_ptr<AlignedBuffer>> inputs_;
-  std::vector<std::unique_ptr<AlignedBuffer>> outputs_;
-};
 
 // "tree for 8 .. 1024 B, ring for 4096 .. 67108864 B": which algorithm kAuto picked per size.
 std::string describe_auto_choices(const std::vector<std::pair<int64_t, Algorithm>>& choices) {
@@ -179,10 +158,11 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   }
 
   fmt::print("# tandem {} bench {}: nccl-tests-style table from simulation\n", version_string(), name(plan.collective));
-  fmt::print("# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: 0 iters: 1 agg iters: 1 "
-             "validation: 0 graph: 0\n",
-             nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
-             options.step_factor > 1 ? "factor" : "bytes");
+  fmt::print(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: 0 iters: 1 agg iters: 1 "
+      "validation: 0 graph: 0\n",
+      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+      options.step_factor > 1 ? "factor" : "bytes");
   fmt::print("#\n# Cluster: {}\n", models::describe(request.cluster));
   fmt::print("# Backend: sim ({} network), {} GPUs per node, {} ring order, algorithm: {}\n#\n", options.network,
              request.gpus_per_node, request.rail_aligned ? "rail-aligned" : "node-major", options.algorithm);
@@ -211,12 +191,55 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   std::string choices;
   for (size_t begin = 0, i = 1; i <= notes.size(); ++i) {
     if (i < notes.size() && notes[i] == notes[begin]) continue;
-    choices += fmt::format("{}{} for {} .. {} B", choices.empty() ? "" : ", ", notes[begin], rows[begin].counts.size_bytes,
-                           rows[i - 1].counts.size_bytes);
+    choices += fmt::format("{}{} for {} .. {} B", choices.empty() ? "" : ", ", notes[begin],
+                           rows[begin].counts.size_bytes, rows[i - 1].counts.size_bytes);
     begin = i;
   }
   fmt::print("# Simulated with: {}\n", choices);
   status.exit_code = kExitSuccess;
+}
+
+// The table's header, as nccl-tests prints it.
+void print_bench_header(const BenchOptions& options, const BenchPlan& plan, const Executor& executor) {
+  const int nranks = plan.layout.nranks;
+  fmt::print("# tandem {} bench {}: nccl-tests-style table\n", version_string(), name(plan.collective));
+  fmt::print(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: 1 "
+      "validation: {} graph: 0\n",
+      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+      options.step_factor > 1 ? "factor" : "bytes", options.warmup_iters, options.iters, options.check_iters);
+  fmt::print("#\n# Using devices\n");
+  const std::string host = host_name();
+  for (int rank = 0; rank < nranks; ++rank) {
+    fmt::print("#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {} backend rank thread\n", rank,
+               static_cast<long>(getpid()), host, rank, options.backend, executor.name());
+  }
+  fmt::print("#\n# Backend: {}, algorithm: {}, ranks per node: {}, channels: {}\n#\n", options.backend,
+             plan.algorithm == Algorithm::kAuto ? "auto" : name(plan.algorithm), plan.layout.ranks_per_node,
+             options.channels);
+  fmt::print("{}", format_column_header());
+  std::fflush(stdout);
+}
+
+// Under a process-per-rank launch: the slowest process's time and the sum of #wrong over processes
+// (every process calls this at the same point).
+std::pair<double, std::optional<int64_t>> combine_over_processes(double seconds, std::optional<int64_t> wrong) {
+  struct Part {
+    double seconds;
+    int64_t wrong;  // -1: not checked
+  };
+  const Part mine{seconds, wrong.value_or(-1)};
+  std::vector<std::byte> bytes(sizeof(Part));
+  std::memcpy(bytes.data(), &mine, sizeof(Part));
+  double slowest = 0;
+  std::optional<int64_t> total;
+  for (const std::vector<std::byte>& part_bytes : nccl::current_launch().all_gather(bytes)) {
+    Part part{};
+    std::memcpy(&part, part_bytes.data(), sizeof(Part));
+    slowest = std::max(slowest, part.seconds);
+    if (part.wrong >= 0) total = total.value_or(0) + part.wrong;
+  }
+  return {slowest, total};
 }
 
 void run_bench(const BenchOptions& options, CommandStatus& status) {
@@ -242,28 +265,17 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
     max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
   }
   const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
-  require_host_memory(needed, fmt::format("bench for {} ranks up to {} bytes (-e; lower -e or -g)", nranks,
-                                          plan.max_bytes));
-  RankMemory memory(plan, max_input_bytes, max_output_bytes);
+  require_host_memory(needed,
+                      fmt::format("bench for {} ranks up to {} bytes (-e; lower -e or -g)", nranks, plan.max_bytes));
+  const RunMemory memory(*executor, nranks, static_cast<size_t>(max_input_bytes),
+                         static_cast<size_t>(max_output_bytes));
+  // Under a process-per-rank launch (nccl under mpirun) every process runs its own ranks; times and
+  // #wrong are combined over the processes and rank 0 prints.
+  const bool per_process = executor->local_ranks(nranks).size() < static_cast<size_t>(nranks);
+  const bool printing = !per_process || nccl::current_launch().info().rank == 0;
 
   // Header, as nccl-tests prints it.
-  fmt::print("# tandem {} bench {}: nccl-tests-style table\n", version_string(), name(plan.collective));
-  fmt::print(
-      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: 1 "
-      "validation: {} graph: 0\n",
-      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
-      options.step_factor > 1 ? "factor" : "bytes", options.warmup_iters, options.iters, options.check_iters);
-  fmt::print("#\n# Using devices\n");
-  const std::string host = host_name();
-  for (int rank = 0; rank < nranks; ++rank) {
-    fmt::print("#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {} backend rank thread\n", rank,
-               static_cast<long>(getpid()), host, rank, options.backend, executor->name());
-  }
-  fmt::print("#\n# Backend: {}, algorithm: {}, ranks per node: {}, channels: {}\n#\n", options.backend,
-             plan.algorithm == Algorithm::kAuto ? "auto" : name(plan.algorithm), plan.layout.ranks_per_node,
-             options.channels);
-  fmt::print("{}", format_column_header());
-  std::fflush(stdout);
+  if (printing) print_bench_header(options, plan, *executor);
 
   const bool in_place_supported = buffer_geometry(plan.collective, nranks).in_place_supported;
   const bool reduction = is_reduction(plan.collective);
@@ -290,7 +302,8 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
         progress.update(fmt::format("tandem bench: {} B ({}/{}), {}, {}", counts.size_bytes, size_index + 1,
                                     plan.sizes.size(), placement, what));
       };
-      const std::vector<RankBuffers> buffers = memory.buffers(plan.collective, counts.count, plan.dtype, in_place);
+      const std::vector<RankBuffers> buffers = memory.host(plan.collective, counts.count, plan.dtype, in_place);
+      const std::vector<RankBuffers> run_buffers = memory.run(plan.collective, counts.count, plan.dtype, in_place);
       CheckSpec check{plan.collective, plan.dtype, plan.op, plan.root, nranks, counts.count, 0};
 
       // Timed runs work on the pattern; in place, a reduction would compound it run after run
@@ -298,14 +311,15 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
       phase("timing");
       if (in_place && reduction) {
         for (const RankBuffers& b : buffers) {
-          std::memset(b.input, 0, static_cast<size_t>(counts.input_elements * element_bytes));
+          if (b.input != nullptr) std::memset(b.input, 0, static_cast<size_t>(counts.input_elements * element_bytes));
         }
       } else {
         fill_inputs(check, buffers);
       }
-      for (int i = 0; i < options.warmup_iters; ++i) communicator.run(spec, buffers, plan.algorithm);
+      memory.upload();
+      for (int i = 0; i < options.warmup_iters; ++i) communicator.run(spec, run_buffers, plan.algorithm);
       double seconds = 0;
-      for (int i = 0; i < options.iters; ++i) seconds += communicator.run(spec, buffers, plan.algorithm).seconds;
+      for (int i = 0; i < options.iters; ++i) seconds += communicator.run(spec, run_buffers, plan.algorithm).seconds;
       seconds /= options.iters;
 
       std::optional<int64_t> wrong;
@@ -316,10 +330,14 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
           check.seed = static_cast<uint64_t>(c) + 1;
           poison_outputs(check, buffers);
           fill_inputs(check, buffers);  // after the poison: in place, the input lives in the output
-          communicator.run(spec, buffers, plan.algorithm);
+          memory.upload();
+          communicator.run(spec, run_buffers, plan.algorithm);
+          memory.download();
           wrong = count_wrong(check, buffers);
+          if (per_process) std::tie(std::ignore, wrong) = combine_over_processes(0, wrong);
         }
       }
+      if (per_process) std::tie(seconds, std::ignore) = combine_over_processes(seconds, std::nullopt);
       return make_result(seconds, counts, plan.collective, nranks, wrong);
     };
 
@@ -331,13 +349,15 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
     row.out_of_place = measure(false);
     if (in_place_supported) row.in_place = measure(true);
     progress.clear();
-    fmt::print("{}", format_row(row));
+    if (printing) fmt::print("{}", format_row(row));
     std::fflush(stdout);
     rows.push_back(row);
   }
 
-  fmt::print("{}", format_footer(rows));
-  if (!auto_choices.empty()) fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(auto_choices));
+  if (printing) {
+    fmt::print("{}", format_footer(rows));
+    if (!auto_choices.empty()) fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(auto_choices));
+  }
   std::fflush(stdout);
 
   const int64_t failed = failed_results(rows);
@@ -363,8 +383,11 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
                    "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
                    "(also allreduce, allgather, reducescatter, alltoall, sendrecv)")
       ->required();
-  command->add_option("--backend", options->backend,
-                      "host (ranks as threads, real data) or sim (simulated cluster: --cluster, --nodes, ...)")
+  command
+      ->add_option("--backend", options->backend,
+                   "host (ranks as threads, real data), sim (simulated cluster: --cluster, --nodes, ...), cuda "
+                   "(every rank on one GPU), nccl (tandem's schedules on NCCL) or nccl-native (NCCL's own "
+                   "collectives); cuda and nccl need GPUs")
       ->capture_default_str();
   command->add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();
   command->add_option("-e,--maxbytes", options->max_bytes, "largest size in bytes")->capture_default_str();
@@ -372,12 +395,15 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   command->add_option("-f,--stepfactor", options->step_factor, "size multiplier (> 1 replaces -i)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  command->add_option("-g,--ngpus", options->nranks,
-                      "host: number of ranks (one thread each); sim: GPUs of each node taking part (default: all)")
+  command
+      ->add_option("-g,--ngpus", options->nranks,
+                   "host: number of ranks (one thread each); sim: GPUs of each node taking part (default: all)")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxBenchRanks))
       ->each([options](const std::string&) { options->ngpus_given = true; });
-  command->add_option("--network", options->network, "sim: fluid (default), ideal (alpha-beta), or packet (ns-3, <= 32 GPUs, experimental)")
+  command
+      ->add_option("--network", options->network,
+                   "sim: fluid (default), ideal (alpha-beta), or packet (ns-3, <= 32 GPUs, experimental)")
       ->capture_default_str();
   command->add_flag("--node-major", options->node_major,
                     "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");

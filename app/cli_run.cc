@@ -33,15 +33,11 @@ struct RunOptions {
 
 ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
   if (options.backend.empty()) return scenario.backend;
-  if (options.backend == "sim") return ScenarioBackend::kSim;
-  if (options.backend == "host") return ScenarioBackend::kHost;
-  for (std::string_view known : known_backends()) {
-    if (options.backend == known) {
-      fail(ErrorCode::kUnsupported,
-           "backend '{}' is not available to tandem run in this build yet (available: sim, host)", options.backend);
-    }
+  if (options.backend == "nccl-native") {
+    fail(ErrorCode::kUnsupported, "tandem run takes --backend nccl (tandem's schedules on NCCL); nccl-native is for "
+                                  "tandem bench");
   }
-  fail(ErrorCode::kInvalidArgument, "unknown backend '{}' for --backend (expected: sim, host)", options.backend);
+  return parse_backend(options.backend);
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -112,7 +108,8 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
       "1 otherwise.");
   command->add_option("scenario", options->scenario, "the scenario file")->required();
   command->add_option("--backend", options->backend,
-                      "sim (the simulator) or host (real data, one thread per rank); default: the scenario's");
+                      "sim (the simulator), host (real data, one thread per rank), cuda (every rank on one GPU) or "
+                      "nccl (tandem's schedules on NCCL; GPUs needed for both); default: the scenario's");
   command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
   command->add_flag("--dump-on-exit", options->dump_on_exit,

@@ -11,12 +11,15 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
+#include "app/backends.h"
 #include "app/bench_check.h"
 #include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
+#include "app/run_memory.h"
 #include "backend/host/host_executor.h"
 #include "core/algorithms.h"
 #include "core/error.h"
@@ -35,12 +38,18 @@ using Status = AttemptResult::Status;
 // PyTorch's dtype names (c10::toString(ScalarType)), as dumps carry them.
 std::string torch_dtype(DataType dtype) {
   switch (dtype) {
-    case DataType::kF32: return "Float";
-    case DataType::kF16: return "Half";
-    case DataType::kBF16: return "BFloat16";
-    case DataType::kF64: return "Double";
-    case DataType::kI32: return "Int";
-    case DataType::kI64: return "Long";
+    case DataType::kF32:
+      return "Float";
+    case DataType::kF16:
+      return "Half";
+    case DataType::kBF16:
+      return "BFloat16";
+    case DataType::kF64:
+      return "Double";
+    case DataType::kI32:
+      return "Int";
+    case DataType::kI64:
+      return "Long";
   }
   return "Float";
 }
@@ -57,7 +66,9 @@ struct LoopSetup {
   std::unique_ptr<FaultInjector> injector;
 
   explicit LoopSetup(const Scenario& s)
-      : scenario(s), loop(std::get<CollectiveLoop>(s.workload)), topology(models::build_cluster(s.variants[0].cluster)) {
+      : scenario(s),
+        loop(std::get<CollectiveLoop>(s.workload)),
+        topology(models::build_cluster(s.variants[0].cluster)) {
     const int total_per_node = topology.gpus_per_node();
     per_node = loop.gpus_per_node > 0 ? loop.gpus_per_node : total_per_node;
     for (int v = 0; v < topology.node_count(); ++v) {
@@ -76,7 +87,8 @@ struct LoopSetup {
       // `fault` lives in the injector's copy of the plan.
       const auto it = fault_links.find(static_cast<int>(&fault - injector->plan().faults.data()));
       if (it == fault_links.end()) return false;
-      const models::Route route = topology.route(gpu_of_rank[static_cast<size_t>(src)], gpu_of_rank[static_cast<size_t>(dst)]);
+      const models::Route route =
+          topology.route(gpu_of_rank[static_cast<size_t>(src)], gpu_of_rank[static_cast<size_t>(dst)]);
       for (uint32_t link : it->second) {
         if (models::Topology::crosses(route, link)) return true;
       }
@@ -94,7 +106,8 @@ struct LoopSetup {
     std::vector<uint32_t> links;
     for (const auto& [index, ids] : fault_links) {
       const FaultKind kind = scenario.faults.faults[static_cast<size_t>(index)].kind;
-      if (kind == FaultKind::kLinkDown || kind == FaultKind::kNicDown) links.insert(links.end(), ids.begin(), ids.end());
+      if (kind == FaultKind::kLinkDown || kind == FaultKind::kNicDown)
+        links.insert(links.end(), ids.begin(), ids.end());
     }
     return links;
   }
@@ -110,7 +123,7 @@ class LoopBackend {
 
 // Which plan faults a backend cannot run past: ranks that do not arrive, and desyncs.
 struct RankFaults {
-  std::vector<int> missing;   // hang or crash
+  std::vector<int> missing;  // hang or crash
   std::vector<int> crashed;
   std::optional<std::string> desync;
 };
@@ -201,9 +214,11 @@ class HostLoop : public LoopBackend {
       if (!clean && setup_.injector->rank_action(active, global) != RankAction::kEnter) continue;
       threads.emplace_back([&, i, global] {
         try {
-          const std::optional<CollectiveSpec> other = clean ? std::nullopt : setup_.injector->desync(active, global, spec);
+          const std::optional<CollectiveSpec> other =
+              clean ? std::nullopt : setup_.injector->desync(active, global, spec);
           if (other) {
-            const Schedule theirs = build_checked_schedule(*other, RankLayout::flat(m), default_algorithm(*other, RankLayout::flat(m)));
+            const Schedule theirs =
+                build_checked_schedule(*other, RankLayout::flat(m), default_algorithm(*other, RankLayout::flat(m)));
             world.run_rank(i, theirs, *other, buffers[static_cast<size_t>(i)], context);
           } else {
             world.run_rank(i, schedule, spec, buffers[static_cast<size_t>(i)], context);
@@ -233,8 +248,9 @@ class HostLoop : public LoopBackend {
       result.failed_ranks = faults.missing;
       result.link_fault = faults.missing.empty() && any_link_fault(setup_, active);
       result.seconds = std::max(0.0, result.seconds - policy.watchdog_s);  // the driver adds the watchdog's wait
-      result.message = faults.missing.empty() ? first_message()
-                                              : fmt::format("rank(s) {} never arrived", fmt::join(faults.missing, ", "));
+      result.message = faults.missing.empty()
+                           ? first_message()
+                           : fmt::format("rank(s) {} never arrived", fmt::join(faults.missing, ", "));
     } else if (has(ErrorCode::kFault)) {
       result.status = Status::kFailed;
       result.link_fault = any_link_fault(setup_, active);
@@ -257,12 +273,123 @@ class HostLoop : public LoopBackend {
   std::map<std::vector<int>, double> fault_free_;
 };
 
+// ---- cuda, nccl: one Executor::run per attempt ---------------------------------------------------
+//
+// The device backends run a whole collective in one call, so rank faults become transfer faults: a
+// rank that hangs or crashed never sends (its peers wait for it until the watchdog), which is what a
+// GPU job sees. A desync is caught before launch: the ranks' collectives disagree, and NCCL given
+// mismatched calls would hang or corrupt memory rather than report it.
+class ExecutorLoop : public LoopBackend {
+ public:
+  ExecutorLoop(const LoopSetup& setup, std::unique_ptr<Executor> executor)
+      : setup_(setup), executor_(std::move(executor)) {
+    if (executor_->local_ranks(setup.nranks).size() < static_cast<size_t>(setup.nranks)) {
+      fail(ErrorCode::kUnsupported,
+           "tandem run drives every rank from one process; under mpirun / srun use tandem "
+           "bench (docs/real-hardware.md)");
+    }
+  }
+
+  AttemptResult attempt(const AttemptPlan& plan, const std::vector<int>& active) override {
+    return run(plan.ranks, active, plan.attempt, false);
+  }
+
+  // As HostLoop's: the fastest of a few clean runs after a warm-up.
+  double fault_free_seconds(const std::vector<int>& ranks) override {
+    auto it = fault_free_.find(ranks);
+    if (it == fault_free_.end()) {
+      run(ranks, {}, 0, true);
+      double best = std::numeric_limits<double>::infinity();
+      for (int i = 0; i < 3; ++i) best = std::min(best, run(ranks, {}, 0, true).seconds);
+      it = fault_free_.emplace(ranks, best).first;
+    }
+    return it->second;
+  }
+
+ private:
+  AttemptResult run(const std::vector<int>& ranks, const std::vector<int>& active, int attempt, bool clean) {
+    const auto m = static_cast<int>(ranks.size());
+    const CollectiveSpec spec = setup_.spec(m);
+    const RecoveryPolicy& policy = setup_.scenario.recovery;
+    AttemptResult result;
+    const RankFaults faults = clean ? RankFaults{} : rank_faults(setup_, active, ranks);
+    if (faults.desync) {
+      result.status = Status::kDesync;
+      result.message = *faults.desync;
+      return result;
+    }
+    const SizeCounts counts = nccl_tests_counts(spec.collective, setup_.loop.size_bytes, spec.dtype, m);
+    const int64_t element_bytes = static_cast<int64_t>(size_bytes(spec.dtype));
+    const RunMemory memory(*executor_, m, static_cast<size_t>(counts.input_elements * element_bytes),
+                           static_cast<size_t>(counts.output_elements * element_bytes));
+    const std::vector<RankBuffers> buffers = memory.host(spec.collective, spec.count, spec.dtype, false);
+    const CheckSpec check{spec.collective, spec.dtype, spec.op, 0, m, spec.count, static_cast<uint64_t>(attempt) + 1};
+    fill_inputs(check, buffers);
+    poison_outputs(check, buffers);
+    memory.upload();
+
+    const Schedule schedule = build_checked_schedule(spec, RankLayout::flat(m), setup_.loop.algorithm);
+    RunContext context;
+    context.timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(policy.watchdog_s * 1e3)));
+    context.checksums = policy.verify;
+    std::vector<bool> missing(static_cast<size_t>(m), false);
+    for (int r : faults.missing) {
+      missing[static_cast<size_t>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin())] = true;
+    }
+    if (!clean) {
+      context.on_send = [&](int src, int dst, int64_t op) {
+        if (missing[static_cast<size_t>(src)]) return TransferEffect{.stall = true};
+        return setup_.injector->transfer(active, ranks[static_cast<size_t>(src)], ranks[static_cast<size_t>(dst)], op);
+      };
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<Error> error;
+    try {
+      result.seconds =
+          executor_->run(schedule, spec, memory.run(spec.collective, spec.count, spec.dtype, false), context).seconds;
+    } catch (const Error& e) {
+      error = e;
+      result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (!faults.missing.empty() || (error && error->code() == ErrorCode::kTimeout)) {
+      result.status = Status::kStuck;
+      result.failed_ranks = faults.missing;
+      result.link_fault = faults.missing.empty() && any_link_fault(setup_, active);
+      result.seconds = std::max(0.0, result.seconds - policy.watchdog_s);  // the driver adds the watchdog's wait
+      result.message = faults.missing.empty()
+                           ? std::string(error ? error->what() : "")
+                           : fmt::format("rank(s) {} never arrived", fmt::join(faults.missing, ", "));
+    } else if (error && error->code() == ErrorCode::kFault) {
+      result.status = Status::kFailed;
+      result.link_fault = any_link_fault(setup_, active);
+      result.message = error->what();
+    } else if (error && error->code() == ErrorCode::kCorrupt) {
+      result.status = Status::kCorrupt;
+      result.message = error->what();
+    } else if (error) {
+      fail(ErrorCode::kBackend, "{} attempt failed: {}", executor_->name(), error->what());
+    } else if (policy.verify) {
+      memory.download();
+      if (const int64_t wrong = count_wrong(check, buffers); wrong > 0) {
+        result.status = Status::kCorrupt;
+        result.message = fmt::format("{} wrong elements", wrong);
+      }
+    }
+    return result;
+  }
+
+  const LoopSetup& setup_;
+  std::unique_ptr<Executor> executor_;
+  std::map<std::vector<int>, double> fault_free_;
+};
+
 // ---- sim ---------------------------------------------------------------------------------------
 
 class SimLoop : public LoopBackend {
  public:
   explicit SimLoop(const LoopSetup& setup)
-      : setup_(setup), sim_(setup.topology, setup.scenario.variants[0].cluster, network_model(setup.scenario.network)) {}
+      : setup_(setup),
+        sim_(setup.topology, setup.scenario.variants[0].cluster, network_model(setup.scenario.network)) {}
 
   AttemptResult attempt(const AttemptPlan& plan, const std::vector<int>& active) override {
     AttemptResult result;
@@ -361,7 +488,8 @@ class SimLoop : public LoopBackend {
     for (int r = 0; r < m; ++r) {
       for (const Lane& lane : p.schedule.ranks[static_cast<size_t>(r)].lanes) {
         for (const Op& op : lane.ops) {
-          if (op.kind == OpKind::kSend) p.pairs.emplace(p.gpus[static_cast<size_t>(r)], p.gpus[static_cast<size_t>(op.peer)]);
+          if (op.kind == OpKind::kSend)
+            p.pairs.emplace(p.gpus[static_cast<size_t>(r)], p.gpus[static_cast<size_t>(op.peer)]);
         }
       }
     }
@@ -446,7 +574,7 @@ class Recorders {
 
   // Records the launch of `spec` on every rank that enters; returns (rank, record id) pairs.
   std::vector<std::pair<int, uint64_t>> launch(const std::vector<int>& ranks, const std::vector<int>& active,
-                                                int64_t now_ns) {
+                                               int64_t now_ns) {
     std::vector<std::pair<int, uint64_t>> ids;
     const CollectiveSpec spec = setup_.spec(static_cast<int>(ranks.size()));
     for (int r : ranks) {
@@ -551,7 +679,8 @@ LoopResults drive(const LoopSetup& setup, LoopBackend& backend, const LoopOption
             const std::string prefix = recorders.dump();
             if (!prefix.empty()) {
               results.dump_prefix = prefix;
-              results.dump_reasons.push_back(fmt::format("iteration {} attempt {}: error: {}", k, p.attempt, result.message));
+              results.dump_reasons.push_back(
+                  fmt::format("iteration {} attempt {}: error: {}", k, p.attempt, result.message));
             }
           }
           return result;
@@ -600,13 +729,14 @@ json to_json(const LoopResults& r) {
                           {"faults", it.faults},
                           {"detail", it.detail}});
   }
-  return {{"backend", name(r.backend)}, {"ranks", r.ranks},           {"aborted", r.aborted},
-          {"iterations", iterations},   {"dump_prefix", r.dump_prefix}, {"dump_reasons", r.dump_reasons}};
+  return {{"backend", name(r.backend)},   {"ranks", r.ranks},
+          {"aborted", r.aborted},         {"iterations", iterations},
+          {"dump_prefix", r.dump_prefix}, {"dump_reasons", r.dump_reasons}};
 }
 
 LoopResults loop_from_json(const json& j) {
   LoopResults r;
-  r.backend = j.at("backend") == "host" ? ScenarioBackend::kHost : ScenarioBackend::kSim;
+  r.backend = parse_backend(j.at("backend").get<std::string>());
   r.ranks = j.at("ranks");
   r.aborted = j.at("aborted");
   r.dump_prefix = j.at("dump_prefix");
@@ -629,11 +759,16 @@ LoopResults loop_from_json(const json& j) {
 
 int severity(Outcome outcome) {
   switch (outcome) {
-    case Outcome::kCompleted: return 0;
-    case Outcome::kCompletedAfterRetry: return 1;
-    case Outcome::kRecoveredReroute: return 2;
-    case Outcome::kRecoveredShrink: return 3;
-    case Outcome::kAborted: return 4;
+    case Outcome::kCompleted:
+      return 0;
+    case Outcome::kCompletedAfterRetry:
+      return 1;
+    case Outcome::kRecoveredReroute:
+      return 2;
+    case Outcome::kRecoveredShrink:
+      return 3;
+    case Outcome::kAborted:
+      return 4;
   }
   return 4;
 }
@@ -665,12 +800,16 @@ LoopResults run_loop(const Scenario& scenario, ScenarioBackend backend, const Lo
     fail(ErrorCode::kInvalidArgument, "run_loop: the workload is not a collective-loop");
   }
   LoopResults results;
-  if (backend == ScenarioBackend::kHost) {
+  const int64_t epoch =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (backend == ScenarioBackend::kHost && !options.executor) {
     const LoopSetup setup(scenario);
     HostLoop host(setup);
-    const int64_t epoch =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     results = drive(setup, host, options, backend, epoch);
+  } else if (backend != ScenarioBackend::kSim) {
+    const LoopSetup setup(scenario);
+    ExecutorLoop device(setup, options.executor ? options.executor() : make_executor(name(backend)));
+    results = drive(setup, device, options, backend, epoch);
   } else {
     // SimGrid allows one platform per process: the loop runs in a child; dumps are files anyway.
     results = loop_from_json(json::parse(sim::run_isolated([&] {
@@ -749,9 +888,10 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
   std::string text;
   text += fmt::format("Workload: {} x {} {} {} on {} ranks ({} backend)\n", loop.iterations, name(loop.collective),
                       format_size(loop.size_bytes), name(loop.algorithm), results.ranks, name(results.backend));
-  text += fmt::format("Recovery: retry {} (backoff {:g} us), watchdog {:g} ms, then {}{}\n", scenario.recovery.retry_max,
-                      scenario.recovery.backoff_s * 1e6, scenario.recovery.watchdog_s * 1e3,
-                      name(scenario.recovery.action), scenario.recovery.verify ? ", checksums on" : "");
+  text +=
+      fmt::format("Recovery: retry {} (backoff {:g} us), watchdog {:g} ms, then {}{}\n", scenario.recovery.retry_max,
+                  scenario.recovery.backoff_s * 1e6, scenario.recovery.watchdog_s * 1e3, name(scenario.recovery.action),
+                  scenario.recovery.verify ? ", checksums on" : "");
   if (scenario.faults.empty()) {
     text += "Faults: none\n";
   } else {
@@ -759,10 +899,12 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
     for (size_t i = 0; i < scenario.faults.faults.size(); ++i) {
       std::vector<int> hit;
       for (const IterationResult& it : results.iterations) {
-        if (std::find(it.faults.begin(), it.faults.end(), static_cast<int>(i)) != it.faults.end()) hit.push_back(it.iteration);
+        if (std::find(it.faults.begin(), it.faults.end(), static_cast<int>(i)) != it.faults.end())
+          hit.push_back(it.iteration);
       }
-      text += fmt::format("  #{} {}: {}\n", i, scenario.faults.faults[i].describe(),
-                          hit.empty() ? std::string("never hit") : fmt::format("hit iteration(s) {}", fmt::join(hit, ", ")));
+      text += fmt::format(
+          "  #{} {}: {}\n", i, scenario.faults.faults[i].describe(),
+          hit.empty() ? std::string("never hit") : fmt::format("hit iteration(s) {}", fmt::join(hit, ", ")));
     }
   }
   text += "\n iter  outcome                 attempts    time (us)  fault-free (us)    cost (us)  note\n";
@@ -780,7 +922,8 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
                       report_us(results.total_seconds() - results.fault_free_seconds()),
                       results.aborted ? "; the loop ABORTED" : "");
   if (!results.dump_prefix.empty()) {
-    text += fmt::format("Flight-recorder dumps: {}<rank> ({})\n", results.dump_prefix, fmt::join(results.dump_reasons, "; "));
+    text += fmt::format("Flight-recorder dumps: {}<rank> ({})\n", results.dump_prefix,
+                        fmt::join(results.dump_reasons, "; "));
   }
   if (results.analysis) text += fmt::format("Flight-recorder analysis: {}\n", results.analysis->verdict);
   if (!outcomes.empty()) {

@@ -2,15 +2,19 @@
 // with its faults injected and its recovery policy applied (core/faults.h, core/recovery.h), one
 // flight recorder per rank, dumps when the watchdog or an error triggers them (and at the end when
 // asked), and the analyzer's verdict on those dumps. The same driver runs on the simulator
-// (simulated time) and on the host backend (real threads, real data, wall time).
+// (simulated time), on the host backend (real threads, real data, wall time) and on the device
+// backends (cuda, nccl: device time).
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "app/scenario.h"
+#include "core/executor.h"
 #include "core/fr_analysis.h"
 #include "core/recovery.h"
 
@@ -44,6 +48,10 @@ struct LoopResults {
 struct LoopOptions {
   std::string out_dir;            // dumps go to <out_dir>/fr/ unless TORCH_FR_DUMP_TEMP_FILE says otherwise
   bool dump_on_exit = false;      // --dump-on-exit (or outputs.dumps)
+  // The executor of the device path (cuda, nccl: one Executor::run per attempt, rank faults as
+  // stalled transfers). Empty: make_executor(name(backend)). Tests pass the host executor here to
+  // run the device path, backend kHost included, on the CPU.
+  std::function<std::unique_ptr<Executor>()> executor;
 };
 
 LoopResults run_loop(const Scenario& scenario, ScenarioBackend backend, const LoopOptions& options);

@@ -28,8 +28,20 @@ std::string_view name(ScenarioBackend backend) {
       return "sim";
     case ScenarioBackend::kHost:
       return "host";
+    case ScenarioBackend::kCuda:
+      return "cuda";
+    case ScenarioBackend::kNccl:
+      return "nccl";
   }
   return "?";
+}
+
+ScenarioBackend parse_backend(std::string_view text) {
+  if (text == "sim") return ScenarioBackend::kSim;
+  if (text == "host") return ScenarioBackend::kHost;
+  if (text == "cuda") return ScenarioBackend::kCuda;
+  if (text == "nccl") return ScenarioBackend::kNccl;
+  fail(ErrorCode::kInvalidArgument, "unknown backend '{}' (expected: sim, host, cuda, nccl)", text);
 }
 
 std::string_view name(NetworkChoice network) {
@@ -627,11 +639,6 @@ Outputs read_outputs(const Reader& reader, const Mapping& top) {
   return outputs;
 }
 
-ScenarioBackend parse_backend(std::string_view text) {
-  if (text == "sim") return ScenarioBackend::kSim;
-  if (text == "host") return ScenarioBackend::kHost;
-  fail(ErrorCode::kInvalidArgument, "unknown backend '{}' (expected: sim, host)", text);
-}
 
 NetworkChoice parse_network(std::string_view text) {
   if (text == "fluid") return NetworkChoice::kFluid;

@@ -46,8 +46,12 @@ inline constexpr double kMaxLatencyUs = 1e6;    // 1 s, any one link or switch
 // The name the scenario's own cluster goes by in results and expectations.
 inline constexpr std::string_view kBaseVariantName = "base";
 
-enum class ScenarioBackend : uint8_t { kSim, kHost };
+// sim: the simulator; host: CPU threads; cuda: every rank on one GPU; nccl: tandem's schedules on
+// NCCL (cuda and nccl need a build with CUDA and a GPU: docs/real-hardware.md).
+enum class ScenarioBackend : uint8_t { kSim, kHost, kCuda, kNccl };
 std::string_view name(ScenarioBackend backend);
+// "sim", "host", "cuda", "nccl"; throws Error(kInvalidArgument) naming the accepted ones.
+ScenarioBackend parse_backend(std::string_view text);
 
 // sim's network models: fluid (calibrated max-min sharing), packet (ns-3), ideal (alpha-beta exact).
 enum class NetworkChoice : uint8_t { kFluid, kPacket, kIdeal };
@@ -81,12 +85,12 @@ struct CollectiveSweep {
 // step issues them; faults and recovery act on this sequence (docs/faults.md).
 struct CollectiveLoop {
   Collective collective = Collective::kAllReduce;
-  int64_t size_bytes = 0;               // nccl-tests' size
+  int64_t size_bytes = 0;  // nccl-tests' size
   Algorithm algorithm = Algorithm::kRing;
   int iterations = 4;
   DataType dtype = DataType::kBF16;
   ReduceOp op = ReduceOp::kSum;
-  int gpus_per_node = 0;                // 0 = all of them
+  int gpus_per_node = 0;  // 0 = all of them
 };
 
 // One alternative per workload type (a training job comes next).
@@ -123,18 +127,18 @@ struct Outputs {
   // Flight-recorder dumps under DIR/fr/: always when the watchdog or an error triggers them (unless
   // the recorder is off); `dumps: true` also writes them at the end of the run (--dump-on-exit).
   bool dumps = false;
-  std::optional<FrFormat> dump_format;    // pickle (default) or json
-  std::optional<size_t> fr_buffer_size;   // overrides TORCH_FR_BUFFER_SIZE; 0 = recorder off
+  std::optional<FrFormat> dump_format;   // pickle (default) or json
+  std::optional<size_t> fr_buffer_size;  // overrides TORCH_FR_BUFFER_SIZE; 0 = recorder off
 };
 
 // One entry of `expect` for a collective-loop: what one iteration (or the whole loop) must end in.
 struct LoopExpectation {
-  std::optional<int64_t> iteration;       // empty: every iteration (outcome) / the whole loop (time)
+  std::optional<int64_t> iteration;  // empty: every iteration (outcome) / the whole loop (time)
   std::optional<Outcome> outcome;
   std::optional<std::vector<int>> culprit_ranks;  // the flight-recorder analysis of the dumps
   std::optional<ScenarioBackend> backend;
-  Bound time_us;                          // the iteration's time (or the loop's)
-  Bound cost_us;                          // time minus its fault-free time
+  Bound time_us;  // the iteration's time (or the loop's)
+  Bound cost_us;  // time minus its fault-free time
   SourceMark mark;
 };
 
@@ -147,7 +151,7 @@ struct Scenario {
   NetworkChoice network = NetworkChoice::kFluid;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;          // collective-sweep
+  std::vector<Expectation> expectations;           // collective-sweep
   std::vector<LoopExpectation> loop_expectations;  // collective-loop
   FaultPlan faults;                                // `faults:` and `fault_seed:`
   std::vector<SourceMark> fault_marks;             // where each fault is, for messages

@@ -15,6 +15,7 @@
 #include "app/cli_common.h"
 #include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
+#include "app/run_memory.h"
 #include "core/communicator.h"
 #include "core/error.h"
 
@@ -87,14 +88,14 @@ void for_each_point(const CollectiveSweep& sweep, Visit&& visit) {
   }
 }
 
-// ---- host --------------------------------------------------------------------------------------
+// ---- real data: host, cuda, nccl -----------------------------------------------------------------
 
 int64_t per_rank_bytes(const SizeCounts& counts, DataType dtype) {
   return (counts.input_elements + counts.output_elements) * static_cast<int64_t>(size_bytes(dtype));
 }
 
-std::vector<PointResult> run_host_variant(const Scenario& scenario, const ClusterVariant& variant,
-                                          const ProgressFn& progress, size_t variant_index) {
+std::vector<PointResult> run_data_variant(const Scenario& scenario, const ClusterVariant& variant,
+                                          ScenarioBackend backend, const ProgressFn& progress, size_t variant_index) {
   const CollectiveSweep& sweep = std::get<CollectiveSweep>(scenario.workload);
   const int nranks = sweep_ranks(variant, sweep);
   const int per_node = nranks / variant.cluster.nodes;
@@ -111,14 +112,15 @@ std::vector<PointResult> run_host_variant(const Scenario& scenario, const Cluste
     }
   }
   const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
-  require_host_memory(needed, fmt::format("the host backend for {} ranks of variant '{}'", nranks, variant.name));
-  std::vector<std::unique_ptr<AlignedBuffer>> inputs, outputs;
-  for (int rank = 0; rank < nranks; ++rank) {
-    inputs.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_input_bytes)));
-    outputs.push_back(std::make_unique<AlignedBuffer>(static_cast<size_t>(max_output_bytes)));
+  require_host_memory(needed,
+                      fmt::format("the {} backend for {} ranks of variant '{}'", name(backend), nranks, variant.name));
+  std::unique_ptr<Executor> executor = make_executor(name(backend));
+  if (executor->local_ranks(nranks).size() < static_cast<size_t>(nranks)) {
+    fail(ErrorCode::kUnsupported,
+         "tandem run drives every rank from one process; under mpirun / srun use tandem bench (docs/real-hardware.md)");
   }
-
-  std::unique_ptr<Executor> executor = make_executor("host");
+  const RunMemory memory(*executor, nranks, static_cast<size_t>(max_input_bytes),
+                         static_cast<size_t>(max_output_bytes));
   Communicator communicator(*executor, RankLayout::nodes(variant.cluster.nodes, per_node));
   const size_t total = sweep.collectives.size() * sweep.algorithms.size() * sweep.sizes_bytes.size();
   size_t done = 0;
@@ -149,23 +151,23 @@ std::vector<PointResult> run_host_variant(const Scenario& scenario, const Cluste
       spec.op = sweep.op;
       spec.root = kSweepRoot;
       spec.nranks = nranks;
-      std::vector<RankBuffers> buffers;
-      for (int rank = 0; rank < nranks; ++rank) {
-        buffers.push_back(place_buffers(collective, rank, counts.count, sweep.dtype, false, inputs[rank]->data(),
-                                        outputs[rank]->data()));
-      }
+      const std::vector<RankBuffers> buffers = memory.host(collective, counts.count, sweep.dtype, false);
+      const std::vector<RankBuffers> run_buffers = memory.run(collective, counts.count, sweep.dtype, false);
       CheckSpec check{collective, sweep.dtype, sweep.op, kSweepRoot, nranks, counts.count, 0};
       fill_inputs(check, buffers);
-      for (int i = 0; i < kHostWarmupRuns; ++i) communicator.run(spec, buffers, requested);
+      memory.upload();
+      for (int i = 0; i < kHostWarmupRuns; ++i) communicator.run(spec, run_buffers, requested);
       double seconds = 0;
-      for (int i = 0; i < kHostTimedRuns; ++i) seconds += communicator.run(spec, buffers, requested).seconds;
+      for (int i = 0; i < kHostTimedRuns; ++i) seconds += communicator.run(spec, run_buffers, requested).seconds;
       seconds /= kHostTimedRuns;
       int64_t wrong = 0;
       for (int c = 0; c < kHostCheckRuns && wrong == 0; ++c) {
         check.seed = static_cast<uint64_t>(c) + 1;
         poison_outputs(check, buffers);
         fill_inputs(check, buffers);
-        communicator.run(spec, buffers, requested);
+        memory.upload();
+        communicator.run(spec, run_buffers, requested);
+        memory.download();
         wrong = count_wrong(check, buffers);
       }
       const BenchResult measured = make_result(seconds, counts, collective, nranks, wrong);
@@ -258,7 +260,7 @@ ScenarioResults run_scenario(const Scenario& scenario, ScenarioBackend backend, 
       }
       points = collect_sim_results(scenario, variant, sim::run_sweep(request, /*isolated=*/true));
     } else {
-      points = run_host_variant(scenario, variant, progress, v);
+      points = run_data_variant(scenario, variant, backend, progress, v);
     }
     results.points.insert(results.points.end(), points.begin(), points.end());
   }

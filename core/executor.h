@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -44,10 +45,34 @@ struct RunResult {
   double seconds = 0;  // the backend's clock: wall time on real backends, simulated time in sim
 };
 
+// Memory a backend wants its rank buffers in, when that is not the caller's host memory: device
+// memory for the cuda and nccl backends. The caller allocates every rank's buffers through it,
+// fills inputs with upload() and reads results with download(). All calls are synchronous.
+class BufferSpace {
+ public:
+  virtual ~BufferSpace() = default;
+  // `bytes` for `rank` (on the device that rank runs on); never null (throws Error(kBackend) with
+  // the device and size when it cannot). Contents are undefined.
+  virtual void* allocate(int rank, size_t bytes) = 0;
+  virtual void release(void* buffer) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+};
+
 class Executor {
  public:
   virtual ~Executor() = default;
   virtual std::string name() const = 0;
+  // Where run() wants the RankBuffers' memory; nullptr: the caller's host memory (host, sim).
+  virtual BufferSpace* buffer_space() { return nullptr; }
+  // The ranks of an `nranks` collective this process runs: every rank, except under a
+  // process-per-rank launch (nccl under mpirun / srun), where run() reads and writes only these
+  // ranks' buffers and the others may be null.
+  virtual std::vector<int> local_ranks(int nranks) const {
+    std::vector<int> ranks(static_cast<size_t>(nranks));
+    for (int r = 0; r < nranks; ++r) ranks[static_cast<size_t>(r)] = r;
+    return ranks;
+  }
   // Runs `schedule` for `spec` (its count, dtype and op) over `buffers` (one per rank).
   // Throws Error(kTimeout) naming the rank that never arrived, Error(kBackend) on other failures.
   virtual RunResult run(const Schedule& schedule, const CollectiveSpec& spec, std::span<const RankBuffers> buffers,

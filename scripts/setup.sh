@@ -10,6 +10,7 @@ packages=(
   cmake ninja-build g++ pkg-config python3
   libsimgrid-dev libboost-graph-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

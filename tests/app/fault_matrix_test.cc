@@ -1,4 +1,5 @@
-// The fault matrix: every fault kind x {ring, double binary tree, halving-doubling} x {host, sim},
+// The fault matrix: every fault kind x {ring, double binary tree, halving-doubling} x {host, sim,
+// and the device backends' executor path run on the host executor},
 // each with the outcome its recovery policy must reach, through the same scenario loader and loop
 // runner `tandem run` uses. Host runs move real data and verify it against the reference (a wrong
 // result would end `corrupt`, then `aborted`, never in the expected outcome); every case is bounded
@@ -11,11 +12,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "app/loop_run.h"
 #include "app/scenario.h"
+#include "backend/host/host_executor.h"
 #include "core/error.h"
 
 namespace tandem::app {
@@ -59,7 +62,14 @@ struct Param {
   size_t index;
   std::string algorithm;
   ScenarioBackend backend;
+  // The device backends' path (one Executor::run per attempt, rank faults as stalled transfers),
+  // run on the CPU with the host executor: what --backend cuda / nccl do on a GPU.
+  bool executor_path = false;
 };
+
+std::string param_name(const Param& p) {
+  return p.executor_path ? "executor" : std::string(name(p.backend));
+}
 
 std::string scenario_text(const Case& c, const std::string& algorithm) {
   return fmt::format(
@@ -81,10 +91,12 @@ TEST_P(FaultMatrix, EndsInTheExpectedOutcome) {
   const Scenario scenario = parse_scenario(scenario_text(c, p.algorithm), "matrix.yaml");
   const std::filesystem::path out =
       std::filesystem::temp_directory_path() /
-      fmt::format("tandem-matrix-{}-{}-{}-{}", c.kind, p.algorithm, name(p.backend), ::getpid());
+      fmt::format("tandem-matrix-{}-{}-{}-{}", c.kind, p.algorithm, param_name(p), ::getpid());
   std::filesystem::remove_all(out);
   const auto start = std::chrono::steady_clock::now();
-  const LoopResults results = run_loop(scenario, p.backend, LoopOptions{out.string(), false});
+  LoopOptions options{out.string(), false};
+  if (p.executor_path) options.executor = [] { return std::make_unique<HostExecutor>(); };
+  const LoopResults results = run_loop(scenario, p.backend, options);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(wall, 60.0) << "each case is bounded by its watchdog";
 
@@ -119,13 +131,14 @@ std::vector<Param> params() {
   for (size_t i = 0; i < cases().size(); ++i) {
     for (const char* algorithm : {"ring", "tree", "halving_doubling"}) {
       for (ScenarioBackend backend : {ScenarioBackend::kHost, ScenarioBackend::kSim}) all.push_back({i, algorithm, backend});
+      all.push_back({i, algorithm, ScenarioBackend::kHost, true});
     }
   }
   return all;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKinds, FaultMatrix, ::testing::ValuesIn(params()), [](const auto& test) {
-  return fmt::format("{}_{}_{}", cases()[test.param.index].kind, test.param.algorithm, name(test.param.backend));
+  return fmt::format("{}_{}_{}", cases()[test.param.index].kind, test.param.algorithm, param_name(test.param));
 });
 
 }  // namespace

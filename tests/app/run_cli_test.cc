@@ -194,10 +194,13 @@ TEST(RunCli, UsageErrors) {
   expect_one_line_error(run_tandem("run scenarios/does-not-exist.yaml"), 1,
                         "cannot read scenario 'scenarios/does-not-exist.yaml'");
   expect_one_line_error(run_tandem("run"), 2, "scenario");
-  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend cuda"), 2,
-                        "backend 'cuda' is not available to tandem run in this build yet (available: sim, host)");
+  // No GPU here: "backend 'cuda': no CUDA device: ..." (or "not in this build" without CUDA).
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend cuda"), 2, "backend 'cuda'");
+  expect_one_line_error(run_tandem("run scenarios/faults/host/link-flap-host.yaml --backend cuda"), 2,
+                        "backend 'cuda'");
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend nccl-native"), 2, "tandem bench");
   expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend gpu"), 2,
-                        "unknown backend 'gpu' for --backend (expected: sim, host)");
+                        "unknown backend 'gpu' (expected: sim, host, cuda, nccl)");
 }
 
 // True in debug and sanitizer builds, where simulating 64 GPUs takes minutes instead of seconds.

@@ -215,7 +215,7 @@ std::vector<Rejection> rejections() {
        "t.yaml:1:1: missing required key 'name' in the scenario"},
       {"name as a list", "tandem_scenario: 1\nname: [a]\n", "t.yaml:2:7: name must be a single value (got a list)"},
       {"unknown backend", minimal_plus("backend: gpu\n"),
-       "t.yaml:8:10: backend: unknown backend 'gpu' (expected: sim, host)"},
+       "t.yaml:8:10: backend: unknown backend 'gpu' (expected: sim, host, cuda, nccl)"},
       {"unknown network", minimal_plus("network: fast\n"),
        "t.yaml:8:10: network: unknown network model 'fast' (expected: fluid, packet, ideal)"},
       {"outputs not boolean", minimal_plus("outputs: {json: yes}\n"),
@@ -373,7 +373,7 @@ std::vector<Rejection> rejections() {
        "t.yaml:6:66: expect[0].time_us needs min, max or both"},
       {"expect unknown backend",
        with_expect("{collective: all_reduce, algorithm: ring, size: 1M, time_us: {max: 1}, backend: gpu}"),
-       "expect[0].backend: unknown backend 'gpu' (expected: sim, host)"},
+       "expect[0].backend: unknown backend 'gpu' (expected: sim, host, cuda, nccl)"},
       {"expect not a list", minimal_plus("expect: {collective: all_reduce}\n"),
        "t.yaml:8:9: expect must be a list (got a mapping)"},
   };
