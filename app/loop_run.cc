@@ -147,6 +147,22 @@ bool any_link_fault(const LoopSetup& setup, const std::vector<int>& active) {
                      [&](int i) { return setup.scenario.faults.faults[static_cast<size_t>(i)].is_link_fault(); });
 }
 
+// The fault-free time of a rank set on a real backend, cached in `cache`: the fastest of a few
+// clean runs after a warm-up, as the first run of a rank set pays for page faults and cold caches,
+// which are not the faults' cost.
+template <typename CleanRun>
+double best_clean_seconds(std::map<std::vector<int>, double>& cache, const std::vector<int>& ranks,
+                          CleanRun&& clean_run) {
+  auto it = cache.find(ranks);
+  if (it == cache.end()) {
+    clean_run();
+    double best = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < 3; ++i) best = std::min(best, clean_run());
+    it = cache.emplace(ranks, best).first;
+  }
+  return it->second;
+}
+
 // ---- host --------------------------------------------------------------------------------------
 
 class HostLoop : public LoopBackend {
@@ -157,17 +173,8 @@ class HostLoop : public LoopBackend {
     return run(plan.ranks, active, plan.attempt, false);
   }
 
-  // The fastest of a few clean runs after a warm-up: the first run of a rank set pays for page
-  // faults and cold caches, which are not the faults' cost.
   double fault_free_seconds(const std::vector<int>& ranks) override {
-    auto it = fault_free_.find(ranks);
-    if (it == fault_free_.end()) {
-      run(ranks, {}, 0, true);
-      double best = std::numeric_limits<double>::infinity();
-      for (int i = 0; i < 3; ++i) best = std::min(best, run(ranks, {}, 0, true).seconds);
-      it = fault_free_.emplace(ranks, best).first;
-    }
-    return it->second;
+    return best_clean_seconds(fault_free_, ranks, [&] { return run(ranks, {}, 0, true).seconds; });
   }
 
  private:
@@ -294,16 +301,8 @@ class ExecutorLoop : public LoopBackend {
     return run(plan.ranks, active, plan.attempt, false);
   }
 
-  // As HostLoop's: the fastest of a few clean runs after a warm-up.
   double fault_free_seconds(const std::vector<int>& ranks) override {
-    auto it = fault_free_.find(ranks);
-    if (it == fault_free_.end()) {
-      run(ranks, {}, 0, true);
-      double best = std::numeric_limits<double>::infinity();
-      for (int i = 0; i < 3; ++i) best = std::min(best, run(ranks, {}, 0, true).seconds);
-      it = fault_free_.emplace(ranks, best).first;
-    }
-    return it->second;
+    return best_clean_seconds(fault_free_, ranks, [&] { return run(ranks, {}, 0, true).seconds; });
   }
 
  private:

@@ -3,14 +3,18 @@
 // "tandem: error: <message>", on stderr and a non-zero exit (2 for usage errors, 1 for failures).
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <iterator>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
 #include "app/cli_common.h"
 #include "app/commands.h"
 #include "core/error.h"
+#include "sim/simulator.h"
 
 namespace {
 
@@ -28,10 +32,28 @@ int report(const std::string& message, int exit_code) {
   return exit_code;
 }
 
+// Whether this command line may run the simulator's packet model: `--network packet`, or a
+// scenario file that names it. Cheap and conservative; a false positive costs one re-exec.
+bool may_run_packet_model(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "packet" || arg == "--network=packet") return true;
+    if (arg.ends_with(".yaml") || arg.ends_with(".yml")) {
+      std::ifstream file{std::string(arg)};
+      const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+      if (text.find("packet") != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace tandem::app;
+  // Before anything else: ns-3 takes the packet model's settings only from the environment it
+  // started with (sim/simulator.h).
+  if (may_run_packet_model(argc, argv)) tandem::sim::packet_model_reexec(argv);
   CLI::App app(
       "tandem: collective algorithms run in tandem, simulated on a GPU-cluster model or executed on real "
       "hardware, with the same flight recorder and faults.",

@@ -8,10 +8,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <unordered_map>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "sim/protocol.h"
@@ -119,23 +125,18 @@ class TopologyZone : public routing::NetZoneImpl {
 
 // ns-3 models TCP; the fabrics tandem simulates run RDMA over lossless links (no slow start, no
 // window limit, PFC instead of drops). SimGrid's binding exposes no TCP settings, so the defaults
-// go through ns-3's own NS_ATTRIBUTE_DEFAULT (read when ns-3 objects are created): socket buffers
-// and an initial congestion window large enough that a message is never window-bound, and queues
-// deep enough that nothing is dropped. What is left are the packet model's own costs: TCP/IP
-// headers and one handshake per message (docs/simulator.md). Without the deep queues, bursts drop,
-// and SimGrid 3.32's ns-3 glue aborts on the retransmissions ("total_bytes is not sent_bytes").
-// A user's NS_ATTRIBUTE_DEFAULT is kept, after ours, so it wins.
-void configure_ns3() {
-  std::string defaults =
-      "ns3::TcpSocket::SndBufSize=268435456;ns3::TcpSocket::RcvBufSize=268435456;"
-      "ns3::TcpSocket::SegmentSize=1040;ns3::TcpSocket::InitialCwnd=1000000;"
-      "ns3::DropTailQueue<Packet>::MaxSize=100000000p;ns3::FqCoDelQueueDisc::MaxSize=100000000p";
-  if (const char* user = std::getenv("NS_ATTRIBUTE_DEFAULT"); user != nullptr && *user != '\0') {
-    defaults += ';';
-    defaults += user;
-  }
-  ::setenv("NS_ATTRIBUTE_DEFAULT", defaults.c_str(), 1);
-}
+// go through ns-3's own NS_ATTRIBUTE_DEFAULT: socket buffers and an initial congestion window
+// large enough that a message is never window-bound, and queues deep enough that nothing is
+// dropped. What is left are the packet model's own costs: TCP/IP headers and one handshake per
+// message (docs/simulator.md). ns-3 3.37 reads the variable once, as its libraries load, before
+// main(); packet_model_reexec() is how a program gets it in (measured: with ns-3's own 128 KiB
+// socket buffers a 16 MiB NVLink transfer ran window-bound at 102 GB/s, 4.4x the serialization
+// time; with these, 258 GB/s). Without the deep queues, bursts drop, and SimGrid 3.32's ns-3 glue
+// aborts on the retransmissions ("total_bytes is not sent_bytes").
+constexpr std::string_view kPacketModelNs3Defaults =
+    "ns3::TcpSocket::SndBufSize=268435456;ns3::TcpSocket::RcvBufSize=268435456;"
+    "ns3::TcpSocket::InitialCwnd=1000000;"
+    "ns3::DropTailQueue<Packet>::MaxSize=100000000p;ns3::FqCoDelQueueDisc::MaxSize=100000000p";
 
 }  // namespace
 
@@ -285,7 +286,6 @@ Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec
                               "run_sweep (one child process each)");
   }
   Impl& s = *impl_;
-  if (model.fidelity == Fidelity::kPacket) configure_ns3();
   // SimGrid's own logging stays quiet unless TANDEM_SIMGRID_LOG asks for more (a --log value,
   // e.g. "res_ns3.thres:debug"), for debugging the simulator itself.
   const char* log_env = std::getenv("TANDEM_SIMGRID_LOG");
@@ -780,5 +780,24 @@ bool Simulator::crosses(int gpu_a, int gpu_b, uint32_t link) const {
 std::vector<uint32_t> Simulator::links_of_nic(int node, int nic) const { return impl_->topology.nic_links(node, nic); }
 
 bool Simulator::faults_active() const { return impl_->faults_active(); }
+
+bool packet_model_defaults_active() {
+  const char* value = std::getenv("NS_ATTRIBUTE_DEFAULT");
+  return value != nullptr && std::string_view(value).starts_with(kPacketModelNs3Defaults);
+}
+
+void packet_model_reexec(char** argv) {
+  if (packet_model_defaults_active()) return;
+  std::string defaults(kPacketModelNs3Defaults);
+  if (const char* user = std::getenv("NS_ATTRIBUTE_DEFAULT"); user != nullptr && *user != '\0') {
+    defaults += ';';
+    defaults += user;  // after ours, so the user's wins
+  }
+  ::setenv("NS_ATTRIBUTE_DEFAULT", defaults.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  // Only reached when exec failed: run on, window-bound.
+  std::fprintf(stderr, "tandem: warning: could not restart with ns-3's packet-model defaults (%s); the packet "
+               "model will run with ns-3's own TCP buffers\n", std::strerror(errno));
+}
 
 }  // namespace tandem::sim

@@ -27,6 +27,15 @@ inline constexpr int kMaxPacketGpus = 32;  // the packet model's cluster size li
 std::string_view name(Fidelity fidelity);
 Fidelity parse_fidelity(std::string_view text);
 
+// The packet model needs ns-3 defaults (TCP buffers, initial window, queue depths) that ns-3 3.37
+// only takes from NS_ATTRIBUTE_DEFAULT as its libraries load, before main(). A program that may run
+// the packet model calls packet_model_reexec(argv) first in main(): when the variable does not
+// start with them yet, it prepends them (a user's own settings stay, after ours, and win) and
+// re-executes the program, so that they are in place from the start; otherwise it returns. Without
+// them the packet model still runs, window-bound (docs/simulator.md).
+bool packet_model_defaults_active();
+void packet_model_reexec(char** argv);
+
 // NCCL's protocols as the simulator models them: LL moves 8 bytes per 4 of payload, LL128 120 of
 // every 128, Simple all of them; each has its own per-hop latency (docs/simulator.md).
 enum class Protocol : uint8_t { kLL, kLL128, kSimple };
