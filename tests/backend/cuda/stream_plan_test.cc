@@ -12,13 +12,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <tuple>
-#include <cstdint>
-#include <span>
 #include <vector>
 
 #include "backend/cuda/stream_plan.h"
@@ -26,6 +26,7 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "tests/backend/host/collective_check.h"
+#include "tests/support/sweep.h"
 
 namespace tandem {
 
@@ -35,6 +36,8 @@ void PrintTo(Collective collective, std::ostream* out) { *out << name(collective
 namespace cuda {
 namespace {
 
+using tandem::testing::sweep_layouts;
+
 constexpr int kRankCounts[] = {1, 2, 3, 5, 8};
 constexpr int64_t kCounts[] = {0, 1, 7, 1000, 4099};
 constexpr uint32_t kTiles[] = {1, 3};
@@ -42,17 +45,6 @@ constexpr DataType kTypes[] = {DataType::kF32, DataType::kBF16, DataType::kI32};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kAvg};
 constexpr uint64_t kSeeds[] = {1, 2, 3};
 constexpr int kMaxReportedFailures = 10;
-
-// As the host sweep: hierarchical needs whole nodes; tree also runs on nodes of 4.
-std::vector<RankLayout> layouts_for(Algorithm algorithm, int n) {
-  if (algorithm == Algorithm::kHierarchical) {
-    const int per_node = n % 4 == 0 ? 4 : (n % 2 == 0 ? 2 : n);
-    return {RankLayout::nodes(n / per_node, per_node)};
-  }
-  std::vector<RankLayout> result = {RankLayout::flat(n)};
-  if (algorithm == Algorithm::kTree && n % 4 == 0 && n > 4) result.push_back(RankLayout::nodes(n / 4, 4));
-  return result;
-}
 
 // Default parameters, and one variant with several lanes or pipeline chunks where the algorithm
 // has such a knob (more streams, cross-lane events).
@@ -133,7 +125,9 @@ std::string param_name(const ::testing::TestParamInfo<SweepParam>& info) {
 std::atomic<int> total_cases{0};
 class CaseCountPrinter : public ::testing::Environment {
  public:
-  void TearDown() override { fmt::print("stream plan sweep: {} cases (each in {} orders)\n", total_cases.load(), std::size(kSeeds)); }
+  void TearDown() override {
+    fmt::print("stream plan sweep: {} cases (each in {} orders)\n", total_cases.load(), std::size(kSeeds));
+  }
 };
 const auto* const kCaseCountPrinter = ::testing::AddGlobalTestEnvironment(new CaseCountPrinter);
 
@@ -147,7 +141,7 @@ TEST_P(StreamPlanSweep, MatchesHostExecutorBitwise) {
   for (int n : kRankCounts) {
     const bool reduces = is_reduction(collective);
     const bool has_in_place = buffer_geometry(collective, n).in_place_supported;
-    for (const RankLayout& layout : layouts_for(algorithm, n)) {
+    for (const RankLayout& layout : sweep_layouts(algorithm, n)) {
       for (const AlgoParams& params : params_for(algorithm)) {
         CollectiveSpec spec{.collective = collective, .root = n / 2, .nranks = n};
         const Schedule schedule = build_checked_schedule(spec, layout, algorithm, params);
@@ -167,9 +161,9 @@ TEST_P(StreamPlanSweep, MatchesHostExecutorBitwise) {
                     spec.op = op;
                     ++cases;
                     const std::string what =
-                        fmt::format("{} ({} per node, channels {}, pipeline {}{}) tiles {}", test::describe(spec, algorithm, in_place),
-                                    layout.ranks_per_node, params.channels, params.pipeline_chunks,
-                                    form->symmetric() ? ", symmetric" : "", tiles);
+                        fmt::format("{} ({} per node, channels {}, pipeline {}{}) tiles {}",
+                                    test::describe(spec, algorithm, in_place), layout.ranks_per_node, params.channels,
+                                    params.pipeline_chunks, form->symmetric() ? ", symmetric" : "", tiles);
                     try {
                       const auto expected = run_host(host, *form, spec, in_place, tiles);
                       const StreamPlan plan = build_stream_plan(*form, spec, tiles, 1);
@@ -198,7 +192,8 @@ TEST_P(StreamPlanSweep, MatchesHostExecutorBitwise) {
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, StreamPlanSweep, ::testing::ValuesIn(sweep_params()), param_name);
 
 CollectiveSpec spec_of_avg_tree() {
-  return CollectiveSpec{.collective = Collective::kAllReduce, .count = 1000, .op = ReduceOp::kAvg, .root = 0, .nranks = 8};
+  return CollectiveSpec{
+      .collective = Collective::kAllReduce, .count = 1000, .op = ReduceOp::kAvg, .root = 0, .nranks = 8};
 }
 
 // ---- races: unordered commands never touch the same memory ----
@@ -224,10 +219,14 @@ std::string find_race(const StreamPlan& plan, std::span<const RankBuffers> buffe
   const auto address = [&](const Location& where) -> uintptr_t {
     const RankBuffers& rank = buffers[static_cast<size_t>(where.rank)];
     switch (where.space) {
-      case Space::kInput: return reinterpret_cast<uintptr_t>(rank.input) + static_cast<uintptr_t>(where.offset) * element_bytes;
-      case Space::kOutput: return reinterpret_cast<uintptr_t>(rank.output) + static_cast<uintptr_t>(where.offset) * element_bytes;
-      case Space::kScratch: return kScratchBase + static_cast<uintptr_t>(where.offset) * element_bytes;
-      case Space::kStaging: return kStagingBase + static_cast<uintptr_t>(where.offset) * element_bytes;
+      case Space::kInput:
+        return reinterpret_cast<uintptr_t>(rank.input) + static_cast<uintptr_t>(where.offset) * element_bytes;
+      case Space::kOutput:
+        return reinterpret_cast<uintptr_t>(rank.output) + static_cast<uintptr_t>(where.offset) * element_bytes;
+      case Space::kScratch:
+        return kScratchBase + static_cast<uintptr_t>(where.offset) * element_bytes;
+      case Space::kStaging:
+        return kStagingBase + static_cast<uintptr_t>(where.offset) * element_bytes;
     }
     return 0;
   };
@@ -277,8 +276,8 @@ std::string find_race(const StreamPlan& plan, std::span<const RankBuffers> buffe
       const CommandRef a = command_ref[access.command];
       const CommandRef b = command_ref[other->command];
       return fmt::format("rank {} lane {} command {} races with rank {} lane {} command {}",
-                         plan.streams[a.stream].rank, plan.streams[a.stream].lane, a.index,
-                         plan.streams[b.stream].rank, plan.streams[b.stream].lane, b.index);
+                         plan.streams[a.stream].rank, plan.streams[a.stream].lane, a.index, plan.streams[b.stream].rank,
+                         plan.streams[b.stream].lane, b.index);
     }
     open.push_back(&access);
   }
@@ -289,12 +288,13 @@ TEST(StreamPlanRaces, EveryAlgorithmIsRaceFree) {
   int checked = 0;
   for (const auto& [algorithm, collective] : sweep_params()) {
     for (int n : {3, 8}) {
-      for (const RankLayout& layout : layouts_for(algorithm, n)) {
+      for (const RankLayout& layout : sweep_layouts(algorithm, n)) {
         for (const AlgoParams& params : params_for(algorithm)) {
           for (uint32_t tiles : kTiles) {
             for (bool in_place : {false, true}) {
               if (in_place && !buffer_geometry(collective, n).in_place_supported) continue;
-              CollectiveSpec spec{.collective = collective, .count = 1000, .op = ReduceOp::kAvg, .root = n / 2, .nranks = n};
+              CollectiveSpec spec{
+                  .collective = collective, .count = 1000, .op = ReduceOp::kAvg, .root = n / 2, .nranks = n};
               const Schedule schedule = build_checked_schedule(spec, layout, algorithm, params);
               const StreamPlan plan = build_stream_plan(schedule, spec, tiles, 1);
               test::CollectiveData data(spec, in_place);

@@ -29,6 +29,7 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "tests/backend/host/collective_check.h"
+#include "tests/support/sweep.h"
 
 namespace tandem {
 
@@ -38,25 +39,8 @@ void PrintTo(Collective collective, std::ostream* out) { *out << name(collective
 
 namespace {
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
-constexpr bool kSlowBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr bool kSlowBuild = true;
-#else
-constexpr bool kSlowBuild = false;
-#endif
-#else
-constexpr bool kSlowBuild = false;
-#endif
-
-bool full_sweep() {
-  static const bool full = [] {
-    const char* forced = std::getenv("TANDEM_FULL_SWEEP");
-    return !kSlowBuild || (forced != nullptr && std::string(forced) == "1");
-  }();
-  return full;
-}
+using tandem::testing::full_sweep;
+using tandem::testing::sweep_layouts;
 
 std::vector<DataType> sweep_types() {
   if (full_sweep()) return {all_data_types().begin(), all_data_types().end()};
@@ -71,19 +55,6 @@ constexpr DataType kLargeCaseTypes[] = {DataType::kF32, DataType::kBF16, DataTyp
 constexpr ReduceOp kLargeCaseOps[] = {ReduceOp::kSum, ReduceOp::kMax};
 constexpr int64_t kLargeCaseBytes = int64_t{64} << 20;
 constexpr int kMaxReportedFailures = 10;
-
-// The layouts an algorithm runs on: flat, except hierarchical, which needs whole nodes (4 ranks
-// per node where n allows, else 2, else one node holding every rank); tree also runs on nodes of
-// 4 (its trees are built over nodes).
-std::vector<RankLayout> layouts_for(Algorithm algorithm, int n) {
-  if (algorithm == Algorithm::kHierarchical) {
-    const int per_node = n % 4 == 0 ? 4 : (n % 2 == 0 ? 2 : n);
-    return {RankLayout::nodes(n / per_node, per_node)};
-  }
-  std::vector<RankLayout> result = {RankLayout::flat(n)};
-  if (algorithm == Algorithm::kTree && n % 4 == 0 && n > 4) result.push_back(RankLayout::nodes(n / 4, 4));
-  return result;
-}
 
 using SweepParam = std::tuple<Algorithm, Collective, int>;
 
@@ -146,7 +117,7 @@ TEST_P(HostSweep, MatchesSequentialReference) {
   const bool has_in_place = buffer_geometry(collective, n).in_place_supported;
   const int root = n / 2;
 
-  for (const RankLayout& layout : layouts_for(algorithm, n)) {
+  for (const RankLayout& layout : sweep_layouts(algorithm, n)) {
     const std::string layout_name = fmt::format("({} per node)", layout.ranks_per_node);
     CollectiveSpec spec{
         .collective = collective, .count = 0, .dtype = DataType::kF32, .op = ReduceOp::kSum, .root = root, .nranks = n};

@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "tests/backend/host/collective_check.h"
 #include "tests/backend/nccl/plan_simulator.h"
+#include "tests/support/sweep.h"
 
 namespace tandem {
 
@@ -33,32 +34,14 @@ void PrintTo(Collective collective, std::ostream* out) { *out << name(collective
 namespace nccl {
 namespace {
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || !defined(NDEBUG)
-constexpr bool kSlowBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr bool kSlowBuild = true;
-#else
-constexpr bool kSlowBuild = false;
-#endif
-#else
-constexpr bool kSlowBuild = false;
-#endif
-
-// Sanitizer and unoptimised builds sweep i32 only, ops {sum, avg}, counts {0, 7, 1000} (a quarter
-// of the cases; the host executor's threads dominate); TANDEM_FULL_SWEEP=1 runs it in full anyway.
-bool full_sweep() {
-  static const bool full = [] {
-    const char* forced = std::getenv("TANDEM_FULL_SWEEP");
-    return !kSlowBuild || (forced != nullptr && std::string(forced) == "1");
-  }();
-  return full;
-}
+using tandem::testing::full_sweep;
 
 constexpr int kRankCounts[] = {1, 2, 3, 5, 8};
 constexpr uint32_t kTiles[] = {1, 2};
 constexpr int kMaxReportedFailures = 10;
 
+// Sanitizer and unoptimised builds sweep i32 only, ops {sum, avg}, counts {0, 7, 1000} (a quarter
+// of the cases; see tests/support/sweep.h).
 std::vector<int64_t> sweep_counts() {
   if (full_sweep()) return {0, 1, 7, 1000};
   return {0, 7, 1000};
