@@ -34,6 +34,7 @@ struct GpuSpec {
   double memory_bytes = 0;
   int nvlinks = 0;    // NVLink links per GPU (NCCL models NVLink as links x a per-link rate)
   bool nvls = false;  // NVSwitch multicast / in-switch reduction (NVLink SHARP)
+  double fp8_flops = 0;  // dense fp8 peak; 0: no fp8 tensor cores
 };
 
 struct ClusterSpec {

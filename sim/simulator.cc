@@ -163,7 +163,7 @@ struct Simulator::Impl {
   std::vector<uint32_t> dead_links;  // sorted, unique
   std::vector<double> gpu_slowdown;  // by GPU index
 
-  double run_compressed(const Schedule& schedule, const std::vector<int>& gpu_of_rank,
+  double run_compressed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                         const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
                         const std::function<double(int, int)>& hop_latency, SimResult& result);
 
@@ -409,7 +409,7 @@ bool ring_shaped(const Schedule& schedule) {
 //     R[q] = max(R[q-o] + latency(q-o), link_free(q-o)) + transfer(q-o)
 // (its sender issued the send once it had received step s-1; the link carries one message after
 // the other), so a slow hop slows the positions behind it, not every step of every position.
-double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vector<int>& gpu_of_rank,
+double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                        const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
                                        uint32_t tiles, double wire,
                                        const std::function<double(int, int)>& hop_latency, SimResult& result) {
@@ -428,6 +428,7 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
   std::unordered_map<uint64_t, double> finished;  // (src GPU, dst GPU) -> completion time
   auto pair_key = [](int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); };
   const double round_start = sg4::Engine::get_clock();
+  for (const std::vector<int>& gpu_of_rank : placements) {
   for (size_t l = 0; l < lanes.size(); ++l) {
     const int offset = lanes[l].ops[0].peer;
     for (int p = 0; p < n; ++p) {
@@ -441,10 +442,12 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
       });
     }
   }
+  }
   engine->run();
-  result.simulated_transfers = static_cast<uint64_t>(n) * lanes.size();
+  result.simulated_transfers = static_cast<uint64_t>(n) * lanes.size() * placements.size();
 
   double total = 0;
+  for (const std::vector<int>& gpu_of_rank : placements) {
   std::vector<double> latency(static_cast<size_t>(n)), transfer(static_cast<size_t>(n));
   std::vector<double> received(static_cast<size_t>(n)), link_free(static_cast<size_t>(n)), next(static_cast<size_t>(n));
   for (size_t l = 0; l < lanes.size(); ++l) {
@@ -476,6 +479,7 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
     }
     total = std::max(total, *std::max_element(received.begin(), received.end()));
   }
+  }
   return total;
 }
 
@@ -491,12 +495,28 @@ SimResult Simulator::run(const SimRequest& request) {
   if (gpu_of_rank.size() != static_cast<size_t>(n)) {
     fail(ErrorCode::kInvalidArgument, "simulator: {} ranks but {} GPU placements", n, gpu_of_rank.size());
   }
-  for (int g : gpu_of_rank) {
-    if (g < 0 || g >= s.topology.gpu_count()) {
-      fail(ErrorCode::kInvalidArgument, "simulator: GPU {} out of range (the cluster has {})", g,
-           s.topology.gpu_count());
+  // Every group's placement; a global rank is group * n + rank.
+  std::vector<std::vector<int>> placements{gpu_of_rank};
+  for (const std::vector<int>& more : request.concurrent) placements.push_back(more);
+  std::vector<char> used(static_cast<size_t>(s.topology.gpu_count()), 0);
+  for (const std::vector<int>& placement : placements) {
+    if (placement.size() != static_cast<size_t>(n)) {
+      fail(ErrorCode::kInvalidArgument, "simulator: {} ranks but a concurrent group of {} GPUs", n, placement.size());
+    }
+    for (int g : placement) {
+      if (g < 0 || g >= s.topology.gpu_count()) {
+        fail(ErrorCode::kInvalidArgument, "simulator: GPU {} out of range (the cluster has {})", g,
+             s.topology.gpu_count());
+      }
+      if (placements.size() > 1 && used[static_cast<size_t>(g)]++) {
+        fail(ErrorCode::kInvalidArgument, "simulator: GPU {} is in two concurrent groups", g);
+      }
     }
   }
+  const int groups = static_cast<int>(placements.size());
+  const int total_ranks = groups * n;
+  std::vector<int> gpu_of_global;
+  for (const std::vector<int>& placement : placements) gpu_of_global.insert(gpu_of_global.end(), placement.begin(), placement.end());
   const uint32_t tiles = std::max<uint32_t>(1, request.tiles);
   const Sizer sizer{ChunkMap(request.spec.count, schedule.chunks_per_block, tiles), static_cast<int64_t>(size_bytes(request.spec.dtype)),
                     schedule.chunks_per_block};
@@ -517,7 +537,7 @@ SimResult Simulator::run(const SimRequest& request) {
     }
   }
   if (schedule.symmetric()) result.transfers *= static_cast<uint64_t>(n);
-  result.transfers *= tiles;
+  result.transfers *= tiles * static_cast<uint64_t>(groups);
 
   const double start = sg4::Engine::get_clock();
   // The compressed rounds replay one round per position with the normal routes: faults (a slow
@@ -525,7 +545,7 @@ SimResult Simulator::run(const SimRequest& request) {
   if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule) && !s.faults_active()) {
     result.compressed = true;
     result.seconds = base_latency + s.run_compressed(
-                                        schedule, gpu_of_rank,
+                                        schedule, placements,
                                         [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); },
                                         tiles, wire, hop_latency, result);
     return result;
@@ -570,10 +590,13 @@ SimResult Simulator::run(const SimRequest& request) {
     sg4::SemaphorePtr in_flight = sg4::Semaphore::create(0);
     sg4::SemaphorePtr delivered = sg4::Semaphore::create(0);
   };
-  std::vector<RankState> states(static_cast<size_t>(n));
+  // Ranks are global here (group * n + rank): concurrent groups run side by side.
+  auto program_of = [&](int global) -> const RankProgram& { return explicit_form.ranks[static_cast<size_t>(global % n)]; };
+  auto peer_of = [&](int global, int peer) { return global - global % n + peer; };
+  std::vector<RankState> states(static_cast<size_t>(total_ranks));
   std::map<std::tuple<int, int, uint32_t>, Connection> connections;
-  for (int r = 0; r < n; ++r) {
-    const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
+  for (int r = 0; r < total_ranks; ++r) {
+    const RankProgram& program = program_of(r);
     states[static_cast<size_t>(r)].done.assign(program.lanes.size(), 0);
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
       for (const Op& op : program.lanes[l].ops) {
@@ -587,9 +610,9 @@ SimResult Simulator::run(const SimRequest& request) {
             }
           }
         }
-        Connection& c = connections[{r, op.peer, l}];
+        Connection& c = connections[{r, peer_of(r, op.peer), l}];
         c.from = r;
-        c.to = op.peer;
+        c.to = peer_of(r, op.peer);
         c.messages += tiles;
       }
     }
@@ -608,13 +631,13 @@ SimResult Simulator::run(const SimRequest& request) {
   // Every connection's route first (this is where a pair with no route left around dead links
   // throws), so that a failure leaves no actor behind to haunt the next run.
   for (auto& [key, connection] : connections) {
-    connection.latency_s = s.message_latency(gpu_of_rank[static_cast<size_t>(connection.from)],
-                                             gpu_of_rank[static_cast<size_t>(connection.to)]);
+    connection.latency_s = s.message_latency(gpu_of_global[static_cast<size_t>(connection.from)],
+                                             gpu_of_global[static_cast<size_t>(connection.to)]);
   }
   for (auto& [key, connection] : connections) {
     Connection* c = &connection;
-    const int from_gpu = gpu_of_rank[static_cast<size_t>(c->from)];
-    const int to_gpu = gpu_of_rank[static_cast<size_t>(c->to)];
+    const int from_gpu = gpu_of_global[static_cast<size_t>(c->from)];
+    const int to_gpu = gpu_of_global[static_cast<size_t>(c->to)];
     sg4::Host* from = s.gpu_hosts[static_cast<size_t>(from_gpu)];
     sg4::Host* to = s.gpu_hosts[static_cast<size_t>(to_gpu)];
     const double latency = c->latency_s;
@@ -644,14 +667,14 @@ SimResult Simulator::run(const SimRequest& request) {
       }
     });
   }
-  for (int r = 0; r < n; ++r) {
-    const RankProgram& program = explicit_form.ranks[static_cast<size_t>(r)];
-    sg4::Host* host = s.gpu_hosts[static_cast<size_t>(gpu_of_rank[static_cast<size_t>(r)])];
+  for (int r = 0; r < total_ranks; ++r) {
+    const RankProgram& program = program_of(r);
+    sg4::Host* host = s.gpu_hosts[static_cast<size_t>(gpu_of_global[static_cast<size_t>(r)])];
     // A straggler's copies and reduces take `slowdown` times as long (its host's speed is HBM's).
-    const double slowdown = s.gpu_slowdown[static_cast<size_t>(gpu_of_rank[static_cast<size_t>(r)])];
+    const double slowdown = s.gpu_slowdown[static_cast<size_t>(gpu_of_global[static_cast<size_t>(r)])];
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
       sg4::Actor::create(fmt::format("r{}-l{}", r, l), host, [&, r, l, slowdown] {
-        const Lane& lane = explicit_form.ranks[static_cast<size_t>(r)].lanes[l];
+        const Lane& lane = program_of(r).lanes[l];
         RankState& state = states[static_cast<size_t>(r)];
         const uint64_t per_tile = lane.ops.size();
         if (base_latency > 0) sg4::this_actor::sleep_for(base_latency);
@@ -662,20 +685,19 @@ SimResult Simulator::run(const SimRequest& request) {
             const OpRef* deps = lane.deps_of(i);
             for (size_t d = 0; d < lane.dep_count(i); ++d) {
               if (deps[d].lane == l) continue;
-              const uint64_t needed =
-                  t * explicit_form.ranks[static_cast<size_t>(r)].lanes[deps[d].lane].ops.size() + deps[d].index + 1;
+              const uint64_t needed = t * program_of(r).lanes[deps[d].lane].ops.size() + deps[d].index + 1;
               std::unique_lock lock(*state.mutex);
               state.changed->wait(lock, [&] { return state.done[deps[d].lane] >= needed; });
             }
             switch (op.kind) {
               case OpKind::kSend: {
-                Connection& c = connections.at({r, op.peer, l});
+                Connection& c = connections.at({r, peer_of(r, op.peer), l});
                 c.queue.push_back(static_cast<uint64_t>(static_cast<double>(sizer.bytes(op.src, t)) * wire));
                 c.queued->release();
                 break;
               }
               case OpKind::kRecv:
-              case OpKind::kRecvReduce: connections.at({op.peer, r, l}).delivered->acquire(); break;
+              case OpKind::kRecvReduce: connections.at({peer_of(r, op.peer), r, l}).delivered->acquire(); break;
               case OpKind::kCopy:
                 sg4::this_actor::execute(slowdown * 2.0 * static_cast<double>(sizer.bytes(op.dst, t)));
                 break;

@@ -63,6 +63,10 @@ struct SimRequest {
   std::vector<int> gpu_of_rank;    // empty: rank r on GPU r
   Protocol protocol = Protocol::kSimple;
   uint32_t tiles = 1;              // pipelining depth (see core/executor.h)
+  // Further placements that run the same schedule at the same time, on GPUs of their own (every
+  // TP or DP group of a training job at once), so that groups whose routes share a link share it.
+  // The result's time is the slowest group's.
+  std::vector<std::vector<int>> concurrent;
 };
 
 struct SimResult {

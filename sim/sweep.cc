@@ -14,11 +14,9 @@
 #include "sim/tuner.h"
 
 namespace tandem::sim {
-namespace {
 
 using nlohmann::json;
 
-// Elements per rank for nccl-tests' size convention (see docs/cli.md).
 int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dtype) {
   const auto element = static_cast<int64_t>(size_bytes(dtype));
   switch (collective) {
@@ -28,8 +26,6 @@ int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dty
     default: return bytes / element;
   }
 }
-
-}  // namespace
 
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned) {
   RankLayout layout = RankLayout::nodes(nodes, per_node);

@@ -58,6 +58,10 @@ std::string run_isolated(const std::function<std::string()>& work);
 // node 0's GPUs up, node 1's down, ..., so consecutive nodes meet on one rail.
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned);
 
+// Elements per rank for nccl-tests' size convention: all_gather / reduce_scatter / all_to_all
+// `bytes` are the total over ranks, the others one rank's buffer (docs/cli.md).
+int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dtype);
+
 // nccl-tests' bus-bandwidth factor for `collective` on n ranks (docs/cli.md).
 double bus_bandwidth_factor(Collective collective, int nranks);
 

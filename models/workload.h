@@ -1,0 +1,209 @@
+// Training workloads: a dense transformer (Llama-3 8B / 70B / 405B, or any from its dimensions)
+// trained with data, fully sharded (FSDP / ZeRO-3), hybrid sharded (HSDP), tensor (with sequence
+// parallelism) and pipeline (1F1B) parallelism. build_step() turns a configuration into one
+// training step's program: per pipeline stage, the ordered compute and collective tasks of a
+// representative rank on its streams, with the dependencies that say what overlaps what, and the
+// communicator groups those collectives run on (placed on the cluster's GPUs). The simulator times
+// every collective on its groups (sim/training.h) and run_timeline() lays the step out.
+//
+// Conventions (docs/workloads.md has the formulas and their sources):
+//   - model FLOPs per token = 6N + 12 L d s (torchtitan / PaLM; non-causal attention), split
+//     forward 1/3, backward 2/3; full activation recompute adds one more forward (hardware FLOPs,
+//     not model FLOPs);
+//   - collective sizes follow nccl-tests' convention: all_gather / reduce_scatter give the total
+//     (the gathered tensor), all_reduce the buffer, send/recv what one rank sends;
+//   - ranks are placed Megatron-style: tensor-parallel index fastest, then data-parallel, then the
+//     pipeline stage, on GPUs numbered node-major.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/types.h"
+#include "models/cluster.h"
+
+namespace tandem::models {
+
+// A dense decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP.
+struct TransformerSpec {
+  std::string name;  // "llama3-70b"
+  int layers = 0;
+  int64_t d_model = 0;
+  int64_t ffn = 0;  // the MLP's hidden size
+  int heads = 0;
+  int kv_heads = 0;  // grouped-query attention: heads sharing one K/V head
+  int64_t vocab = 0;
+  bool tied_embeddings = false;  // one matrix for the embedding and the output head
+
+  int64_t layer_parameters() const;  // attention + MLP + 2 norms of one layer
+  int64_t other_parameters() const;  // embedding, output head, final norm
+  int64_t parameters() const;        // layers * layer_parameters() + other_parameters()
+};
+
+// "llama3-8b", "llama3-70b", "llama3-405b" (The Llama 3 Herd of Models, Table 3). Throws
+// Error(kInvalidArgument) listing the known names.
+TransformerSpec transformer_preset(std::string_view name);
+std::vector<std::string> transformer_preset_names();
+// Throws Error(kInvalidArgument) naming the field (heads that do not divide d_model, ...).
+void validate(const TransformerSpec& model);
+
+// How parameters, gradients and optimizer state are spread over the data-parallel ranks.
+enum class Sharding : uint8_t {
+  kNone,   // DDP: every replica holds everything; gradients all-reduced
+  kZero1,  // optimizer state sharded (Megatron's distributed optimizer): gradients reduce-scattered,
+           // parameters all-gathered once per step
+  kFsdp,   // ZeRO-3: parameters, gradients and optimizer state sharded over every data-parallel rank
+  kHsdp,   // FSDP within shard groups of `shard_group` ranks, replicas all-reduce their shard
+};
+std::string_view name(Sharding sharding);
+Sharding parse_sharding(std::string_view text);  // "none", "zero1", "fsdp", "hsdp"
+
+enum class Precision : uint8_t { kBF16, kFP8 };  // what the matmuls run in (fp8: twice bf16's peak)
+std::string_view name(Precision precision);
+Precision parse_precision(std::string_view text);  // "bf16", "fp8"
+
+struct ParallelLayout {
+  std::string name;  // for reports: "fsdp", "tp8-pp4"
+  int tp = 1;        // tensor-parallel ranks (with sequence parallelism)
+  int pp = 1;        // pipeline stages (1F1B)
+  Sharding sharding = Sharding::kFsdp;
+  int shard_group = 0;  // HSDP: data-parallel ranks in one shard group (0: the GPUs of a node / tp)
+};
+
+struct TrainingConfig {
+  TransformerSpec model;
+  ParallelLayout layout;
+  int seq_len = 8192;
+  int global_batch = 128;  // sequences per step
+  int micro_batch = 1;     // sequences per microbatch per data-parallel rank
+  Precision precision = Precision::kBF16;
+  bool recompute = false;  // full activation recompute (each layer's forward runs again in backward)
+  // The share of the GPU's dense peak the compute kernels reach while they run. The step's own
+  // (achieved) MFU is lower: exposed communication and the pipeline bubble come on top.
+  double mfu = 0.40;
+  DataType grad_reduce_dtype = DataType::kBF16;  // gradients reduced in bf16 or f32
+  std::string algorithm = "auto";                // collective algorithm: auto (NCCL's tuner), ring, tree
+};
+
+// Limits checked by derive(): beyond them a configuration is a typo.
+inline constexpr int kMaxMicrobatches = 4096;
+inline constexpr int kMaxSeqLen = 1 << 20;
+
+// What a configuration comes to on `gpus` GPUs (derive() checks it).
+struct DerivedLayout {
+  int gpus = 0;
+  int dp = 0;                        // data-parallel ranks: gpus / (tp * pp)
+  int microbatches = 0;              // per step and data-parallel rank: global_batch / (dp * micro_batch)
+  int shard_group = 1;               // ranks sharing one copy of the sharded state (fsdp: dp; hsdp: shard_group)
+  int replicas = 1;                  // dp / shard_group
+  std::vector<int> layers_of_stage;  // layers per pipeline stage (the first L mod pp get one more)
+};
+// Throws Error(kInvalidArgument) with the reason when the layout does not divide the GPUs, the
+// batch does not divide into microbatches, tp does not divide the heads, and so on.
+DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node);
+
+// Bytes per GPU at the peak of a step, on the busiest pipeline stage (the first: 1F1B keeps pp
+// microbatches of activations there).
+struct MemoryBreakdown {
+  double weights_bytes = 0;
+  double gradients_bytes = 0;
+  double optimizer_bytes = 0;  // fp32 master weights + Adam's two moments
+  double unsharded_bytes = 0;  // FSDP: gathered parameters (two layers, prefetch) and one layer's gradients
+  double activations_bytes = 0;
+  double logits_bytes = 0;   // the output layer's fp32 logits (last stage; counted when it is the busiest)
+  double runtime_bytes = 0;  // CUDA context, NCCL buffers, allocator slack (kRuntimeReserveBytes)
+  double total_bytes() const;
+};
+inline constexpr double kRuntimeReserveBytes = 4e9;
+MemoryBreakdown memory_per_gpu(const TrainingConfig& config, const DerivedLayout& derived);
+// Throws Error(kUnsupported) naming the largest parts and what would help when the total exceeds
+// the GPU's memory.
+void check_fits(const TrainingConfig& config, const DerivedLayout& derived, const GpuSpec& gpu);
+
+// ---- the step program --------------------------------------------------------------------------
+
+// A communicator: every instance runs the same collective at the same time (all TP groups of the
+// job, say), on its own GPUs, listed in the group's rank order (node-major, `per_node` per node).
+struct CommGroup {
+  std::string name;  // "tp", "dp", "fsdp", "hsdp-shard", "hsdp-replicate", "pp"
+  int nodes = 1;     // nodes one instance spans
+  int per_node = 1;  // GPUs of each of those nodes
+  std::vector<std::vector<int>> instances;
+  int size() const { return nodes * per_node; }
+};
+
+// A distinct collective of the step: what the simulator times once.
+struct CommOp {
+  Collective collective = Collective::kAllGather;
+  int64_t bytes = 0;  // nccl-tests' size
+  int group = 0;      // index into StepProgram::groups
+};
+
+enum class TaskKind : uint8_t { kCompute, kComm };
+
+struct StepTask {
+  TaskKind kind = TaskKind::kCompute;
+  int stage = 0;
+  int stream = 0;         // index into StepProgram::streams; a stream runs its tasks in order
+  double flops = 0;       // compute: hardware FLOPs (recompute included)
+  double fixed_s = 0;     // compute: time that does not scale with FLOPs (the optimizer step)
+  int comm = -1;          // comm: index into StepProgram::comms
+  int label = 0;          // index into StepProgram::labels ("fwd", "FSDP all_gather (fwd)", ...)
+  std::vector<int> deps;  // tasks that must end first (besides the stream's previous task)
+};
+
+struct StepProgram {
+  int stages = 1;
+  std::vector<std::string> streams;  // "s0/compute", "s0/dp", ...
+  std::vector<int> compute_stream;   // per stage
+  std::vector<CommGroup> groups;
+  std::vector<CommOp> comms;
+  std::vector<std::string> labels;
+  std::vector<StepTask> tasks;
+  double model_flops = 0;  // per step, whole job (6N + 12 L d s per token)
+  double tokens = 0;       // per step
+};
+
+// One step of `config` on `cluster` (every GPU of every node takes part). derive() and the fit
+// check come first; throws what they throw.
+StepProgram build_step(const TrainingConfig& config, const ClusterSpec& cluster);
+
+// ---- the timeline ------------------------------------------------------------------------------
+
+// Per-task durations in, start/end out. Every task starts when its stream's previous task and its
+// dependencies have ended.
+struct TaskTime {
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct ExposedComm {
+  std::string label;  // "FSDP all_gather (fwd)"
+  Collective collective = Collective::kAllGather;
+  int64_t bytes = 0;  // nccl-tests size of most of them (the embedding and head units differ)
+  std::string group;
+  double exposed_s = 0;  // on the reported stage's compute stream
+  double total_s = 0;    // the summed duration of these collectives on that stage
+  int count = 0;
+};
+
+struct StepBreakdown {
+  double step_s = 0;
+  int stage = 0;         // the stage the breakdown is of (the one whose compute ends last)
+  double compute_s = 0;  // its compute stream's busy time
+  double exposed_comm_s = 0;
+  double bubble_s = 0;           // idle waiting for other stages' compute
+  std::vector<ExposedComm> top;  // by exposed time, largest first
+  std::vector<TaskTime> times;
+};
+
+// Throws Error(kInvalidArgument) when durations do not match the tasks, or the dependencies form a
+// cycle (a bug in the program).
+StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>& duration_s);
+
+// A compute task's duration: FLOPs at `mfu` of the GPU's peak for `precision`, plus its fixed time.
+double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, double mfu);
+
+}  // namespace tandem::models

@@ -1,0 +1,276 @@
+#include "sim/training.h"
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/algorithms.h"
+#include "core/error.h"
+#include "sim/sweep.h"
+#include "sim/tuner.h"
+
+namespace tandem::sim {
+namespace {
+
+using nlohmann::json;
+
+// The instances of a group that can share links with the first: all of them when a group spans
+// nodes (their rings meet on leaves and spines); inside one node, the instances on that node only
+// (other nodes' NVLink is their own), which keeps 2,048 TP groups from being simulated at once.
+std::vector<std::vector<int>> instances_to_simulate(const models::CommGroup& group, int gpus_per_node) {
+  if (group.nodes > 1) return group.instances;
+  const int node = group.instances.front().front() / gpus_per_node;
+  std::vector<std::vector<int>> out;
+  for (const auto& instance : group.instances) {
+    if (instance.front() / gpus_per_node == node) out.push_back(instance);
+  }
+  return out;
+}
+
+class StepSimulator {
+ public:
+  StepSimulator(const models::ClusterSpec& cluster, const NetworkModel& network)
+      : cluster_(cluster), topology_(models::build_cluster(cluster)), simulator_(topology_, cluster, network) {}
+
+  TrainingStepResult run(const models::TrainingConfig& config) {
+    TrainingStepResult out;
+    out.layout = config.layout.name;
+    const int gpus = cluster_.nodes * cluster_.gpus_per_node;
+    try {
+      out.derived = models::derive(config, gpus, cluster_.gpus_per_node);
+      out.memory = models::memory_per_gpu(config, out.derived);
+      const models::StepProgram program = models::build_step(config, cluster_);
+      std::vector<double> comm_seconds(program.comms.size(), 0.0);
+      for (size_t c = 0; c < program.comms.size(); ++c) {
+        const CollectiveTiming timing = time_collective(program, program.comms[c], config.algorithm);
+        comm_seconds[c] = timing.seconds;
+        out.collectives.push_back(timing);
+      }
+      std::vector<double> durations;
+      durations.reserve(program.tasks.size());
+      for (const models::StepTask& task : program.tasks) {
+        durations.push_back(task.kind == models::TaskKind::kComm
+                                ? comm_seconds[static_cast<size_t>(task.comm)]
+                                : models::compute_seconds(task, cluster_.gpu, config.precision, config.mfu));
+      }
+      const models::StepBreakdown breakdown = models::run_timeline(program, durations);
+      out.step_s = breakdown.step_s;
+      out.stage = breakdown.stage;
+      out.compute_s = breakdown.compute_s;
+      out.exposed_comm_s = breakdown.exposed_comm_s;
+      out.bubble_s = breakdown.bubble_s;
+      out.top.assign(breakdown.top.begin(),
+                     breakdown.top.begin() + static_cast<ptrdiff_t>(std::min(kTopCollectives, breakdown.top.size())));
+      out.achieved_mfu = program.model_flops / (out.step_s * gpus * cluster_.gpu.bf16_flops);
+      out.tokens_per_s_per_gpu = program.tokens / out.step_s / gpus;
+      out.ok = true;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidArgument && e.code() != ErrorCode::kUnsupported) throw;
+      out.ok = false;
+      out.error = e.what();
+    }
+    return out;
+  }
+
+ private:
+  CollectiveTiming time_collective(const models::StepProgram& program, const models::CommOp& op,
+                                   const std::string& algorithm) {
+    const models::CommGroup& group = program.groups[static_cast<size_t>(op.group)];
+    std::vector<std::vector<int>> instances = instances_to_simulate(group, cluster_.gpus_per_node);
+    const auto key = std::make_tuple(op.collective, op.bytes, algorithm, instances);
+    CollectiveTiming timing;
+    timing.collective = op.collective;
+    timing.bytes = op.bytes;
+    timing.group = group.name;
+    timing.ranks = group.size();
+    timing.instances = static_cast<int>(instances.size());
+    if (auto it = cache_.find(key); it != cache_.end()) {
+      timing.algorithm = it->second.algorithm;
+      timing.protocol = it->second.protocol;
+      timing.seconds = it->second.seconds;
+      timing.busbw_GBps = it->second.busbw_GBps;
+      return timing;
+    }
+    const int n = group.size();
+    const Tuner tuner(cluster_, group.nodes, group.per_node);
+    // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
+    const bool named =
+        algorithm != "auto" && (algorithm == "nvls" ? op.collective == Collective::kAllReduce
+                                                    : supports(parse_algorithm(algorithm), op.collective));
+    const Choice choice =
+        named ? tuner.choose_for(op.collective, op.bytes, algorithm) : tuner.choose(op.collective, op.bytes);
+    timing.algorithm = choice.algorithm;
+    timing.protocol = choice.protocol;
+    const DataType dtype = DataType::kBF16;
+    SimResult result;
+    if (n == 1) {
+      result.seconds = 0;
+    } else if (choice.algorithm == "nvls") {
+      result = simulator_.run_nvls_all_reduce(op.bytes, instances.front());
+    } else {
+      const int64_t count = count_for(op.collective, op.bytes, n, dtype);
+      const CollectiveSpec spec{op.collective, count, dtype, ReduceOp::kSum, 0, n};
+      const Algorithm core = parse_algorithm(choice.algorithm);
+      const auto schedule_key = std::make_tuple(op.collective, core, group.nodes, group.per_node);
+      auto it = schedules_.find(schedule_key);
+      if (it == schedules_.end()) {
+        const RankLayout layout = sweep_layout(group.nodes, group.per_node, true);
+        it = schedules_.emplace(schedule_key, build_checked_schedule(spec, layout, core, {}, ScheduleForm::kSymmetric))
+                 .first;
+      }
+      SimRequest request{&it->second, spec, instances.front(), choice.protocol, choice.tiles};
+      request.concurrent.assign(instances.begin() + 1, instances.end());
+      result = simulator_.run(request);
+    }
+    timing.seconds = result.seconds;
+    timing.busbw_GBps = result.seconds > 0 ? static_cast<double>(op.bytes) / result.seconds / 1e9 *
+                                                 bus_bandwidth_factor(op.collective, n)
+                                           : 0;
+    cache_.emplace(key, timing);
+    return timing;
+  }
+
+  models::ClusterSpec cluster_;
+  models::Topology topology_;
+  Simulator simulator_;
+  std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;
+  std::map<std::tuple<Collective, Algorithm, int, int>, Schedule> schedules_;
+};
+
+std::vector<TrainingStepResult> run_in_process(const TrainingRequest& request) {
+  StepSimulator simulator(request.cluster, request.network);
+  std::vector<TrainingStepResult> results;
+  for (const models::TrainingConfig& config : request.configs) results.push_back(simulator.run(config));
+  return results;
+}
+
+json to_json(const models::ExposedComm& e) {
+  return {{"label", e.label}, {"collective", name(e.collective)}, {"bytes", e.bytes},
+          {"group", e.group}, {"exposed_s", e.exposed_s},         {"total_s", e.total_s},
+          {"count", e.count}};
+}
+
+json to_json(const CollectiveTiming& c) {
+  return {{"collective", name(c.collective)},
+          {"bytes", c.bytes},
+          {"group", c.group},
+          {"ranks", c.ranks},
+          {"instances", c.instances},
+          {"algorithm", c.algorithm},
+          {"protocol", name(c.protocol)},
+          {"seconds", c.seconds},
+          {"busbw_GBps", c.busbw_GBps}};
+}
+
+json to_json(const TrainingStepResult& r) {
+  json top = json::array(), collectives = json::array(), layers = json::array();
+  for (const auto& e : r.top) top.push_back(to_json(e));
+  for (const auto& c : r.collectives) collectives.push_back(to_json(c));
+  for (int l : r.derived.layers_of_stage) layers.push_back(l);
+  const models::MemoryBreakdown& m = r.memory;
+  return {{"ok", r.ok},
+          {"error", r.error},
+          {"layout", r.layout},
+          {"derived",
+           {{"gpus", r.derived.gpus},
+            {"dp", r.derived.dp},
+            {"microbatches", r.derived.microbatches},
+            {"shard_group", r.derived.shard_group},
+            {"replicas", r.derived.replicas},
+            {"layers_of_stage", layers}}},
+          {"memory",
+           {{"weights", m.weights_bytes},
+            {"gradients", m.gradients_bytes},
+            {"optimizer", m.optimizer_bytes},
+            {"gathered", m.unsharded_bytes},
+            {"activations", m.activations_bytes},
+            {"logits", m.logits_bytes},
+            {"runtime", m.runtime_bytes}}},
+          {"step_s", r.step_s},
+          {"stage", r.stage},
+          {"compute_s", r.compute_s},
+          {"exposed_comm_s", r.exposed_comm_s},
+          {"bubble_s", r.bubble_s},
+          {"achieved_mfu", r.achieved_mfu},
+          {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+          {"top", top},
+          {"collectives", collectives}};
+}
+
+TrainingStepResult from_json(const json& j) {
+  TrainingStepResult r;
+  r.ok = j.at("ok").get<bool>();
+  r.error = j.at("error").get<std::string>();
+  r.layout = j.at("layout").get<std::string>();
+  const json& d = j.at("derived");
+  r.derived.gpus = d.at("gpus").get<int>();
+  r.derived.dp = d.at("dp").get<int>();
+  r.derived.microbatches = d.at("microbatches").get<int>();
+  r.derived.shard_group = d.at("shard_group").get<int>();
+  r.derived.replicas = d.at("replicas").get<int>();
+  r.derived.layers_of_stage = d.at("layers_of_stage").get<std::vector<int>>();
+  const json& m = j.at("memory");
+  r.memory.weights_bytes = m.at("weights").get<double>();
+  r.memory.gradients_bytes = m.at("gradients").get<double>();
+  r.memory.optimizer_bytes = m.at("optimizer").get<double>();
+  r.memory.unsharded_bytes = m.at("gathered").get<double>();
+  r.memory.activations_bytes = m.at("activations").get<double>();
+  r.memory.logits_bytes = m.at("logits").get<double>();
+  r.memory.runtime_bytes = m.at("runtime").get<double>();
+  r.step_s = j.at("step_s").get<double>();
+  r.stage = j.at("stage").get<int>();
+  r.compute_s = j.at("compute_s").get<double>();
+  r.exposed_comm_s = j.at("exposed_comm_s").get<double>();
+  r.bubble_s = j.at("bubble_s").get<double>();
+  r.achieved_mfu = j.at("achieved_mfu").get<double>();
+  r.tokens_per_s_per_gpu = j.at("tokens_per_s_per_gpu").get<double>();
+  for (const json& e : j.at("top")) {
+    models::ExposedComm x;
+    x.label = e.at("label").get<std::string>();
+    x.collective = parse_collective(e.at("collective").get<std::string>());
+    x.bytes = e.at("bytes").get<int64_t>();
+    x.group = e.at("group").get<std::string>();
+    x.exposed_s = e.at("exposed_s").get<double>();
+    x.total_s = e.at("total_s").get<double>();
+    x.count = e.at("count").get<int>();
+    r.top.push_back(x);
+  }
+  for (const json& c : j.at("collectives")) {
+    CollectiveTiming x;
+    x.collective = parse_collective(c.at("collective").get<std::string>());
+    x.bytes = c.at("bytes").get<int64_t>();
+    x.group = c.at("group").get<std::string>();
+    x.ranks = c.at("ranks").get<int>();
+    x.instances = c.at("instances").get<int>();
+    x.algorithm = c.at("algorithm").get<std::string>();
+    x.protocol = parse_protocol(c.at("protocol").get<std::string>());
+    x.seconds = c.at("seconds").get<double>();
+    x.busbw_GBps = c.at("busbw_GBps").get<double>();
+    r.collectives.push_back(x);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string to_json_text(const std::vector<TrainingStepResult>& results) {
+  json rows = json::array();
+  for (const auto& r : results) rows.push_back(to_json(r));
+  return rows.dump();
+}
+
+std::vector<TrainingStepResult> from_json_text(const std::string& text) {
+  std::vector<TrainingStepResult> results;
+  for (const json& row : json::parse(text)) results.push_back(from_json(row));
+  return results;
+}
+
+std::vector<TrainingStepResult> simulate_training(const TrainingRequest& request, bool isolated) {
+  if (request.network.fidelity == Fidelity::kPacket) {
+    fail(ErrorCode::kUnsupported, "training steps run on the fluid or ideal network model, not packet (ns-3)");
+  }
+  if (!isolated) return run_in_process(request);
+  return from_json_text(run_isolated([&] { return to_json_text(run_in_process(request)); }));
+}
+
+}  // namespace tandem::sim

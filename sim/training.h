@@ -1,0 +1,65 @@
+// Training steps on a simulated cluster: every collective of a step (models::build_step) simulated
+// on its communicator groups, all instances of a group at once (so that groups sharing a link share
+// it), each distinct collective once; then the step's timeline (models::run_timeline) with the
+// compute between them. The unit of work behind `workload: training` scenarios and `tandem plan`.
+// Like run_sweep, simulate_training runs in a child process by default (one SimGrid platform per
+// process), so one caller can simulate several clusters.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/cluster.h"
+#include "models/workload.h"
+#include "sim/simulator.h"
+
+namespace tandem::sim {
+
+// One distinct collective of a step, as the simulator timed it.
+struct CollectiveTiming {
+  Collective collective = Collective::kAllGather;
+  int64_t bytes = 0;      // nccl-tests' size
+  std::string group;      // "tp", "fsdp", ...
+  int ranks = 0;          // in one instance of the group
+  int instances = 0;      // instances of the group simulated at once
+  std::string algorithm;  // what ran (auto resolved)
+  Protocol protocol = Protocol::kSimple;
+  double seconds = 0;
+  double busbw_GBps = 0;
+};
+
+struct TrainingStepResult {
+  bool ok = false;
+  std::string error;  // why not (does not fit, bad layout): one line
+  std::string layout;
+  models::DerivedLayout derived;
+  models::MemoryBreakdown memory;
+  double step_s = 0;
+  int stage = 0;  // the pipeline stage the breakdown is of
+  double compute_s = 0;
+  double exposed_comm_s = 0;
+  double bubble_s = 0;
+  double achieved_mfu = 0;  // model FLOPs / (step time x GPUs x peak)
+  double tokens_per_s_per_gpu = 0;
+  std::vector<models::ExposedComm> top;  // the collectives by exposed time (at most kTopCollectives)
+  std::vector<CollectiveTiming> collectives;
+};
+
+inline constexpr size_t kTopCollectives = 8;
+
+struct TrainingRequest {
+  models::ClusterSpec cluster;
+  NetworkModel network;
+  std::vector<models::TrainingConfig> configs;  // each simulated on the whole cluster
+};
+
+// One result per config, in order; a config that cannot run (does not fit, bad layout) gets ok =
+// false and its reason rather than an exception. Other errors (a bad cluster) throw.
+std::vector<TrainingStepResult> simulate_training(const TrainingRequest& request, bool isolated = true);
+
+// The JSON a child returns (also what `tandem plan` ships between processes).
+std::string to_json_text(const std::vector<TrainingStepResult>& results);
+std::vector<TrainingStepResult> from_json_text(const std::string& text);
+
+}  // namespace tandem::sim

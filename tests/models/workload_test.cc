@@ -1,0 +1,237 @@
+// The training-workload model: parameter counts of the published models, the bytes a step moves
+// against the worked figures of shared/docs/workloads-reliability.md §1, memory, and the timeline's
+// accounting (compute + exposed communication + bubble = the step).
+#include "models/workload.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tandem::models {
+namespace {
+
+TEST(Transformer, ParameterCountsMatchThePublishedModels) {
+  EXPECT_EQ(transformer_preset("llama3-8b").parameters(), 8'030'261'248);
+  EXPECT_EQ(transformer_preset("llama3-70b").parameters(), 70'553'706'496);
+  EXPECT_EQ(transformer_preset("llama3-405b").parameters(), 405'853'388'800);
+  // One 70B layer in bf16 is one FSDP unit: 1.71 GB.
+  EXPECT_NEAR(2.0 * static_cast<double>(transformer_preset("llama3-70b").layer_parameters()), 1.71e9, 0.005e9);
+  EXPECT_THROW(transformer_preset("gpt-5"), Error);
+}
+
+TrainingConfig config_of(const std::string& model, ParallelLayout layout, int global_batch = 128) {
+  TrainingConfig c;
+  c.model = transformer_preset(model);
+  c.layout = std::move(layout);
+  c.global_batch = global_batch;
+  c.recompute = true;
+  return c;
+}
+
+ClusterSpec h100s(int nodes) {
+  ClusterSpec spec = cluster_preset("dgx-h100");
+  spec.nodes = nodes;
+  return spec;
+}
+
+// Sum of nccl-tests sizes per (label) over the stage-0 tasks of a step.
+std::map<std::string, double> bytes_by_label(const StepProgram& p, int stage) {
+  std::map<std::string, double> out;
+  for (const StepTask& t : p.tasks) {
+    if (t.kind != TaskKind::kComm || t.stage != stage) continue;
+    out[p.labels[static_cast<size_t>(t.label)]] += static_cast<double>(p.comms[static_cast<size_t>(t.comm)].bytes);
+  }
+  return out;
+}
+
+TEST(StepProgram, FsdpOver64MovesThreeTimesTheParametersPerStep) {
+  // §1.4: AG in forward, AG again in backward, RS of gradients: 3 * (63/64) * 2P bytes per GPU.
+  const TrainingConfig c = config_of("llama3-70b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 64);
+  const StepProgram p = build_step(c, h100s(8));
+  const double P = static_cast<double>(c.model.parameters());
+  const auto bytes = bytes_by_label(p, 0);
+  // nccl-tests sizes are the gathered totals; a ring sends (n-1)/n of them per GPU.
+  const double per_gpu = (bytes.at("FSDP all_gather (fwd)") + bytes.at("FSDP all_gather (bwd)") +
+                          bytes.at("FSDP reduce_scatter (grads)")) *
+                         63.0 / 64.0;
+  EXPECT_NEAR(per_gpu, 3 * 63.0 / 64.0 * 2 * P, 1e6);
+  EXPECT_NEAR(per_gpu / 1e9, 417, 1);
+  ASSERT_EQ(p.groups.size(), 1u);
+  EXPECT_EQ(p.groups[0].name, "fsdp");
+  EXPECT_EQ(p.groups[0].size(), 64);
+  EXPECT_EQ(p.groups[0].nodes, 8);
+}
+
+TEST(StepProgram, TensorParallelTrafficPerLayerAndSequence) {
+  // §1.4: TP=8 with sequence parallelism: 4 AG + 4 RS of b*s*h*2 bytes per layer and sequence in
+  // forward and backward (0.94 GB per GPU with (n-1)/n), 4 more of each with full recompute.
+  TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 128);
+  c.recompute = false;
+  const StepProgram p = build_step(c, h100s(8));
+  const double activation = 8192.0 * 8192 * 2;  // 134 MB
+  EXPECT_NEAR(activation / 1e6, 134, 0.5);
+  const auto bytes = bytes_by_label(p, 0);
+  const DerivedLayout d = derive(c, 64, 8);
+  EXPECT_EQ(d.dp, 2);
+  EXPECT_EQ(d.microbatches, 64);
+  const double layers = d.layers_of_stage[0];
+  const double per_layer_seq = (bytes.at("TP all_gather") + bytes.at("TP reduce_scatter")) / layers / d.microbatches;
+  EXPECT_DOUBLE_EQ(per_layer_seq, 8 * activation);
+  EXPECT_NEAR(per_layer_seq * 7 / 8 / 1e9, 0.94, 0.005);
+  c.recompute = true;
+  const auto with_recompute = bytes_by_label(build_step(c, h100s(8)), 0);
+  EXPECT_DOUBLE_EQ((with_recompute.at("TP all_gather") + with_recompute.at("TP reduce_scatter")) / layers / 64,
+                   12 * activation);
+  // Pipeline sends: one activation per microbatch per boundary and TP rank (sequence-sharded).
+  EXPECT_DOUBLE_EQ(bytes.at("PP send (activations)"), 64 * activation / 8);
+}
+
+TEST(StepProgram, GroupsArePlacedTensorFirstThenDataThenStage) {
+  const TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 128);
+  const StepProgram p = build_step(c, h100s(8));
+  std::map<std::string, const CommGroup*> by_name;
+  for (const CommGroup& g : p.groups) by_name[g.name] = &g;
+  ASSERT_TRUE(by_name.count("tp") && by_name.count("dp") && by_name.count("pp0-1"));
+  EXPECT_EQ(by_name["tp"]->instances.size(), 8u);  // one per node
+  EXPECT_EQ(by_name["tp"]->instances[1], (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(by_name["dp"]->instances[0], (std::vector<int>{0, 8}));  // nodes 0 and 1, one rail
+  EXPECT_EQ(by_name["dp"]->nodes, 2);
+  EXPECT_EQ(by_name["pp0-1"]->instances[0], (std::vector<int>{0, 16}));
+  EXPECT_EQ(by_name["pp0-1"]->instances.size(), 16u);
+}
+
+TEST(Memory, Llama70bOn64H100) {
+  // ZeRO-3 over 64: weights + gradients + optimizer = 16 B/param / 64 = 17.6 GB (§1.3).
+  const TrainingConfig c = config_of("llama3-70b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 64);
+  const DerivedLayout d = derive(c, 64, 8);
+  const MemoryBreakdown m = memory_per_gpu(c, d);
+  EXPECT_NEAR((m.weights_bytes + m.gradients_bytes + m.optimizer_bytes) / 1e9, 17.6, 0.1);
+  EXPECT_LT(m.total_bytes(), 80e9);
+  // Without recompute the activations of 80 layers do not fit, and the error says what would help.
+  TrainingConfig no_recompute = c;
+  no_recompute.recompute = false;
+  try {
+    check_fits(no_recompute, d, h100s(8).gpu);
+    FAIL() << "expected a memory error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("recompute: true"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("80 GB"), std::string::npos) << e.what();
+  }
+  // DDP of 70B cannot fit anywhere: 16 B/param replicated.
+  const TrainingConfig ddp = config_of("llama3-70b", {"ddp", 1, 1, Sharding::kNone, 0}, 64);
+  EXPECT_THROW(check_fits(ddp, derive(ddp, 64, 8), h100s(8).gpu), Error);
+}
+
+TEST(Layout, BadLayoutsAreOneClearError) {
+  auto message = [](const TrainingConfig& c, int gpus) {
+    try {
+      derive(c, gpus, 8);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(config_of("llama3-70b", {"x", 3, 1, Sharding::kFsdp, 0}), 64).find("tp x pp = 3"),
+            std::string::npos);
+  EXPECT_NE(message(config_of("llama3-70b", {"x", 16, 1, Sharding::kFsdp, 0}), 64).find("inside a node"),
+            std::string::npos);
+  EXPECT_NE(message(config_of("llama3-70b", {"x", 1, 1, Sharding::kFsdp, 0}, 100), 64).find("global_batch 100"),
+            std::string::npos);
+  EXPECT_NE(message(config_of("llama3-70b", {"x", 1, 1, Sharding::kHsdp, 3}), 64).find("shard_group 3"),
+            std::string::npos);
+}
+
+// The timeline with simulated-looking durations: every second of the reported stage is compute,
+// exposed communication or bubble.
+void expect_accounted(const StepProgram& p, const std::vector<double>& durations) {
+  const StepBreakdown b = run_timeline(p, durations);
+  EXPECT_NEAR(b.compute_s + b.exposed_comm_s + b.bubble_s, b.step_s, 1e-9 * b.step_s);
+  double exposed = 0;
+  for (const ExposedComm& e : b.top) {
+    EXPECT_LE(e.exposed_s, e.total_s + 1e-12);
+    exposed += e.exposed_s;
+  }
+  EXPECT_NEAR(exposed, b.exposed_comm_s, 1e-9 * b.step_s);
+}
+
+std::vector<double> durations_for(const StepProgram& p, double comm_s_per_gb) {
+  std::vector<double> out;
+  const GpuSpec gpu = cluster_preset("dgx-h100").gpu;
+  for (const StepTask& t : p.tasks) {
+    out.push_back(t.kind == TaskKind::kComm
+                      ? static_cast<double>(p.comms[static_cast<size_t>(t.comm)].bytes) / 1e9 * comm_s_per_gb
+                      : compute_seconds(t, gpu, Precision::kBF16, 0.4));
+  }
+  return out;
+}
+
+TEST(Timeline, FsdpOverlapsGathersWithCompute) {
+  const TrainingConfig c = config_of("llama3-70b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 64);
+  const StepProgram p = build_step(c, h100s(8));
+  // Fast network: almost everything hides behind compute; only the first gather is exposed.
+  const auto fast = durations_for(p, 0.001);
+  const StepBreakdown b = run_timeline(p, fast);
+  EXPECT_LT(b.exposed_comm_s, 0.01 * b.step_s);
+  EXPECT_DOUBLE_EQ(b.bubble_s, 0);
+  expect_accounted(p, fast);
+  // Slow network: communication dominates and shows as exposed, led by the gathers.
+  const auto slow = durations_for(p, 1.0);
+  const StepBreakdown s = run_timeline(p, slow);
+  EXPECT_GT(s.exposed_comm_s, 0.3 * s.step_s);
+  EXPECT_GT(s.step_s, b.step_s);
+  expect_accounted(p, slow);
+  // Compute at 40% MFU: model FLOPs (6N + 12Lds) * tokens / 64 GPUs, plus one recomputed forward.
+  const double tokens = 64.0 * 8192;
+  const double model_flops = tokens * (6.0 * 70.553706496e9 + 12.0 * 80 * 8192 * 8192);
+  EXPECT_NEAR(p.model_flops / model_flops, 1.0, 1e-9);
+  EXPECT_NEAR(model_flops / tokens / 1e9, 488, 1);
+  const double expected_compute = model_flops * 4.0 / 3.0 / 64 / (989e12 * 0.4);
+  EXPECT_NEAR(b.compute_s / expected_compute, 1.0, 0.03);
+}
+
+TEST(Timeline, PipelineBubbleOf1F1B) {
+  // pp stages, m microbatches, no communication: the bubble is (pp - 1) / m of the ideal time.
+  TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 32);
+  c.recompute = false;
+  const StepProgram p = build_step(c, h100s(8));
+  std::vector<double> durations = durations_for(p, 0.0);
+  const StepBreakdown b = run_timeline(p, durations);
+  const DerivedLayout d = derive(c, 64, 8);
+  ASSERT_EQ(d.microbatches, 16);
+  // Stages differ a little (embedding on the first, the head on the last), so the bound is loose.
+  const double ideal = b.compute_s;
+  EXPECT_GT(b.bubble_s, 0.8 * ideal * 3.0 / 16);
+  EXPECT_LT(b.bubble_s, 1.5 * ideal * 3.0 / 16);
+  EXPECT_DOUBLE_EQ(b.exposed_comm_s, 0);
+  expect_accounted(p, durations);
+}
+
+TEST(Timeline, EveryLayoutKindAccountsForItsStep) {
+  const std::vector<ParallelLayout> layouts{
+      {"ddp", 1, 1, Sharding::kNone, 0},         {"zero1", 1, 1, Sharding::kZero1, 0},
+      {"fsdp", 1, 1, Sharding::kFsdp, 0},        {"hsdp", 1, 1, Sharding::kHsdp, 0},
+      {"tp2-hsdp", 2, 1, Sharding::kHsdp, 2},    {"tp4-pp2", 4, 2, Sharding::kZero1, 0},
+      {"tp2-pp3-fsdp", 2, 3, Sharding::kFsdp, 0}};
+  for (const ParallelLayout& layout : layouts) {
+    SCOPED_TRACE(layout.name);
+    TrainingConfig c = config_of("llama3-8b", layout, layout.pp == 3 ? 48 : 32);
+    c.model = {"small", 12, 2048, 8192, 16, 8, 32000, true};  // DDP must fit: 1.1 B parameters
+    c.seq_len = 2048;
+    ClusterSpec cluster = h100s(layout.pp == 3 ? 3 : 2);
+    const StepProgram p = build_step(c, cluster);
+    for (double speed : {0.0, 0.05, 2.0}) expect_accounted(p, durations_for(p, speed));
+  }
+}
+
+TEST(Timeline, DurationsMustMatchTheTasks) {
+  const StepProgram p = build_step(config_of("llama3-8b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 8), h100s(1));
+  EXPECT_THROW(run_timeline(p, {1.0}), Error);
+}
+
+}  // namespace
+}  // namespace tandem::models
