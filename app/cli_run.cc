@@ -17,6 +17,7 @@
 #include "app/scenario.h"
 #include "app/scenario_report.h"
 #include "app/scenario_run.h"
+#include "app/training_run.h"
 #include "core/error.h"
 
 namespace tandem::app {
@@ -80,6 +81,24 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     return;
   }
   Progress progress;
+  if (std::holds_alternative<TrainingWorkload>(scenario.workload)) {
+    const TrainingResults results = run_training(scenario, backend, [&](const std::string& text) {
+      if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
+    });
+    progress.clear();
+    const std::vector<TrainingExpectationOutcome> outcomes = evaluate_training_expectations(scenario, results);
+    if (!options.out_dir.empty()) {
+      const std::filesystem::path dir(options.out_dir);
+      if (scenario.outputs.json) {
+        write_file(dir / "results.json", training_results_json(scenario, results, outcomes).dump(2) + "\n");
+      }
+      if (scenario.outputs.csv) write_file(dir / "results.csv", training_results_csv(scenario, results));
+    }
+    fmt::print("{}", format_training_report(scenario, results, outcomes, options.quiet));
+    std::fflush(stdout);
+    status.exit_code = training_passed(outcomes) ? kExitSuccess : kExitFailure;
+    return;
+  }
   ScenarioResults results = run_scenario(scenario, backend, [&](const std::string& text) {
     if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
   });

@@ -16,6 +16,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "app/cli_common.h"
+#include "app/yaml_reader.h"
 #include "app/nccl_tests_table.h"
 #include "core/algorithms.h"
 #include "core/error.h"
@@ -126,173 +127,22 @@ constexpr std::array<std::string_view, 7> kLoopExpectKeys{"iteration", "outcome"
 constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "algorithm",  "size",
                                                       "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
 constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
+constexpr std::array<std::string_view, 12> kTrainingKeys{
+    "type",      "model",       "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",
+    "precision", "mfu",         "recompute", "grad_reduce_dtype", "algorithm",     "layouts"};
+constexpr std::array<std::string_view, 8> kModelKeys{"name",     "layers", "d_model", "ffn",
+                                                     "heads",    "kv_heads", "vocab", "tied_embeddings"};
+constexpr std::array<std::string_view, 7> kTrainingLayoutKeys{"name",        "tp",        "pp",         "sharding",
+                                                              "shard_group", "recompute", "micro_batch"};
+constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
+    "variant",  "layout",         "backend",  "fits",      "step_time_s",          "achieved_mfu",
+    "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu", "relative_to", "speedup"};
+// Limits of a training workload.
+constexpr size_t kMaxTrainingLayouts = 32;
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
 
 // A sweep by factor stops here: factor 2 from 1 byte reaches 1 TiB in 40 steps.
 constexpr int64_t kMaxSizeFactor = 1 << 20;
-
-SourceMark source_mark(const YAML::Mark& mark) {
-  if (mark.is_null()) return {};
-  return {mark.line + 1, mark.column + 1};
-}
-
-std::string node_kind(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Scalar:
-      return fmt::format("'{}'", node.Scalar());
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a mapping";
-    case YAML::NodeType::Undefined:
-      break;
-  }
-  return "nothing";
-}
-
-// One scenario file being read: every error it raises starts with "file:line:column: ".
-class Reader {
- public:
-  explicit Reader(std::string file) : file_(std::move(file)) {}
-
-  const std::string& file() const { return file_; }
-
-  template <typename... Args>
-  [[noreturn]] void fail_at(const YAML::Node& node, fmt::format_string<Args...> format, Args&&... args) const {
-    fail_at_mark(source_mark(node.Mark()), fmt::format(format, std::forward<Args>(args)...));
-  }
-
-  [[noreturn]] void fail_at_mark(SourceMark mark, const std::string& message) const {
-    if (mark.line == 0) fail(ErrorCode::kFormat, "{}: {}", file_, message);
-    fail(ErrorCode::kFormat, "{}:{}:{}: {}", file_, mark.line, mark.column, message);
-  }
-
-  // Runs `parse` and turns a tandem::Error it throws (a bad name, a bad size) into one at `node`.
-  template <typename Parse>
-  auto at(const YAML::Node& node, std::string_view path, Parse&& parse) const -> decltype(parse()) {
-    try {
-      return parse();
-    } catch (const Error& error) {
-      fail_at(node, "{}: {}", path, error.what());
-    }
-  }
-
-  std::string scalar(const YAML::Node& node, std::string_view path) const {
-    if (!node.IsScalar()) fail_at(node, "{} must be a single value (got {})", path, node_kind(node));
-    return node.Scalar();
-  }
-
-  std::string text(const YAML::Node& node, std::string_view path) const {
-    std::string value = scalar(node, path);
-    if (value.empty()) fail_at(node, "{} must not be empty", path);
-    return value;
-  }
-
-  int64_t integer(const YAML::Node& node, std::string_view path, int64_t min, int64_t max) const {
-    const std::string value = scalar(node, path);
-    int64_t result = 0;
-    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
-    if (error != std::errc() || end != value.data() + value.size() || result < min || result > max) {
-      fail_at(node, "{} must be an integer from {} to {} (got '{}')", path, min, max, value);
-    }
-    return result;
-  }
-
-  // A finite number in [min, max] (or (min, max] when min_exclusive).
-  double number(const YAML::Node& node, std::string_view path, double min, double max, bool min_exclusive) const {
-    const std::string value = scalar(node, path);
-    double result = 0;
-    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
-    const bool in_range = min_exclusive ? result > min : result >= min;
-    if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(result) || !in_range ||
-        result > max) {
-      fail_at(node, "{} must be a number {} {:g} and at most {:g} (got '{}')", path, min_exclusive ? ">" : ">=", min,
-              max, value);
-    }
-    return result;
-  }
-
-  bool boolean(const YAML::Node& node, std::string_view path) const {
-    const std::string value = scalar(node, path);
-    if (value == "true") return true;
-    if (value == "false") return false;
-    fail_at(node, "{} must be true or false (got '{}')", path, value);
-  }
-
-  int64_t size(const YAML::Node& node, std::string_view path) const {
-    const std::string value = scalar(node, path);
-    const int64_t bytes = at(node, path, [&] { return parse_size_bytes(value, path); });
-    if (bytes > kMaxScenarioSizeBytes) {
-      fail_at(node, "{} is {} bytes, above the limit of {} ({})", path, bytes, kMaxScenarioSizeBytes,
-              format_size(kMaxScenarioSizeBytes));
-    }
-    return bytes;
-  }
-
-  // A non-empty list.
-  std::vector<YAML::Node> list(const YAML::Node& node, std::string_view path) const {
-    if (!node.IsSequence()) fail_at(node, "{} must be a list (got {})", path, node_kind(node));
-    if (node.size() == 0) fail_at(node, "{} must not be empty", path);
-    return std::vector<YAML::Node>(node.begin(), node.end());
-  }
-
- private:
-  std::string file_;
-};
-
-// One mapping of the file, its keys checked against those its section accepts: every key known,
-// none twice. `path` names the section in messages ("workload", "expect[2]"; "" at the top).
-class Mapping {
- public:
-  template <size_t N>
-  Mapping(const Reader& reader, const YAML::Node& node, std::string path, const std::array<std::string_view, N>& keys)
-      : reader_(reader), node_(node), path_(std::move(path)) {
-    if (!node.IsMap())
-      reader.fail_at(node, "{} must be a mapping of keys to values (got {})", where(), node_kind(node));
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      // By value: the iterator's operator-> hands out a temporary.
-      const YAML::Node key = it->first;
-      const YAML::Node value = it->second;
-      if (!key.IsScalar()) reader.fail_at(key, "keys in {} must be plain names (got {})", where(), node_kind(key));
-      const std::string& key_name = key.Scalar();
-      if (std::find(keys.begin(), keys.end(), key_name) == keys.end()) {
-        reader.fail_at(key, "unknown key '{}' in {} (expected: {})", key_name, where(), fmt::join(keys, ", "));
-      }
-      if (find(key_name) != nullptr) reader.fail_at(key, "duplicate key '{}' in {}", key_name, where());
-      entries_.emplace_back(key_name, value);
-    }
-  }
-
-  const YAML::Node& node() const { return node_; }
-  const std::vector<std::pair<std::string, YAML::Node>>& entries() const { return entries_; }
-
-  // The value of `key`, or nullptr when the mapping does not have it.
-  const YAML::Node* find(std::string_view key) const {
-    for (const auto& [entry_key, value] : entries_) {
-      if (entry_key == key) return &value;
-    }
-    return nullptr;
-  }
-
-  const YAML::Node& require(std::string_view key) const {
-    const YAML::Node* value = find(key);
-    if (value == nullptr) reader_.fail_at(node_, "missing required key '{}' in {}", key, where());
-    return *value;
-  }
-
-  // "workload.sizes" for key "sizes" of "workload".
-  std::string path(std::string_view key) const {
-    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
-  }
-  std::string where() const { return path_.empty() ? std::string("the scenario") : path_; }
-
- private:
-  const Reader& reader_;
-  YAML::Node node_;
-  std::string path_;
-  std::vector<std::pair<std::string, YAML::Node>> entries_;
-};
 
 // ---- cluster -----------------------------------------------------------------------------------
 
@@ -600,9 +450,14 @@ Workload read_collective_loop(const Reader& reader, const YAML::Node& node,
 
 // Every workload type: its name in `type:` and its reader.
 using WorkloadReader = Workload (*)(const Reader&, const YAML::Node&, const std::vector<ClusterVariant>&);
-constexpr std::array<std::pair<std::string_view, WorkloadReader>, 2> kWorkloadTypes{{
+Workload read_training(const Reader& reader, const YAML::Node& node, const std::vector<ClusterVariant>&) {
+  return read_training_workload(reader, node, "workload");
+}
+
+constexpr std::array<std::pair<std::string_view, WorkloadReader>, 3> kWorkloadTypes{{
     {"collective-sweep", read_collective_sweep},
     {"collective-loop", read_collective_loop},
+    {"training", read_training},
 }};
 
 Workload read_workload(const Reader& reader, const Mapping& top, const std::vector<ClusterVariant>& variants) {
@@ -647,7 +502,7 @@ NetworkChoice parse_network(std::string_view text) {
   fail(ErrorCode::kInvalidArgument, "unknown network model '{}' (expected: fluid, packet, ideal)", text);
 }
 
-Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path) {
+Bound read_bound_at(const Reader& reader, const YAML::Node& node, const std::string& path) {
   Mapping mapping(reader, node, path, kBoundKeys);
   Bound bound;
   constexpr double kMaxBound = 1e300;
@@ -718,13 +573,13 @@ Expectation read_expectation(const Reader& reader, const YAML::Node& node, const
     expectation.backend = reader.at(*backend, mapping.path("backend"), [&] { return parse_backend(text); });
   }
   if (const YAML::Node* bound = mapping.find("time_us")) {
-    expectation.time_us = read_bound(reader, *bound, mapping.path("time_us"));
+    expectation.time_us = read_bound_at(reader, *bound, mapping.path("time_us"));
   }
   if (const YAML::Node* bound = mapping.find("algbw_GBps")) {
-    expectation.algbw_GBps = read_bound(reader, *bound, mapping.path("algbw_GBps"));
+    expectation.algbw_GBps = read_bound_at(reader, *bound, mapping.path("algbw_GBps"));
   }
   if (const YAML::Node* bound = mapping.find("busbw_GBps")) {
-    expectation.busbw_GBps = read_bound(reader, *bound, mapping.path("busbw_GBps"));
+    expectation.busbw_GBps = read_bound_at(reader, *bound, mapping.path("busbw_GBps"));
   }
   if (!expectation.time_us.set() && !expectation.algbw_GBps.set() && !expectation.busbw_GBps.set()) {
     reader.fail_at(node, "{} sets no bound (expected at least one of time_us, algbw_GBps, busbw_GBps)", path);
@@ -741,7 +596,7 @@ std::vector<Expectation> read_expectations(const Reader& reader, const Mapping& 
     reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
   }
   const auto* sweep = std::get_if<CollectiveSweep>(&scenario.workload);
-  if (sweep == nullptr) return expectations;  // read_loop_expectations reads them
+  if (sweep == nullptr) return expectations;  // read_loop_expectations / read_training_expectations read them
   for (size_t i = 0; i < entries.size(); ++i) {
     expectations.push_back(
         read_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario.variants, *sweep));
@@ -950,12 +805,92 @@ LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& no
     const std::string text = reader.scalar(*v, mapping.path("backend"));
     e.backend = reader.at(*v, mapping.path("backend"), [&] { return parse_backend(text); });
   }
-  if (const YAML::Node* v = mapping.find("time_us")) e.time_us = read_bound(reader, *v, mapping.path("time_us"));
-  if (const YAML::Node* v = mapping.find("cost_us")) e.cost_us = read_bound(reader, *v, mapping.path("cost_us"));
+  if (const YAML::Node* v = mapping.find("time_us")) e.time_us = read_bound_at(reader, *v, mapping.path("time_us"));
+  if (const YAML::Node* v = mapping.find("cost_us")) e.cost_us = read_bound_at(reader, *v, mapping.path("cost_us"));
   if (!e.outcome && !e.culprit_ranks && !e.time_us.set() && !e.cost_us.set()) {
     reader.fail_at(node, "{} checks nothing (expected outcome, culprit_ranks, time_us or cost_us)", path);
   }
   return e;
+}
+
+// ---- training ----------------------------------------------------------------------------------
+
+const std::string* find_layout(const TrainingWorkload& training, const std::string& layout_name) {
+  for (const TrainingLayoutEntry& entry : training.layouts) {
+    if (entry.layout.name == layout_name) return &entry.layout.name;
+  }
+  return nullptr;
+}
+
+TrainingExpectation read_training_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                              const Scenario& scenario, const TrainingWorkload& training) {
+  Mapping mapping(reader, node, path, kTrainingExpectKeys);
+  TrainingExpectation e;
+  e.mark = source_mark(node.Mark());
+  auto check_variant = [&](const YAML::Node& v, const std::string& at) {
+    std::string text = reader.text(v, at);
+    if (scenario.find_variant(text) == nullptr) {
+      std::vector<std::string_view> names;
+      for (const ClusterVariant& variant : scenario.variants) names.push_back(variant.name);
+      reader.fail_at(v, "{}: no variant named '{}' (variants: {})", at, text, fmt::join(names, ", "));
+    }
+    return text;
+  };
+  if (const YAML::Node* v = mapping.find("variant")) e.variant = check_variant(*v, mapping.path("variant"));
+  const YAML::Node& layout = mapping.require("layout");
+  e.layout = reader.text(layout, mapping.path("layout"));
+  if (find_layout(training, e.layout) == nullptr) {
+    std::vector<std::string_view> names;
+    for (const TrainingLayoutEntry& entry : training.layouts) names.push_back(entry.layout.name);
+    reader.fail_at(layout, "{}: no layout named '{}' (layouts: {})", mapping.path("layout"), e.layout,
+                   fmt::join(names, ", "));
+  }
+  if (const YAML::Node* v = mapping.find("backend")) {
+    const std::string text = reader.scalar(*v, mapping.path("backend"));
+    e.backend = reader.at(*v, mapping.path("backend"), [&] { return parse_backend(text); });
+  }
+  if (const YAML::Node* v = mapping.find("fits")) e.fits = reader.boolean(*v, mapping.path("fits"));
+  const std::array<std::pair<std::string_view, Bound*>, 7> bounds{{{"step_time_s", &e.step_time_s},
+                                                                  {"achieved_mfu", &e.achieved_mfu},
+                                                                  {"exposed_comm_s", &e.exposed_comm_s},
+                                                                  {"bubble_s", &e.bubble_s},
+                                                                  {"memory_GB", &e.memory_GB},
+                                                                  {"tokens_per_s_per_gpu", &e.tokens_per_s_per_gpu},
+                                                                  {"speedup", &e.speedup}}};
+  bool any = e.fits.has_value();
+  for (const auto& [key, bound] : bounds) {
+    if (const YAML::Node* v = mapping.find(key)) {
+      *bound = read_bound_at(reader, *v, mapping.path(key));
+      any = true;
+    }
+  }
+  if (const YAML::Node* v = mapping.find("relative_to")) {
+    e.relative_to = check_variant(*v, mapping.path("relative_to"));
+    if (!e.speedup.set()) reader.fail_at(*v, "{} needs a speedup bound", mapping.path("relative_to"));
+  } else if (e.speedup.set()) {
+    reader.fail_at(node, "{}.speedup needs relative_to: the variant it is measured against", path);
+  }
+  if (!any) {
+    reader.fail_at(node, "{} checks nothing (expected fits, step_time_s, achieved_mfu, exposed_comm_s, bubble_s, "
+                   "memory_GB, tokens_per_s_per_gpu or speedup)", path);
+  }
+  return e;
+}
+
+std::vector<TrainingExpectation> read_training_expectations(const Reader& reader, const Mapping& top,
+                                                            const Scenario& scenario) {
+  std::vector<TrainingExpectation> expectations;
+  const YAML::Node* node = top.find("expect");
+  const auto* training = std::get_if<TrainingWorkload>(&scenario.workload);
+  if (node == nullptr || training == nullptr) return expectations;
+  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
+  if (entries.size() > kMaxScenarioExpectations) {
+    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    expectations.push_back(read_training_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario, *training));
+  }
+  return expectations;
 }
 
 // ---- the whole file ----------------------------------------------------------------------------
@@ -1004,10 +939,123 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
   scenario.outputs = read_outputs(reader, top);
   scenario.expectations = read_expectations(reader, top, scenario);
   scenario.loop_expectations = read_loop_expectations(reader, top, scenario);
+  scenario.training_expectations = read_training_expectations(reader, top, scenario);
   return scenario;
 }
 
 }  // namespace
+
+Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  return read_bound_at(reader, node, path);
+}
+
+models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  return resolve_cluster(reader, read_cluster_values(reader, node, path), node, path);
+}
+
+TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  Mapping workload(reader, node, path, kTrainingKeys);
+  TrainingWorkload training;
+  models::TrainingConfig& base = training.base;
+  const YAML::Node& model = workload.require("model");
+  if (model.IsMap()) {
+    Mapping m(reader, model, workload.path("model"), kModelKeys);
+    base.model.name = reader.text(m.require("name"), m.path("name"));
+    base.model.layers = static_cast<int>(reader.integer(m.require("layers"), m.path("layers"), 1, 100000));
+    base.model.d_model = reader.integer(m.require("d_model"), m.path("d_model"), 1, int64_t{1} << 20);
+    base.model.ffn = reader.integer(m.require("ffn"), m.path("ffn"), 1, int64_t{1} << 24);
+    base.model.heads = static_cast<int>(reader.integer(m.require("heads"), m.path("heads"), 1, 1 << 16));
+    base.model.kv_heads = base.model.heads;
+    if (const YAML::Node* v = m.find("kv_heads")) {
+      base.model.kv_heads = static_cast<int>(reader.integer(*v, m.path("kv_heads"), 1, 1 << 16));
+    }
+    base.model.vocab = reader.integer(m.require("vocab"), m.path("vocab"), 1, int64_t{1} << 24);
+    if (const YAML::Node* v = m.find("tied_embeddings")) base.model.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
+    reader.at(model, workload.path("model"), [&] { models::validate(base.model); });
+  } else {
+    const std::string text = reader.text(model, workload.path("model"));
+    base.model = reader.at(model, workload.path("model"), [&] { return models::transformer_preset(text); });
+  }
+  if (const YAML::Node* v = workload.find("seq_len")) {
+    base.seq_len = static_cast<int>(reader.integer(*v, workload.path("seq_len"), 1, models::kMaxSeqLen));
+  }
+  const YAML::Node* global = workload.find("global_batch");
+  const YAML::Node* per_gpu = workload.find("batch_per_gpu");
+  if (global != nullptr && per_gpu != nullptr) {
+    reader.fail_at(*per_gpu, "{}: give global_batch or batch_per_gpu, not both", workload.path("batch_per_gpu"));
+  }
+  if (global != nullptr) {
+    base.global_batch = static_cast<int>(reader.integer(*global, workload.path("global_batch"), 1, kMaxGlobalBatch));
+  }
+  if (per_gpu != nullptr) training.batch_per_gpu = reader.number(*per_gpu, workload.path("batch_per_gpu"), 0, 4096, true);
+  if (const YAML::Node* v = workload.find("micro_batch")) {
+    base.micro_batch = static_cast<int>(reader.integer(*v, workload.path("micro_batch"), 1, 4096));
+  }
+  if (const YAML::Node* v = workload.find("precision")) {
+    const std::string text = reader.scalar(*v, workload.path("precision"));
+    base.precision = reader.at(*v, workload.path("precision"), [&] { return models::parse_precision(text); });
+  }
+  if (const YAML::Node* v = workload.find("mfu")) base.mfu = reader.number(*v, workload.path("mfu"), 0, 1, true);
+  if (const YAML::Node* v = workload.find("recompute")) base.recompute = reader.boolean(*v, workload.path("recompute"));
+  if (const YAML::Node* v = workload.find("grad_reduce_dtype")) {
+    const std::string text = reader.scalar(*v, workload.path("grad_reduce_dtype"));
+    base.grad_reduce_dtype = reader.at(*v, workload.path("grad_reduce_dtype"), [&] { return parse_data_type(text); });
+    if (base.grad_reduce_dtype != DataType::kBF16 && base.grad_reduce_dtype != DataType::kF32) {
+      reader.fail_at(*v, "{} must be bf16 or f32", workload.path("grad_reduce_dtype"));
+    }
+  }
+  if (const YAML::Node* v = workload.find("algorithm")) {
+    const std::string text = reader.scalar(*v, workload.path("algorithm"));
+    base.algorithm = reader.at(*v, workload.path("algorithm"), [&] { return parse_sweep_algorithm(text); });
+  }
+  const YAML::Node& layouts = workload.require("layouts");
+  const std::vector<YAML::Node> entries = reader.list(layouts, workload.path("layouts"));
+  if (entries.size() > kMaxTrainingLayouts) {
+    reader.fail_at(layouts, "{} has {} entries, above the limit of {}", workload.path("layouts"), entries.size(),
+                   kMaxTrainingLayouts);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Mapping m(reader, entries[i], fmt::format("{}[{}]", workload.path("layouts"), i), kTrainingLayoutKeys);
+    TrainingLayoutEntry entry;
+    entry.mark = source_mark(entries[i].Mark());
+    entry.layout.name = reader.text(m.require("name"), m.path("name"));
+    if (!valid_variant_name(entry.layout.name)) {
+      reader.fail_at(m.require("name"), "{} '{}' may hold only letters, digits and - _ . +", m.path("name"),
+                     entry.layout.name);
+    }
+    for (const TrainingLayoutEntry& earlier : training.layouts) {
+      if (earlier.layout.name == entry.layout.name) {
+        reader.fail_at(m.require("name"), "{}: a layout named '{}' comes earlier", m.path("name"), entry.layout.name);
+      }
+    }
+    if (const YAML::Node* v = m.find("tp")) entry.layout.tp = static_cast<int>(reader.integer(*v, m.path("tp"), 1, 256));
+    if (const YAML::Node* v = m.find("pp")) entry.layout.pp = static_cast<int>(reader.integer(*v, m.path("pp"), 1, 1024));
+    if (const YAML::Node* v = m.find("sharding")) {
+      const std::string text = reader.scalar(*v, m.path("sharding"));
+      entry.layout.sharding = reader.at(*v, m.path("sharding"), [&] { return models::parse_sharding(text); });
+    }
+    if (const YAML::Node* v = m.find("shard_group")) {
+      if (entry.layout.sharding != models::Sharding::kHsdp) reader.fail_at(*v, "{} goes with sharding: hsdp", m.path("shard_group"));
+      entry.layout.shard_group = static_cast<int>(reader.integer(*v, m.path("shard_group"), 1, kMaxScenarioGpus));
+    }
+    if (const YAML::Node* v = m.find("recompute")) entry.recompute = reader.boolean(*v, m.path("recompute"));
+    if (const YAML::Node* v = m.find("micro_batch")) {
+      entry.micro_batch = static_cast<int>(reader.integer(*v, m.path("micro_batch"), 1, 4096));
+    }
+    training.layouts.push_back(std::move(entry));
+  }
+  return training;
+}
+
+models::TrainingConfig TrainingWorkload::config_for(size_t index, int gpus) const {
+  const TrainingLayoutEntry& entry = layouts.at(index);
+  models::TrainingConfig config = base;
+  config.layout = entry.layout;
+  if (entry.recompute) config.recompute = *entry.recompute;
+  if (entry.micro_batch) config.micro_batch = *entry.micro_batch;
+  if (batch_per_gpu) config.global_batch = std::max(1, static_cast<int>(std::llround(*batch_per_gpu * gpus)));
+  return config;
+}
 
 Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
   const Reader reader(file);

@@ -24,6 +24,7 @@
 #include "core/recovery.h"
 #include "core/types.h"
 #include "models/cluster.h"
+#include "models/workload.h"
 #include "sim/simulator.h"
 
 namespace tandem::app {
@@ -93,8 +94,28 @@ struct CollectiveLoop {
   int gpus_per_node = 0;  // 0 = all of them
 };
 
-// One alternative per workload type (a training job comes next).
-using Workload = std::variant<CollectiveSweep, CollectiveLoop>;
+// One layout of a training workload, with what it overrides of the workload's settings.
+struct TrainingLayoutEntry {
+  models::ParallelLayout layout;
+  std::optional<bool> recompute;
+  std::optional<int> micro_batch;
+  SourceMark mark;
+};
+
+// workload: {type: training}: one training step of a dense transformer, per layout, on every
+// variant; simulated (models/workload.h, sim/training.h).
+struct TrainingWorkload {
+  models::TrainingConfig base;          // model, sequence, batch, precision, MFU, algorithm, recompute
+  std::optional<double> batch_per_gpu;  // instead of a fixed global_batch: sequences per GPU
+  std::vector<TrainingLayoutEntry> layouts;
+
+  // Layout `index` on `gpus` GPUs: the base with the layout's overrides (and the global batch
+  // from batch_per_gpu when set).
+  models::TrainingConfig config_for(size_t index, int gpus) const;
+};
+
+// One alternative per workload type.
+using Workload = std::variant<CollectiveSweep, CollectiveLoop, TrainingWorkload>;
 
 // Limits of the loop workload and the fault sections.
 inline constexpr int kMaxLoopIterations = 10000;
@@ -142,6 +163,24 @@ struct LoopExpectation {
   SourceMark mark;
 };
 
+// One entry of `expect` for a training workload: bounds on one layout's step on one variant.
+struct TrainingExpectation {
+  std::string variant{kBaseVariantName};
+  std::string layout;
+  std::optional<ScenarioBackend> backend;
+  std::optional<bool> fits;  // whether the layout fits in the GPU's memory
+  Bound step_time_s;
+  Bound achieved_mfu;
+  Bound exposed_comm_s;
+  Bound bubble_s;
+  Bound memory_GB;
+  Bound tokens_per_s_per_gpu;
+  // The step time relative to the same layout on another variant ("speedup over base").
+  std::optional<std::string> relative_to;
+  Bound speedup;  // other variant's step time / this one's
+  SourceMark mark;
+};
+
 struct Scenario {
   std::string file;  // the path it was loaded from, as given (for messages and results)
   std::string name;
@@ -153,6 +192,7 @@ struct Scenario {
   Outputs outputs;
   std::vector<Expectation> expectations;           // collective-sweep
   std::vector<LoopExpectation> loop_expectations;  // collective-loop
+  std::vector<TrainingExpectation> training_expectations;  // training
   FaultPlan faults;                                // `faults:` and `fault_seed:`
   std::vector<SourceMark> fault_marks;             // where each fault is, for messages
   RecoveryPolicy recovery;

@@ -95,6 +95,20 @@ nlohmann::json bound_json(const Bound& bound) {
   return out;
 }
 
+
+// A CSV field, quoted when it holds a comma, a quote or a line break.
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
 nlohmann::json cluster_json(const models::ClusterSpec& cluster) {
   return {
       {"preset", cluster.preset},
@@ -117,19 +131,6 @@ nlohmann::json cluster_json(const models::ClusterSpec& cluster) {
       {"switch_latency_us", cluster.switch_latency_s * 1e6},
   };
 }
-
-// A CSV field, quoted when it holds a comma, a quote or a line break.
-std::string csv_field(std::string_view text) {
-  if (text.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(text);
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 std::string format_variant_tables(const Scenario& scenario, const ScenarioResults& results,
                                   const ClusterVariant& variant) {

@@ -34,6 +34,8 @@ std::vector<std::string> results_csv_columns();
 // Header and one row per point; numbers are empty for points that did not run.
 std::string results_csv(const ScenarioResults& results);
 
+// The cluster's spec as results.json gives it (units in the names).
+nlohmann::json cluster_json(const models::ClusterSpec& cluster);
 nlohmann::json scenario_json(const Scenario& scenario);
 nlohmann::json results_json(const Scenario& scenario, const ScenarioResults& results,
                             const std::vector<ExpectationOutcome>& outcomes);

@@ -269,9 +269,6 @@ ScenarioResults run_scenario(const Scenario& scenario, ScenarioBackend backend, 
 
 // ---- expectations ------------------------------------------------------------------------------
 
-namespace {
-
-// Checks one bound; appends to `detail` and returns false when it does not hold.
 bool check_bound(const Bound& bound, double value, std::string_view what, std::string_view unit, std::string& detail) {
   if (!bound.set()) return true;
   if (!detail.empty()) detail += "; ";
@@ -292,8 +289,6 @@ bool check_bound(const Bound& bound, double value, std::string_view what, std::s
   }
   return true;
 }
-
-}  // namespace
 
 std::vector<ExpectationOutcome> evaluate_expectations(const Scenario& scenario, const ScenarioResults& results) {
   std::vector<ExpectationOutcome> outcomes;

@@ -88,6 +88,10 @@ struct ExpectationOutcome {
   std::string detail;  // "busbw 45.1 GB/s >= 40", "time 1.2e+06 us > max 1e+06", "the point is n/a: ..."
 };
 
+// Checks `value` against `bound` (unset: holds); appends "busbw 45.1 GB/s >= 40" or why not to
+// `detail` ("; "-separated) and returns whether it holds.
+bool check_bound(const Bound& bound, double value, std::string_view what, std::string_view unit, std::string& detail);
+
 // One outcome per expectation, in order. A point that did not run fails its expectations.
 std::vector<ExpectationOutcome> evaluate_expectations(const Scenario& scenario, const ScenarioResults& results);
 
