@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/types.h"
 #include "models/cluster.h"
 #include "sim/simulator.h"
@@ -53,6 +54,19 @@ std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolat
 // it returns. A tandem::Error the child throws is rethrown here as it was; a child that dies
 // (SimGrid aborts on failed internal assertions) is Error(kBackend) with the reason from its stderr.
 std::string run_isolated(const std::function<std::string()>& work);
+
+// What one piece of work of run_isolated_parallel came to.
+struct IsolatedResult {
+  bool ok = false;
+  std::string text;   // the work's result
+  std::string error;  // else why not (the Error it threw, or how its process died)
+  ErrorCode code = ErrorCode::kBackend;
+};
+// Runs work(0) .. work(count - 1), each in its own child process, at most `jobs` at a time, and
+// calls done(index, result) in this process as each one ends (in the order they end). A piece that
+// throws or dies is reported to `done`, not thrown; the others go on.
+void run_isolated_parallel(size_t count, const std::function<std::string(size_t)>& work, int jobs,
+                           const std::function<void(size_t, const IsolatedResult&)>& done);
 
 // Ranks 0..n-1 node-major over the GPUs taking part; with rail_aligned, the ring order snakes
 // node 0's GPUs up, node 1's down, ..., so consecutive nodes meet on one rail.
