@@ -25,6 +25,9 @@ void add_topo_command(CLI::App& app, CommandStatus& status);
 // tandem bound <collective> <size>: NCCL's cost model per algorithm and the physical lower bound.
 void add_bound_command(CLI::App& app, CommandStatus& status);
 
+// tandem reliability: job MTBF, checkpoint interval, restart cost and goodput for a job size.
+void add_reliability_command(CLI::App& app, CommandStatus& status);
+
 // tandem run SCENARIO: the main job; runs a scenario file and checks its expectations.
 void add_run_command(CLI::App& app, CommandStatus& status);
 

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   add_bench_command(app, status);
   add_topo_command(app, status);
   add_bound_command(app, status);
+  add_reliability_command(app, status);
   add_run_command(app, status);
   add_fr_command(app, status);
 

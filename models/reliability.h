@@ -1,0 +1,130 @@
+// Reliability and goodput of a training job: component failure rates -> job MTBF; the checkpoint
+// interval (Young, Daly); restart cost; ETTR and goodput; recovery in place (retry, reroute,
+// shrink) versus a job restart. Pure arithmetic, no I/O. Formulas, the default rate table and
+// where it comes from: docs/reliability.md.
+//
+// Units: rates are failures per GPU-hour or per node-hour (FailureCause::unit), MTBF in hours
+// where the name says _hours, every duration otherwise in seconds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::models {
+
+// What could recover an interruption in place, without restarting the job from its checkpoint.
+enum class RecoveryPolicy : uint8_t {
+  kNone,     // only a job restart helps (host maintenance, software bug, silent data corruption...)
+  kRetry,    // the failed operation is retried (a transient network fault)
+  kReroute,  // the communicator routes around a dead link or NIC (another rail, PXN)
+  kShrink,   // the job drops the failed GPU's ranks and goes on (ncclCommShrink)
+};
+std::string_view name(RecoveryPolicy policy);
+// "none", "retry", "reroute", "shrink". Throws Error(kInvalidArgument) listing them.
+RecoveryPolicy parse_recovery_policy(std::string_view text);
+
+// Whether a failure's rate counts per GPU or per node (host parts: PSU, SSD, CPU, chassis...).
+enum class RateUnit : uint8_t { kPerGpuHour, kPerNodeHour };
+std::string_view name(RateUnit unit);  // "GPU-h", "node-h"
+
+struct FailureCause {
+  std::string name;          // a key: "faulty_gpu"
+  std::string description;   // "Faulty GPU (incl. NVLink)"
+  double rate_per_hour = 0;  // failures per GPU-hour or per node-hour (unit), >= 0
+  RateUnit unit = RateUnit::kPerGpuHour;
+  RecoveryPolicy recoverable_by = RecoveryPolicy::kNone;
+  double in_place_share = 0;  // share of this cause's failures that recoverable_by recovers in place, [0, 1]
+};
+
+struct FailureRates {
+  std::string preset;  // "llama3", "rsc1", "rsc2"
+  std::string source;  // where the figures come from, one line
+  std::vector<FailureCause> causes;
+};
+
+// The named rate tables (docs/reliability.md): "llama3" (the Llama 3 405B run's 419 unexpected
+// interruptions in 54 days on 16,384 H100s, by cause), "rsc1" and "rsc2" (Meta's research
+// clusters' hardware failure rates per node-day, split over Llama 3's hardware causes in Llama 3's
+// proportions). Throws Error(kInvalidArgument) listing the names.
+FailureRates failure_rates(std::string_view preset);
+std::vector<std::string> failure_rate_preset_names();
+
+// Multiplies every rate by `factor` (>= 0). Throws Error(kInvalidArgument) for a negative factor.
+void scale_rates(FailureRates& rates, double factor);
+// Sets one cause's rate (in its own unit); '-' is accepted for '_' in the name. Throws
+// Error(kInvalidArgument) for an unknown cause (listing the known ones) or a negative rate.
+void set_cause_rate(FailureRates& rates, std::string_view cause, double rate_per_hour);
+
+// One cause's failures per hour for a job of `gpus` GPUs on nodes of `gpus_per_node`: per-GPU
+// rates times gpus, per-node rates times ceil(gpus / gpus_per_node). Preconditions: gpus >= 1,
+// gpus_per_node >= 1 (else Error(kInvalidArgument)).
+double job_failure_rate_per_hour(const FailureCause& cause, int gpus, int gpus_per_node);
+double job_failure_rate_per_hour(const FailureRates& rates, int gpus, int gpus_per_node);
+
+// M = 1 / (sum of the job's failure rates), in hours; +infinity when every rate is 0.
+double job_mtbf_hours(const FailureRates& rates, int gpus, int gpus_per_node);
+
+// Young (CACM 1974): sqrt(2 delta M). delta = checkpoint write time, M = MTBF, both in seconds, > 0.
+double young_interval_s(double checkpoint_write_s, double mtbf_s);
+// Daly (FGCS 2006), the higher-order optimum:
+//   sqrt(2 delta M) [1 + 1/3 sqrt(delta / 2M) + 1/9 (delta / 2M)] - delta   for delta < 2M, else M.
+// Throws Error(kInvalidArgument) unless both are > 0; M may be +infinity (then +infinity).
+double daly_interval_s(double checkpoint_write_s, double mtbf_s);
+
+// What a job restart costs beyond the lost work: detection, then u0 = rendezvous + communicator
+// initialisation + checkpoint load. Seconds, each >= 0.
+struct RestartCost {
+  double detection_s = 0;          // from the failure until the job is known to be down
+  double rendezvous_s = 0;         // rescheduling, replacement nodes, the launcher's rendezvous
+  double communicator_init_s = 0;  // NCCL bootstrap and connection setup (sim/startup.h)
+  double checkpoint_load_s = 0;    // reading the checkpoint back
+  double restart_s() const { return rendezvous_s + communicator_init_s + checkpoint_load_s; }  // u0
+  double total_s() const { return detection_s + restart_s(); }
+};
+
+// The inputs of the goodput model: independent of the step time. Durations in seconds.
+struct GoodputInputs {
+  double mtbf_s = 0;                 // M: all interruptions, > 0 (+infinity allowed)
+  double checkpoint_interval_s = 0;  // delta_t, > 0
+  double checkpoint_blocking_s = 0;  // delta_block: training stalls this long per checkpoint, >= 0
+  RestartCost restart;               // a job restart from the checkpoint
+  double in_place_fraction = 0;      // f: interruptions recovered in place, [0, 1]
+  double in_place_recovery_s = 0;    // cost of one in-place recovery (detection included), >= 0
+  double program_goodput = 1;        // the useful fraction of running time, e.g. MFU, (0, 1]
+};
+
+struct GoodputResult {
+  double effective_mtbf_s = 0;       // M / (1 - f): mean time between the restarts that remain
+  double lost_work_s = 0;            // delta_t / 2: work lost per restart, on average
+  double restart_loss_s = 0;         // lost work + u0 + detection: wall time one restart costs
+  double checkpoint_efficiency = 0;  // 1 - delta_block / delta_t
+  double failure_efficiency = 0;     // 1 - restart_loss / M_eff - f x in-place cost / M
+  double ettr = 0;                   // effective training time ratio, the product, clamped to [0, 1]
+  double goodput = 0;                // ettr x program_goodput
+};
+
+// The first-order ETTR (docs/reliability.md):
+//   ETTR = (1 - delta_block / delta_t) (1 - (delta_t/2 + u0 + t_detect) / M_eff - f c / M)
+// each factor and the product clamped to [0, 1]; with f = 0 this is
+//   (1 - delta_block / delta_t) (1 - (delta_t/2 + u0 + t_detect) / M).
+// Throws Error(kInvalidArgument) naming the field for an input out of its range.
+GoodputResult goodput(const GoodputInputs& inputs);
+
+struct RecoveryPolicies {
+  bool retry = false;
+  bool reroute = false;
+  bool shrink = false;
+  bool enabled(RecoveryPolicy policy) const;
+};
+
+// f: the share of the job's interruptions that the enabled policies recover in place, each cause
+// weighted by its rate (per-node rates converted with gpus_per_node >= 1). 0 when every rate is 0.
+double in_place_fraction(const FailureRates& rates, const RecoveryPolicies& policies, int gpus_per_node);
+
+// The f that raises the MTBF between restarts from `mtbf` to `target` (any one unit, both > 0):
+// 1 - mtbf / target, or 0 when target <= mtbf.
+double required_in_place_fraction(double mtbf, double target);
+
+}  // namespace tandem::models
