@@ -35,8 +35,10 @@ int gpus_of(const models::ClusterSpec& cluster) { return cluster.nodes * cluster
 
 TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress) {
   if (backend != ScenarioBackend::kSim) {
-    fail(ErrorCode::kUnsupported, "a training workload runs on the simulator (--backend sim), not on {}: its steps "
-         "are whole-cluster predictions", name(backend));
+    fail(ErrorCode::kUnsupported,
+         "a training workload runs on the simulator (--backend sim), not on {}: its steps "
+         "are whole-cluster predictions",
+         name(backend));
   }
   const TrainingWorkload& training = training_of(scenario);
   TrainingResults results;
@@ -99,7 +101,8 @@ std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Sce
             detail += fmt::format("{}the layout does not run on {}", detail.empty() ? "" : "; ", *e.relative_to);
           } else {
             holds = check_bound(e.speedup, other->step_s / step->step_s, fmt::format("speedup over {}", *e.relative_to),
-                                "x", detail) && holds;
+                                "x", detail) &&
+                    holds;
           }
         }
       }
@@ -148,13 +151,13 @@ std::string describe(const TrainingExpectation& e) {
 std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                          const std::vector<models::TrainingConfig>& configs) {
   std::string out = fmt::format("{:<14} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
-                                "layout", "tp", "pp", "dp", "micro", "recompute", "memory/GPU", "step (s)",
-                                "compute", "exposed", "bubble", "MFU", "tok/s/GPU");
+                                "layout", "tp", "pp", "dp", "micro", "recompute", "memory/GPU", "step (s)", "compute",
+                                "exposed", "bubble", "MFU", "tok/s/GPU");
   for (size_t l = 0; l < steps.size(); ++l) {
     const sim::TrainingStepResult& s = steps[l];
     const models::TrainingConfig& c = configs[l];
-    const std::string micro = s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch)
-                                                         : std::string("-");
+    const std::string micro =
+        s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch) : std::string("-");
     out += fmt::format("{:<14} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp, c.layout.pp,
                        s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro, c.recompute ? "yes" : "no",
                        s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
@@ -169,15 +172,15 @@ std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
   for (const sim::TrainingStepResult& s : steps) {
     if (!s.ok) out += fmt::format("  {}: {}\n", s.layout, s.error);
   }
-  out += "memory per GPU (busiest stage): weights + gradients + optimizer + gathered FSDP units + activations + "
-         "logits + runtime\n";
+  out +=
+      "memory per GPU (busiest stage): weights + gradients + optimizer + gathered FSDP units + activations + "
+      "logits + runtime\n";
   for (const sim::TrainingStepResult& s : steps) {
     const models::MemoryBreakdown& m = s.memory;
     if (m.total_bytes() <= 0) continue;
     out += fmt::format("  {:<14} {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} = {:.1f} GB\n", s.layout,
-                       m.weights_bytes / 1e9, m.gradients_bytes / 1e9, m.optimizer_bytes / 1e9,
-                       m.unsharded_bytes / 1e9, m.activations_bytes / 1e9, m.logits_bytes / 1e9,
-                       m.runtime_bytes / 1e9, m.total_bytes() / 1e9);
+                       m.weights_bytes / 1e9, m.gradients_bytes / 1e9, m.optimizer_bytes / 1e9, m.unsharded_bytes / 1e9,
+                       m.activations_bytes / 1e9, m.logits_bytes / 1e9, m.runtime_bytes / 1e9, m.total_bytes() / 1e9);
   }
   return out;
 }
@@ -228,8 +231,9 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
         "{} MFU, collectives: {}\n",
         base.model.name, static_cast<double>(base.model.parameters()) / 1e9, base.model.layers, base.model.d_model,
         base.seq_len, batch, models::name(base.precision), format_percent(base.mfu), base.algorithm);
-    out += "step = compute + exposed communication + pipeline bubble, on the busiest pipeline stage; MFU = model "
-           "FLOPs (6N + 12Lds per token) / (step x GPUs x bf16 peak)\n";
+    out +=
+        "step = compute + exposed communication + pipeline bubble, on the busiest pipeline stage; MFU = model "
+        "FLOPs (6N + 12Lds per token, N without the embedding lookup) / (step x GPUs x bf16 peak)\n";
     for (size_t v = 0; v < scenario.variants.size(); ++v) {
       const ClusterVariant& variant = scenario.variants[v];
       out += fmt::format("\n== {}: {}\n", variant.name, models::describe(variant.cluster));
@@ -266,18 +270,33 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
     skipped += o.verdict == ExpectationVerdict::kSkip;
   }
   if (!quiet) out += '\n';
-  std::string summary = outcomes.empty()     ? std::string("no expectations")
-                        : failed == 0        ? fmt::format("{} of {} expectations hold", passed, passed + skipped)
-                                             : fmt::format("{} of {} expectations failed", failed, outcomes.size());
+  std::string summary = outcomes.empty() ? std::string("no expectations")
+                        : failed == 0    ? fmt::format("{} of {} expectations hold", passed, passed + skipped)
+                                         : fmt::format("{} of {} expectations failed", failed, outcomes.size());
   if (skipped > 0) summary += fmt::format("; {} skipped on sim", skipped);
   out += fmt::format("verdict: {} ({})\n", training_passed(outcomes) ? "PASS" : "FAIL", summary);
   return out;
 }
 
 std::vector<std::string> training_csv_columns() {
-  return {"variant",   "layout",       "gpus",           "tp",       "pp",          "dp",
-          "microbatches", "micro_batch", "recompute",     "fits",     "memory_GB",   "step_s",
-          "compute_s", "exposed_comm_s", "bubble_s",     "achieved_mfu", "tokens_per_s_per_gpu", "error"};
+  return {"variant",
+          "layout",
+          "gpus",
+          "tp",
+          "pp",
+          "dp",
+          "microbatches",
+          "micro_batch",
+          "recompute",
+          "fits",
+          "memory_GB",
+          "step_s",
+          "compute_s",
+          "exposed_comm_s",
+          "bubble_s",
+          "achieved_mfu",
+          "tokens_per_s_per_gpu",
+          "error"};
 }
 
 std::string training_results_csv(const Scenario& scenario, const TrainingResults& results) {

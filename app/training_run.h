@@ -23,7 +23,8 @@ struct TrainingResults {
   std::vector<std::vector<sim::TrainingStepResult>> steps;
   std::vector<std::vector<models::TrainingConfig>> configs;
 
-  const sim::TrainingStepResult* find(const Scenario& scenario, std::string_view variant, std::string_view layout) const;
+  const sim::TrainingStepResult* find(const Scenario& scenario, std::string_view variant,
+                                      std::string_view layout) const;
 };
 
 // Simulates every variant (each in its own child process). Training runs on the simulator only:

@@ -47,7 +47,11 @@ inline std::string node_kind(const YAML::Node& node) {
 // One scenario file being read: every error it raises starts with "file:line:column: ".
 class Reader {
  public:
-  explicit Reader(std::string file) : file_(std::move(file)) {}
+  // `document` names the whole file in messages ("unknown key 'x' in the plan").
+  explicit Reader(std::string file, std::string document = "scenario")
+      : file_(std::move(file)), document_(std::move(document)) {}
+
+  const std::string& document() const { return document_; }
 
   const std::string& file() const { return file_; }
 
@@ -132,6 +136,7 @@ class Reader {
 
  private:
   std::string file_;
+  std::string document_;
 };
 
 // One mapping of the file, its keys checked against those its section accepts: every key known,
@@ -178,7 +183,7 @@ class Mapping {
   std::string path(std::string_view key) const {
     return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
   }
-  std::string where() const { return path_.empty() ? std::string("the scenario") : path_; }
+  std::string where() const { return path_.empty() ? "the " + reader_.document() : path_; }
 
  private:
   const Reader& reader_;
@@ -186,7 +191,6 @@ class Mapping {
   std::string path_;
   std::vector<std::pair<std::string, YAML::Node>> entries_;
 };
-
 
 // Sections that scenarios and plan sweeps share (defined in scenario.cc).
 

@@ -246,6 +246,12 @@ void check_fits(const TrainingConfig& config, const DerivedLayout& derived, cons
        mem.logits_bytes / 1e9, mem.runtime_bytes / 1e9, gpu.name, gpu.memory_bytes / 1e9, advice);
 }
 
+double model_flops_per_token(const TransformerSpec& model, int seq_len) {
+  const double embedding = model.tied_embeddings ? 0.0 : static_cast<double>(model.vocab * model.d_model);
+  return 6.0 * (static_cast<double>(model.parameters()) - embedding) +
+         12.0 * model.layers * static_cast<double>(model.d_model) * seq_len;
+}
+
 double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, double mfu) {
   const double peak = precision == Precision::kFP8 ? gpu.fp8_flops : gpu.bf16_flops;
   if (!(peak > 0)) fail(ErrorCode::kUnsupported, "the {} has no {} tensor cores", gpu.name, name(precision));
@@ -278,8 +284,7 @@ class StepBuilder {
     }
     const double tokens = static_cast<double>(config_.global_batch) * config_.seq_len;
     program_.tokens = tokens;
-    program_.model_flops = tokens * (6.0 * static_cast<double>(m_.parameters()) +
-                                     12.0 * m_.layers * static_cast<double>(m_.d_model) * config_.seq_len);
+    program_.model_flops = tokens * model_flops_per_token(m_, config_.seq_len);
     return std::move(program_);
   }
 

@@ -7,9 +7,9 @@
 // every collective on its groups (sim/training.h) and run_timeline() lays the step out.
 //
 // Conventions (docs/workloads.md has the formulas and their sources):
-//   - model FLOPs per token = 6N + 12 L d s (torchtitan / PaLM; non-causal attention), split
-//     forward 1/3, backward 2/3; full activation recompute adds one more forward (hardware FLOPs,
-//     not model FLOPs);
+//   - model FLOPs per token = 6N + 12 L d s (torchtitan / PaLM; non-causal attention; N without
+//     an untied input embedding, see model_flops_per_token), split forward 1/3, backward 2/3;
+//     full activation recompute adds one more forward (hardware FLOPs, not model FLOPs);
 //   - collective sizes follow nccl-tests' convention: all_gather / reduce_scatter give the total
 //     (the gathered tensor), all_reduce the buffer, send/recv what one rank sends;
 //   - ranks are placed Megatron-style: tensor-parallel index fastest, then data-parallel, then the
@@ -162,7 +162,7 @@ struct StepProgram {
   std::vector<CommOp> comms;
   std::vector<std::string> labels;
   std::vector<StepTask> tasks;
-  double model_flops = 0;  // per step, whole job (6N + 12 L d s per token)
+  double model_flops = 0;            // per step, whole job (model_flops_per_token x tokens)
   double tokens = 0;       // per step
 };
 
@@ -202,6 +202,12 @@ struct StepBreakdown {
 // Throws Error(kInvalidArgument) when durations do not match the tasks, or the dependencies form a
 // cycle (a bug in the program).
 StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>& duration_s);
+
+// Model FLOPs per training token: 6N + 12 L d s (torchtitan / PaLM), with N the parameters that
+// take part in matmuls: an untied input embedding is a lookup, not a matmul, so it is left out
+// (with it, Llama-3 70B is 488 GFLOP/token; without, 481.5). MFU is these over the GPU's peak,
+// so a step's achieved MFU never exceeds the kernels' own.
+double model_flops_per_token(const TransformerSpec& model, int seq_len);
 
 // A compute task's duration: FLOPs at `mfu` of the GPU's peak for `precision`, plus its fixed time.
 double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, double mfu);

@@ -281,3 +281,37 @@ TEST(RunCli, RankHangDumpsLoadInPythonAndNameTheRank) {
   EXPECT_EQ(verdict.at("culprit_ranks"), nlohmann::json::array({5})) << analysis.out;
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+
+TEST(RunCli, Llama70bTrainingScenario) {
+  const std::string dir = temp_path("llama70b_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem("run scenarios/llama3-70b-64xh100.yaml --out " + dir);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_EQ(outcome.err, "");
+  for (const char* part : {"workload: training llama3-70b (70.55 B parameters", "== base: dgx-h100: 8 nodes",
+                           "== 800G: ", "== 800G-gen6: ", "== comparison: step time", "FSDP all_gather (fwd)",
+                           "TP all_gather", "verdict: PASS (7 of 7 expectations hold)"}) {
+    EXPECT_TRUE(contains(outcome.out, part)) << part << "\n" << outcome.out;
+  }
+  const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
+  ASSERT_EQ(csv.size(), 7u);  // header + 3 variants x 2 layouts
+  EXPECT_EQ(csv[0].rfind("variant,layout,gpus,tp,pp,dp,", 0), 0u) << csv[0];
+  const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_TRUE(json.at("passed").get<bool>());
+  ASSERT_EQ(json.at("variants").size(), 3u);
+  const nlohmann::json& fsdp = json.at("variants")[0].at("layouts")[0];
+  EXPECT_EQ(fsdp.at("layout"), "fsdp");
+  const double step = fsdp.at("step_s").get<double>();
+  EXPECT_NEAR(fsdp.at("compute_s").get<double>() + fsdp.at("exposed_comm_s").get<double>() +
+                  fsdp.at("bubble_s").get<double>(), step, 1e-6 * step);
+  EXPECT_FALSE(fsdp.at("collectives").empty());
+}
+
+TEST(RunCli, TrainingRunsOnTheSimulatorOnly) {
+  expect_one_line_error(run_tandem("run scenarios/llama3-70b-64xh100.yaml --backend host"), 2,
+                        "a training workload runs on the simulator");
+}
+
+}  // namespace

@@ -271,8 +271,10 @@ std::vector<Rejection> rejections() {
        "t.yaml:1:1: missing required key 'workload' in the scenario"},
       {"missing type", with_workload("workload:\n  collectives: [all_reduce]\n"),
        "t.yaml:5:3: missing required key 'type' in workload"},
-      {"unknown workload type", with_workload("workload:\n  type: training\n"),
-       "t.yaml:5:9: unknown workload type 'training' (expected: collective-sweep, collective-loop)"},
+      {"unknown workload type", with_workload("workload:\n  type: inference\n"),
+       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training)"},
+      {"training without a model", with_workload("workload:\n  type: training\n"),
+       "t.yaml:5:3: missing required key 'model' in workload"},
       {"unknown workload key",
        with_workload("workload:\n  type: collective-sweep\n  colectives: [all_reduce]\n  sizes: [1M]\n"),
        "t.yaml:6:3: unknown key 'colectives' in workload (expected: type, collectives, sizes, algorithms, dtype, op, "

@@ -9,6 +9,10 @@
 
 #include "core/error.h"
 #include "models/workload.h"
+#include "sim/protocol.h"
+#include "sim/sweep.h"
+
+#include <fmt/format.h>
 
 namespace tandem::sim {
 namespace {
@@ -138,6 +142,39 @@ TEST(Training, ResultsSurviveTheirJson) {
   EXPECT_DOUBLE_EQ(again[0].memory.total_bytes(), results[0].memory.total_bytes());
   EXPECT_EQ(again[0].collectives.size(), results[0].collectives.size());
   EXPECT_EQ(again[0].top.size(), results[0].top.size());
+}
+
+}  // namespace
+}  // namespace tandem::sim
+
+namespace tandem::sim {
+namespace {
+
+// The training step times a ring all_gather / reduce_scatter as half of a ring all_reduce of the
+// same size (sim/training.cc): check that against the explicit schedules, simulated op by op.
+TEST(Training, HalfRingAllReduceMatchesExplicitAllGatherAndReduceScatter) {
+  int compared = 0;
+  for (int nodes : {2, 8}) {
+    for (int64_t bytes : {int64_t{4} << 20, int64_t{256} << 20}) {
+      SCOPED_TRACE(fmt::format("{} nodes, {} bytes", nodes, bytes));
+      SweepRequest request;
+      request.cluster = h100s(nodes);
+      request.explicit_schedules = true;
+      for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
+        request.points.push_back({c, bytes, "ring"});
+      }
+      const std::vector<SweepPointResult> r = run_sweep(request);
+      ASSERT_TRUE(r[0].ok && r[1].ok && r[2].ok) << r[0].error << r[1].error << r[2].error;
+      for (size_t i : {1u, 2u}) {
+        if (r[i].protocol != r[0].protocol) continue;  // the halves are compared at one protocol
+        const double base = protocol_base_latency_s(r[0].protocol, Algorithm::kRing);
+        const double half = base + (r[0].seconds - base) / 2;
+        EXPECT_NEAR(half / r[i].seconds, 1.0, 0.03) << name(r[i].point.collective);
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, 6);
 }
 
 }  // namespace

@@ -1,0 +1,119 @@
+// Training workloads in scenarios: the shipped Llama-3 70B scenario loads as written, a layout's
+// overrides reach its config, and every kind of mistake is an error at its file:line:column.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "app/scenario.h"
+#include "core/error.h"
+
+namespace tandem::app {
+namespace {
+
+constexpr const char* kTraining = R"(tandem_scenario: 1
+name: t
+cluster: {preset: dgx-h100, nodes: 2}
+workload:
+  type: training
+  model: llama3-8b
+  global_batch: 32
+  layouts:
+    - {name: fsdp, sharding: fsdp}
+    - {name: tp8, tp: 8, sharding: zero1, recompute: true, micro_batch: 2}
+)";
+
+TEST(TrainingScenario, ShippedLlama70bLoads) {
+  const Scenario scenario = load_scenario("scenarios/llama3-70b-64xh100.yaml");
+  ASSERT_EQ(scenario.variants.size(), 3u);
+  const auto& training = std::get<TrainingWorkload>(scenario.workload);
+  EXPECT_EQ(training.base.model.name, "llama3-70b");
+  EXPECT_EQ(training.base.model.parameters(), 70'553'706'496);
+  EXPECT_EQ(training.base.seq_len, 8192);
+  EXPECT_EQ(training.base.global_batch, 128);
+  EXPECT_DOUBLE_EQ(training.base.mfu, 0.40);
+  ASSERT_EQ(training.layouts.size(), 2u);
+  EXPECT_EQ(training.layouts[0].layout.sharding, models::Sharding::kFsdp);
+  EXPECT_EQ(training.layouts[1].layout.tp, 8);
+  EXPECT_EQ(training.layouts[1].layout.pp, 4);
+  EXPECT_EQ(scenario.training_expectations.size(), 7u);
+  EXPECT_TRUE(scenario.expectations.empty());
+}
+
+TEST(TrainingScenario, LayoutOverridesAndBatchPerGpu) {
+  const Scenario scenario = parse_scenario(kTraining, "t.yaml");
+  const auto& training = std::get<TrainingWorkload>(scenario.workload);
+  const models::TrainingConfig fsdp = training.config_for(0, 16);
+  EXPECT_FALSE(fsdp.recompute);
+  EXPECT_EQ(fsdp.micro_batch, 1);
+  EXPECT_EQ(fsdp.global_batch, 32);
+  const models::TrainingConfig tp = training.config_for(1, 16);
+  EXPECT_TRUE(tp.recompute);
+  EXPECT_EQ(tp.micro_batch, 2);
+  EXPECT_EQ(tp.layout.tp, 8);
+  std::string text = kTraining;
+  text.replace(text.find("global_batch: 32"), 16, "batch_per_gpu: 0.5");
+  const Scenario scaled = parse_scenario(text, "t.yaml");
+  const auto& per_gpu = std::get<TrainingWorkload>(scaled.workload);
+  EXPECT_EQ(per_gpu.config_for(0, 64).global_batch, 32);
+  EXPECT_EQ(per_gpu.config_for(0, 16).global_batch, 8);
+}
+
+TEST(TrainingScenario, CustomModelFromItsDimensions) {
+  std::string text = kTraining;
+  text.replace(
+      text.find("model: llama3-8b"), 16,
+      "model: {name: mini, layers: 4, d_model: 1024, ffn: 4096, heads: 8, vocab: 32000, tied_embeddings: true}");
+  const Scenario scenario = parse_scenario(text, "t.yaml");
+  const auto& training = std::get<TrainingWorkload>(scenario.workload);
+  EXPECT_EQ(training.base.model.name, "mini");
+  EXPECT_EQ(training.base.model.kv_heads, 8);  // defaults to heads
+  EXPECT_EQ(training.base.model.parameters(), 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024) + 32000 * 1024 + 1024);
+}
+
+struct Reject {
+  std::string from, to, where, mentions;
+};
+
+TEST(TrainingScenario, MistakesAreFileLineColumnErrors) {
+  const std::vector<Reject> cases{
+      {"model: llama3-8b", "model: llama4", "t.yaml:6:10", "unknown model 'llama4'"},
+      {"global_batch: 32", "global_batch: 0", "t.yaml:7:17", "workload.global_batch must be an integer"},
+      {"global_batch: 32", "global_batch: 32\n  batch_per_gpu: 1", "t.yaml:8:18", "not both"},
+      {"sharding: fsdp}", "sharding: fdsp}", "t.yaml:9:30", "unknown sharding 'fdsp'"},
+      {"{name: fsdp, sharding: fsdp}", "{name: fsdp, sharding: fsdp, shard_group: 4}", "t.yaml:9:49",
+       "goes with sharding: hsdp"},
+      {"{name: tp8,", "{name: fsdp,", "t.yaml:10:14", "a layout named 'fsdp' comes earlier"},
+      {"{name: fsdp, sharding: fsdp}", "{name: fsdp, tensor: 2}", "t.yaml:9:20", "unknown key 'tensor'"},
+      {"  layouts:\n    - {name: fsdp, sharding: fsdp}\n    - {name: tp8, tp: 8, sharding: zero1, recompute: true, "
+       "micro_batch: 2}\n",
+       "  layouts: []\n", "t.yaml:8:12", "must not be empty"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  mfu: 1.5\n", "t.yaml:7:8", "workload.mfu must be a number"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  grad_reduce_dtype: i32\n", "t.yaml:7:22", "bf16 or f32"},
+      {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp9, step_time_s: {max: 1}}", "t.yaml:12:14",
+       "no layout named 'tp9'"},
+      {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp8}", "t.yaml:12:5", "checks nothing"},
+      {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp8, speedup: {min: 1}}", "t.yaml:12:5",
+       "needs relative_to"},
+      {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp8, relative_to: 800G, speedup: {min: 1}}",
+       "t.yaml:12:32", "no variant named '800G'"},
+  };
+  for (const Reject& c : cases) {
+    SCOPED_TRACE(c.to);
+    std::string text = kTraining;
+    ASSERT_NE(text.find(c.from), std::string::npos);
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    try {
+      parse_scenario(text, "t.yaml");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFormat);
+      const std::string message = e.what();
+      EXPECT_EQ(message.rfind(c.where + ":", 0), 0u) << message;
+      EXPECT_NE(message.find(c.mentions), std::string::npos) << message;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::app
