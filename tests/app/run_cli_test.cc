@@ -315,3 +315,16 @@ TEST(RunCli, TrainingRunsOnTheSimulatorOnly) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
+  const Outcome outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "ddp              1   1      8       4x1        no  178.52 GB does not run (below)"))
+      << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "but the H100-SXM has 80 GB")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;
+}
+
+}  // namespace
