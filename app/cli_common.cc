@@ -5,9 +5,36 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 namespace tandem::app {
+
+std::string read_text_file(const std::string& path, std::string_view what) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) fail(ErrorCode::kIo, "{} '{}' is a folder, not a file", what, path);
+  std::ifstream in(path);
+  if (!in) fail(ErrorCode::kIo, "cannot read {} '{}'", what, path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCode::kIo, "cannot read {} '{}'", what, path);
+  return text.str();
+}
+
+void create_output_folder(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) fail(ErrorCode::kIo, "cannot create the output folder '{}': {}", dir, error.message());
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path);
+}
 
 int exit_code_for(const Error& error) {
   switch (error.code()) {

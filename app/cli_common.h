@@ -21,6 +21,13 @@ int exit_code_for(const Error& error);
 // The version `tandem --version` prints.
 std::string version_string();
 
+// Files a command reads and writes; each failure is Error(kIo) naming the path.
+// The whole of a text file (`what` names it in messages: "scenario", "plan").
+std::string read_text_file(const std::string& path, std::string_view what);
+// Creates `dir` and its parents if missing (an --out folder).
+void create_output_folder(const std::string& dir);
+void write_text_file(const std::string& path, const std::string& text);
+
 // Collective names as core spells them ("all_reduce"), with '-' accepted for '_' and nccl-tests'
 // names as aliases (allreduce, allgather, reducescatter, alltoall, sendrecv). Throws
 // Error(kInvalidArgument) listing the accepted names.

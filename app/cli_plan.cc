@@ -47,13 +47,6 @@ std::pair<int, int> parse_shard(const std::string& text) {
   }
 }
 
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path.string());
-}
-
 std::string progress_bar(size_t done, size_t total, double left_s) {
   constexpr int kWidth = 30;
   const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
@@ -79,9 +72,7 @@ void run_plan_command(const PlanOptions& options, CommandStatus& status) {
   }
   const bool root = launch.info().rank == 0;
   if (!options.out_dir.empty() && root) {
-    std::error_code error;
-    std::filesystem::create_directories(options.out_dir, error);
-    if (error) fail(ErrorCode::kIo, "cannot create the output folder '{}': {}", options.out_dir, error.message());
+    create_output_folder(options.out_dir);
   }
   Progress progress;
   const auto started = std::chrono::steady_clock::now();
@@ -117,8 +108,8 @@ void run_plan_command(const PlanOptions& options, CommandStatus& status) {
   const std::vector<PlanRow> rows = plan_rows(plan, jobs, outcomes);
   if (!options.out_dir.empty()) {
     const std::filesystem::path dir(options.out_dir);
-    if (plan.csv) write_file(dir / "plan.csv", plan_csv(rows));
-    if (plan.json) write_file(dir / "plan.json", plan_json(plan, rows, outcomes, jobs).dump(2) + "\n");
+    if (plan.csv) write_text_file((dir / "plan.csv").string(), plan_csv(rows));
+    if (plan.json) write_text_file((dir / "plan.json").string(), plan_json(plan, rows, outcomes, jobs).dump(2) + "\n");
   }
   if (!options.quiet) {
     fmt::print("{}", format_plan_summary(plan, rows, outcomes, jobs));

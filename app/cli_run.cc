@@ -12,8 +12,8 @@
 
 #include "app/backends.h"
 #include "app/cli_common.h"
-#include "app/loop_run.h"
 #include "app/commands.h"
+#include "app/loop_run.h"
 #include "app/scenario.h"
 #include "app/scenario_report.h"
 #include "app/scenario_run.h"
@@ -35,17 +35,11 @@ struct RunOptions {
 ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
   if (options.backend.empty()) return scenario.backend;
   if (options.backend == "nccl-native") {
-    fail(ErrorCode::kUnsupported, "tandem run takes --backend nccl (tandem's schedules on NCCL); nccl-native is for "
-                                  "tandem bench");
+    fail(ErrorCode::kUnsupported,
+         "tandem run takes --backend nccl (tandem's schedules on NCCL); nccl-native is for "
+         "tandem bench");
   }
   return parse_backend(options.backend);
-}
-
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path.string());
 }
 
 // A collective-loop: faults, recovery, flight recorder (app/loop_run.h).
@@ -54,8 +48,8 @@ void run_loop_command(const RunOptions& options, const Scenario& scenario, Scena
   const LoopResults results = run_loop(scenario, backend, LoopOptions{options.out_dir, options.dump_on_exit});
   const std::vector<LoopExpectationOutcome> outcomes = evaluate_loop_expectations(scenario, results);
   if (!options.out_dir.empty() && scenario.outputs.json) {
-    write_file(std::filesystem::path(options.out_dir) / "results.json",
-               loop_results_json(scenario, results, outcomes) + "\n");
+    write_text_file((std::filesystem::path(options.out_dir) / "results.json").string(),
+                    loop_results_json(scenario, results, outcomes) + "\n");
   }
   fmt::print("tandem run {}: {}\n", scenario.name, scenario.description);
   fmt::print("{}", format_loop_report(scenario, results, outcomes));
@@ -71,9 +65,7 @@ void run_command(const RunOptions& options, CommandStatus& status) {
   const Scenario scenario = load_scenario(options.scenario);
   const ScenarioBackend backend = backend_for(options, scenario);
   if (!options.out_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(options.out_dir, error);
-    if (error) fail(ErrorCode::kIo, "cannot create the output folder '{}': {}", options.out_dir, error.message());
+    create_output_folder(options.out_dir);
   }
 
   if (std::holds_alternative<CollectiveLoop>(scenario.workload)) {
@@ -90,9 +82,11 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     if (!options.out_dir.empty()) {
       const std::filesystem::path dir(options.out_dir);
       if (scenario.outputs.json) {
-        write_file(dir / "results.json", training_results_json(scenario, results, outcomes).dump(2) + "\n");
+        write_text_file((dir / "results.json").string(),
+                        training_results_json(scenario, results, outcomes).dump(2) + "\n");
       }
-      if (scenario.outputs.csv) write_file(dir / "results.csv", training_results_csv(scenario, results));
+      if (scenario.outputs.csv)
+        write_text_file((dir / "results.csv").string(), training_results_csv(scenario, results));
     }
     fmt::print("{}", format_training_report(scenario, results, outcomes, options.quiet));
     std::fflush(stdout);
@@ -108,8 +102,8 @@ void run_command(const RunOptions& options, CommandStatus& status) {
   if (!options.out_dir.empty()) {
     const std::filesystem::path dir(options.out_dir);
     if (scenario.outputs.json)
-      write_file(dir / "results.json", results_json(scenario, results, outcomes).dump(2) + "\n");
-    if (scenario.outputs.csv) write_file(dir / "results.csv", results_csv(results));
+      write_text_file((dir / "results.json").string(), results_json(scenario, results, outcomes).dump(2) + "\n");
+    if (scenario.outputs.csv) write_text_file((dir / "results.csv").string(), results_csv(results));
   }
   fmt::print("{}", format_report(scenario, results, outcomes, options.quiet));
   std::fflush(stdout);

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/cli_common.h"
+#include "app/scenario_report.h"
 #include "app/training_run.h"
 #include "app/yaml_reader.h"
 #include "core/error.h"
@@ -242,15 +244,7 @@ Plan parse_plan(std::string_view yaml_text, const std::string& file) {
   }
 }
 
-Plan load_plan(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) fail(ErrorCode::kIo, "plan '{}' is a folder, not a file", path);
-  std::ifstream in(path);
-  if (!in) fail(ErrorCode::kIo, "cannot read plan '{}'", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_plan(text.str(), path);
-}
+Plan load_plan(const std::string& path) { return parse_plan(read_text_file(path, "plan"), path); }
 
 // ---- points and jobs ---------------------------------------------------------------------------
 
@@ -535,9 +529,7 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
     } else {
       out += std::string(16, ',');
     }
-    std::string error = r.error;
-    std::replace(error.begin(), error.end(), '"', '\'');
-    out += error.empty() ? "\n" : fmt::format("\"{}\"\n", error);
+    out += csv_field(r.error) + "\n";
   }
   return out;
 }

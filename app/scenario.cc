@@ -16,8 +16,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "app/cli_common.h"
-#include "app/yaml_reader.h"
 #include "app/nccl_tests_table.h"
+#include "app/yaml_reader.h"
 #include "core/algorithms.h"
 #include "core/error.h"
 
@@ -102,8 +102,8 @@ namespace {
 
 // The keys each section accepts, in the order docs/scenarios.md lists them.
 constexpr std::array<std::string_view, 13> kTopKeys{
-    "tandem_scenario", "name",    "description", "cluster",  "variants", "backend",   "network",
-    "workload",        "faults",  "fault_seed",  "recovery", "outputs",  "expect"};
+    "tandem_scenario", "name",   "description", "cluster",  "variants", "backend", "network",
+    "workload",        "faults", "fault_seed",  "recovery", "outputs",  "expect"};
 // clang-format off
 constexpr std::array<std::string_view, 17> kClusterKeys{
     "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
@@ -113,13 +113,13 @@ constexpr std::array<std::string_view, 17> kClusterKeys{
 constexpr std::array<std::string_view, 2> kVariantKeys{"name", "cluster"};
 constexpr std::array<std::string_view, 7> kCollectiveSweepKeys{"type",  "collectives", "sizes",        "algorithms",
                                                                "dtype", "op",          "gpus_per_node"};
-constexpr std::array<std::string_view, 8> kCollectiveLoopKeys{"type", "collective", "size", "algorithm",
-                                                              "iterations", "dtype", "op", "gpus_per_node"};
+constexpr std::array<std::string_view, 8> kCollectiveLoopKeys{"type",       "collective", "size", "algorithm",
+                                                              "iterations", "dtype",      "op",   "gpus_per_node"};
 constexpr std::array<std::string_view, 4> kSizeRangeKeys{"min", "max", "factor", "step"};
 constexpr std::array<std::string_view, 5> kOutputKeys{"json", "csv", "dumps", "dump_format", "fr_buffer_size"};
-constexpr std::array<std::string_view, 12> kFaultKeys{"kind",   "rank",          "link",       "node",
-                                                      "nic",    "factor",        "recover_after_us",
-                                                      "at_collective", "at_time_us", "at_op", "probability", "issue"};
+constexpr std::array<std::string_view, 12> kFaultKeys{
+    "kind",          "rank",       "link",  "node",        "nic",  "factor", "recover_after_us",
+    "at_collective", "at_time_us", "at_op", "probability", "issue"};
 constexpr std::array<std::string_view, 3> kIssueKeys{"collective", "count", "dtype"};
 constexpr std::array<std::string_view, 5> kRecoveryKeys{"retry_max", "backoff_us", "watchdog_ms", "action", "verify"};
 constexpr std::array<std::string_view, 7> kLoopExpectKeys{"iteration", "outcome", "culprit_ranks", "backend",
@@ -128,15 +128,16 @@ constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "
                                                       "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
 constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
 constexpr std::array<std::string_view, 12> kTrainingKeys{
-    "type",      "model",       "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",
-    "precision", "mfu",         "recompute", "grad_reduce_dtype", "algorithm",     "layouts"};
-constexpr std::array<std::string_view, 8> kModelKeys{"name",     "layers", "d_model", "ffn",
-                                                     "heads",    "kv_heads", "vocab", "tied_embeddings"};
+    "type",      "model", "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",
+    "precision", "mfu",   "recompute", "grad_reduce_dtype", "algorithm",     "layouts"};
+constexpr std::array<std::string_view, 8> kModelKeys{"name",  "layers",   "d_model", "ffn",
+                                                     "heads", "kv_heads", "vocab",   "tied_embeddings"};
 constexpr std::array<std::string_view, 7> kTrainingLayoutKeys{"name",        "tp",        "pp",         "sharding",
                                                               "shard_group", "recompute", "micro_batch"};
 constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
-    "variant",  "layout",         "backend",  "fits",      "step_time_s",          "achieved_mfu",
-    "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu", "relative_to", "speedup"};
+    "variant",      "layout",         "backend",  "fits",      "step_time_s",
+    "achieved_mfu", "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu",
+    "relative_to",  "speedup"};
 // Limits of a training workload.
 constexpr size_t kMaxTrainingLayouts = 32;
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
@@ -406,7 +407,8 @@ Workload read_collective_sweep(const Reader& reader, const YAML::Node& node,
 int read_gpus_per_node(const Reader& reader, const Mapping& workload, const std::vector<ClusterVariant>& variants) {
   const YAML::Node* gpus = workload.find("gpus_per_node");
   if (gpus == nullptr) return 0;
-  const auto value = static_cast<int>(reader.integer(*gpus, workload.path("gpus_per_node"), 1, kMaxScenarioGpusPerNode));
+  const auto value =
+      static_cast<int>(reader.integer(*gpus, workload.path("gpus_per_node"), 1, kMaxScenarioGpusPerNode));
   for (const ClusterVariant& variant : variants) {
     if (value > variant.cluster.gpus_per_node) {
       reader.fail_at(*gpus, "{} is {}, but the cluster of '{}' has {} GPUs per node", workload.path("gpus_per_node"),
@@ -493,7 +495,6 @@ Outputs read_outputs(const Reader& reader, const Mapping& top) {
   }
   return outputs;
 }
-
 
 NetworkChoice parse_network(std::string_view text) {
   if (text == "fluid") return NetworkChoice::kFluid;
@@ -664,7 +665,8 @@ void check_fault_target(const Reader& reader, const YAML::Node& node, const Mapp
   }
   if (fault.kind == FaultKind::kLinkDegrade) {
     fault.factor = reader.number(mapping.require("factor"), mapping.path("factor"), 0, 1, true);
-    if (fault.factor >= 1) reader.fail_at(node, "{}: a degraded link runs below full speed (factor < 1)", mapping.where());
+    if (fault.factor >= 1)
+      reader.fail_at(node, "{}: a degraded link runs below full speed (factor < 1)", mapping.where());
   }
   if (fault.kind == FaultKind::kStraggler) {
     fault.factor = reader.number(mapping.require("factor"), mapping.path("factor"), 1, 1000, true);
@@ -742,7 +744,8 @@ void read_faults(const Reader& reader, const Mapping& top, Scenario& scenario) {
     }
   }
   if (seed != nullptr) {
-    scenario.faults.seed = static_cast<uint64_t>(reader.integer(*seed, "fault_seed", 0, std::numeric_limits<int64_t>::max()));
+    scenario.faults.seed =
+        static_cast<uint64_t>(reader.integer(*seed, "fault_seed", 0, std::numeric_limits<int64_t>::max()));
   }
   if (node == nullptr) return;
   const std::vector<YAML::Node> entries = reader.list(*node, "faults");
@@ -750,7 +753,8 @@ void read_faults(const Reader& reader, const Mapping& top, Scenario& scenario) {
     reader.fail_at(*node, "faults has {} entries, above the limit of {}", entries.size(), kMaxScenarioFaults);
   }
   for (size_t i = 0; i < entries.size(); ++i) {
-    scenario.faults.faults.push_back(read_fault(reader, entries[i], fmt::format("faults[{}]", i), scenario.variants, *loop));
+    scenario.faults.faults.push_back(
+        read_fault(reader, entries[i], fmt::format("faults[{}]", i), scenario.variants, *loop));
     scenario.fault_marks.push_back(source_mark(entries[i].Mark()));
   }
 }
@@ -794,7 +798,8 @@ LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& no
   }
   if (const YAML::Node* v = mapping.find("culprit_ranks")) {
     std::vector<int> ranks;
-    if (!v->IsSequence()) reader.fail_at(*v, "{} must be a list of ranks (may be empty)", mapping.path("culprit_ranks"));
+    if (!v->IsSequence())
+      reader.fail_at(*v, "{} must be a list of ranks (may be empty)", mapping.path("culprit_ranks"));
     for (size_t i = 0; i < v->size(); ++i) {
       ranks.push_back(static_cast<int>(
           reader.integer((*v)[i], fmt::format("{}[{}]", mapping.path("culprit_ranks"), i), 0, kMaxScenarioGpus - 1)));
@@ -851,12 +856,12 @@ TrainingExpectation read_training_expectation(const Reader& reader, const YAML::
   }
   if (const YAML::Node* v = mapping.find("fits")) e.fits = reader.boolean(*v, mapping.path("fits"));
   const std::array<std::pair<std::string_view, Bound*>, 7> bounds{{{"step_time_s", &e.step_time_s},
-                                                                  {"achieved_mfu", &e.achieved_mfu},
-                                                                  {"exposed_comm_s", &e.exposed_comm_s},
-                                                                  {"bubble_s", &e.bubble_s},
-                                                                  {"memory_GB", &e.memory_GB},
-                                                                  {"tokens_per_s_per_gpu", &e.tokens_per_s_per_gpu},
-                                                                  {"speedup", &e.speedup}}};
+                                                                   {"achieved_mfu", &e.achieved_mfu},
+                                                                   {"exposed_comm_s", &e.exposed_comm_s},
+                                                                   {"bubble_s", &e.bubble_s},
+                                                                   {"memory_GB", &e.memory_GB},
+                                                                   {"tokens_per_s_per_gpu", &e.tokens_per_s_per_gpu},
+                                                                   {"speedup", &e.speedup}}};
   bool any = e.fits.has_value();
   for (const auto& [key, bound] : bounds) {
     if (const YAML::Node* v = mapping.find(key)) {
@@ -871,8 +876,10 @@ TrainingExpectation read_training_expectation(const Reader& reader, const YAML::
     reader.fail_at(node, "{}.speedup needs relative_to: the variant it is measured against", path);
   }
   if (!any) {
-    reader.fail_at(node, "{} checks nothing (expected fits, step_time_s, achieved_mfu, exposed_comm_s, bubble_s, "
-                   "memory_GB, tokens_per_s_per_gpu or speedup)", path);
+    reader.fail_at(node,
+                   "{} checks nothing (expected fits, step_time_s, achieved_mfu, exposed_comm_s, bubble_s, "
+                   "memory_GB, tokens_per_s_per_gpu or speedup)",
+                   path);
   }
   return e;
 }
@@ -888,7 +895,8 @@ std::vector<TrainingExpectation> read_training_expectations(const Reader& reader
     reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
   }
   for (size_t i = 0; i < entries.size(); ++i) {
-    expectations.push_back(read_training_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario, *training));
+    expectations.push_back(
+        read_training_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario, *training));
   }
   return expectations;
 }
@@ -970,7 +978,8 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
       base.model.kv_heads = static_cast<int>(reader.integer(*v, m.path("kv_heads"), 1, 1 << 16));
     }
     base.model.vocab = reader.integer(m.require("vocab"), m.path("vocab"), 1, int64_t{1} << 24);
-    if (const YAML::Node* v = m.find("tied_embeddings")) base.model.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
+    if (const YAML::Node* v = m.find("tied_embeddings"))
+      base.model.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
     reader.at(model, workload.path("model"), [&] { models::validate(base.model); });
   } else {
     const std::string text = reader.text(model, workload.path("model"));
@@ -987,7 +996,8 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
   if (global != nullptr) {
     base.global_batch = static_cast<int>(reader.integer(*global, workload.path("global_batch"), 1, kMaxGlobalBatch));
   }
-  if (per_gpu != nullptr) training.batch_per_gpu = reader.number(*per_gpu, workload.path("batch_per_gpu"), 0, 4096, true);
+  if (per_gpu != nullptr)
+    training.batch_per_gpu = reader.number(*per_gpu, workload.path("batch_per_gpu"), 0, 4096, true);
   if (const YAML::Node* v = workload.find("micro_batch")) {
     base.micro_batch = static_cast<int>(reader.integer(*v, workload.path("micro_batch"), 1, 4096));
   }
@@ -1028,14 +1038,17 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
         reader.fail_at(m.require("name"), "{}: a layout named '{}' comes earlier", m.path("name"), entry.layout.name);
       }
     }
-    if (const YAML::Node* v = m.find("tp")) entry.layout.tp = static_cast<int>(reader.integer(*v, m.path("tp"), 1, 256));
-    if (const YAML::Node* v = m.find("pp")) entry.layout.pp = static_cast<int>(reader.integer(*v, m.path("pp"), 1, 1024));
+    if (const YAML::Node* v = m.find("tp"))
+      entry.layout.tp = static_cast<int>(reader.integer(*v, m.path("tp"), 1, 256));
+    if (const YAML::Node* v = m.find("pp"))
+      entry.layout.pp = static_cast<int>(reader.integer(*v, m.path("pp"), 1, 1024));
     if (const YAML::Node* v = m.find("sharding")) {
       const std::string text = reader.scalar(*v, m.path("sharding"));
       entry.layout.sharding = reader.at(*v, m.path("sharding"), [&] { return models::parse_sharding(text); });
     }
     if (const YAML::Node* v = m.find("shard_group")) {
-      if (entry.layout.sharding != models::Sharding::kHsdp) reader.fail_at(*v, "{} goes with sharding: hsdp", m.path("shard_group"));
+      if (entry.layout.sharding != models::Sharding::kHsdp)
+        reader.fail_at(*v, "{} goes with sharding: hsdp", m.path("shard_group"));
       entry.layout.shard_group = static_cast<int>(reader.integer(*v, m.path("shard_group"), 1, kMaxScenarioGpus));
     }
     if (const YAML::Node* v = m.find("recompute")) entry.recompute = reader.boolean(*v, m.path("recompute"));
@@ -1078,15 +1091,6 @@ Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
   }
 }
 
-Scenario load_scenario(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) fail(ErrorCode::kIo, "scenario '{}' is a folder, not a file", path);
-  std::ifstream in(path);
-  if (!in) fail(ErrorCode::kIo, "cannot read scenario '{}'", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(ErrorCode::kIo, "cannot read scenario '{}'", path);
-  return parse_scenario(text.str(), path);
-}
+Scenario load_scenario(const std::string& path) { return parse_scenario(read_text_file(path, "scenario"), path); }
 
 }  // namespace tandem::app

@@ -95,8 +95,10 @@ nlohmann::json bound_json(const Bound& bound) {
   return out;
 }
 
-
 // A CSV field, quoted when it holds a comma, a quote or a line break.
+
+}  // namespace
+
 std::string csv_field(std::string_view text) {
   if (text.find_first_of(",\"\n\r") == std::string_view::npos) return std::string(text);
   std::string out = "\"";
@@ -106,8 +108,6 @@ std::string csv_field(std::string_view text) {
   }
   return out + "\"";
 }
-
-}  // namespace
 
 nlohmann::json cluster_json(const models::ClusterSpec& cluster) {
   return {

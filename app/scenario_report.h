@@ -34,6 +34,9 @@ std::vector<std::string> results_csv_columns();
 // Header and one row per point; numbers are empty for points that did not run.
 std::string results_csv(const ScenarioResults& results);
 
+// A CSV field: as it is, or quoted (quotes doubled) when it holds a comma, quote or line break.
+std::string csv_field(std::string_view text);
+
 // The cluster's spec as results.json gives it (units in the names).
 nlohmann::json cluster_json(const models::ClusterSpec& cluster);
 nlohmann::json scenario_json(const Scenario& scenario);

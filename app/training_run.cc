@@ -305,8 +305,6 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
     for (size_t l = 0; l < results.steps[v].size(); ++l) {
       const sim::TrainingStepResult& s = results.steps[v][l];
       const models::TrainingConfig& c = results.configs[v][l];
-      std::string error = s.error;
-      std::replace(error.begin(), error.end(), '"', '\'');
       out += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
                          gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, s.derived.dp,
                          s.derived.microbatches, c.micro_batch, c.recompute, s.ok, s.memory.total_bytes() / 1e9);
@@ -316,7 +314,7 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
       } else {
         out += ",,,,,,";
       }
-      out += error.empty() ? "\n" : fmt::format("\"{}\"\n", error);
+      out += csv_field(s.error) + "\n";
     }
   }
   return out;
