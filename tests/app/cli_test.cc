@@ -14,6 +14,7 @@
 namespace {
 
 using tandem::testing::contains;
+using tandem::testing::expect_usage_error;
 using tandem::testing::fields_of;
 using tandem::testing::lines_of;
 using tandem::testing::Outcome;
@@ -21,15 +22,6 @@ using tandem::testing::run_tandem;
 using tandem::testing::temp_path;
 
 // A usage error: nothing on stdout, exactly one line on stderr, exit code 2.
-void expect_usage_error(const Outcome& outcome, const std::string& mentions) {
-  EXPECT_EQ(outcome.exit_code, 2) << outcome.err;
-  EXPECT_EQ(outcome.out, "");
-  std::vector<std::string> lines = lines_of(outcome.err);
-  ASSERT_EQ(lines.size(), 1u) << outcome.err;
-  EXPECT_EQ(lines[0].rfind("tandem: error: ", 0), 0u) << lines[0];
-  EXPECT_TRUE(contains(lines[0], mentions)) << lines[0] << " does not mention " << mentions;
-}
-
 // The data rows of a bench table: lines not starting with '#'.
 std::vector<std::vector<std::string>> table_rows(const std::string& out) {
   std::vector<std::vector<std::string>> rows;

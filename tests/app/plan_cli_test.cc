@@ -17,6 +17,7 @@
 namespace {
 
 using tandem::testing::contains;
+using tandem::testing::expect_one_line_error;
 using tandem::testing::lines_of;
 using tandem::testing::Outcome;
 using tandem::testing::read_text;
@@ -148,13 +149,8 @@ TEST(PlanCli, BadSweepsAreOneLineErrors) {
     ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
     const Outcome outcome = run_tandem("plan " + write("plan_" + c.name + ".yaml", text));
-    EXPECT_EQ(outcome.exit_code, 1) << outcome.err;  // a malformed file, as for scenarios
-    EXPECT_EQ(outcome.out, "");
-    const std::vector<std::string> lines = lines_of(outcome.err);
-    ASSERT_EQ(lines.size(), 1u) << outcome.err;
-    EXPECT_TRUE(contains(lines[0], "tandem: error: ")) << lines[0];
-    EXPECT_TRUE(contains(lines[0], c.mentions)) << lines[0];
-    EXPECT_TRUE(contains(lines[0], ".yaml:")) << "names the file and line: " << lines[0];
+    expect_one_line_error(outcome, 1, c.mentions);  // a malformed file, as for scenarios
+    EXPECT_TRUE(contains(outcome.err, ".yaml:")) << "names the file and line: " << outcome.err;
   }
   EXPECT_EQ(run_tandem(fmt::format("plan {} --shard 2/2", kSmallPlan)).exit_code, 2);
   EXPECT_EQ(run_tandem("plan /nonexistent.yaml").exit_code, 1);

@@ -19,6 +19,7 @@
 namespace {
 
 using tandem::testing::contains;
+using tandem::testing::expect_one_line_error;
 using tandem::testing::lines_of;
 using tandem::testing::Outcome;
 using tandem::testing::read_text;
@@ -29,16 +30,6 @@ std::string write_scenario(const std::string& name, const std::string& yaml) {
   const std::string path = temp_path(name);
   std::ofstream(path) << yaml;
   return path;
-}
-
-// An error: nothing on stdout, exactly one "tandem: error: " line on stderr.
-void expect_one_line_error(const Outcome& outcome, int exit_code, const std::string& mentions) {
-  EXPECT_EQ(outcome.exit_code, exit_code) << outcome.err;
-  EXPECT_EQ(outcome.out, "");
-  const std::vector<std::string> lines = lines_of(outcome.err);
-  ASSERT_EQ(lines.size(), 1u) << outcome.err;
-  EXPECT_EQ(lines[0].rfind("tandem: error: ", 0), 0u) << lines[0];
-  EXPECT_TRUE(contains(lines[0], mentions)) << lines[0] << " does not mention " << mentions;
 }
 
 TEST(RunCli, Help) {

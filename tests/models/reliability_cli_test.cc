@@ -11,19 +11,11 @@
 namespace {
 
 using tandem::testing::contains;
+using tandem::testing::expect_usage_error;
 using tandem::testing::fields_of;
 using tandem::testing::lines_of;
 using tandem::testing::Outcome;
 using tandem::testing::run_tandem;
-
-void expect_usage_error(const Outcome& outcome, const std::string& mentions) {
-  EXPECT_EQ(outcome.exit_code, 2) << outcome.err;
-  EXPECT_EQ(outcome.out, "");
-  const std::vector<std::string> lines = lines_of(outcome.err);
-  ASSERT_EQ(lines.size(), 1u) << outcome.err;
-  EXPECT_EQ(lines[0].rfind("tandem: error: ", 0), 0u) << lines[0];
-  EXPECT_TRUE(contains(lines[0], mentions)) << lines[0] << " does not mention " << mentions;
-}
 
 // The start-up table's rows: GPUs and the total column's text.
 std::vector<std::vector<std::string>> startup_rows(const std::string& out) {

@@ -77,4 +77,20 @@ inline std::vector<std::string> fields_of(const std::string& line) {
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// An error as tandem reports one: exit code `exit_code`, nothing on stdout, exactly one
+// "tandem: error: " line on stderr that mentions `mentions`.
+inline void expect_one_line_error(const Outcome& outcome, int exit_code, const std::string& mentions) {
+  EXPECT_EQ(outcome.exit_code, exit_code) << outcome.err;
+  EXPECT_EQ(outcome.out, "");
+  const std::vector<std::string> lines = lines_of(outcome.err);
+  ASSERT_EQ(lines.size(), 1u) << outcome.err;
+  EXPECT_EQ(lines[0].rfind("tandem: error: ", 0), 0u) << lines[0];
+  EXPECT_TRUE(contains(lines[0], mentions)) << lines[0] << " does not mention " << mentions;
+}
+
+// A usage error (exit 2).
+inline void expect_usage_error(const Outcome& outcome, const std::string& mentions) {
+  expect_one_line_error(outcome, 2, mentions);
+}
+
 }  // namespace tandem::testing
