@@ -273,8 +273,9 @@ std::vector<PlanJob> plan_jobs(const Plan& plan) {
               config.algorithm = algorithm;
               job.configs.push_back(std::move(config));
             }
-            // Simulation effort grows with the GPUs simulated at once (and a floor for start-up).
-            job.cost = static_cast<double>(job.configs.size()) * (64.0 + gpus);
+            // Simulation effort, for the time-left estimate: it grows with the GPUs, but less than
+            // linearly (rings run round by round; large jobs have few microbatches to lay out).
+            job.cost = static_cast<double>(job.configs.size()) * (16.0 + std::sqrt(static_cast<double>(gpus)));
             jobs.push_back(std::move(job));
           }
         }
