@@ -238,3 +238,35 @@ TEST(Timeline, DurationsMustMatchTheTasks) {
 
 }  // namespace
 }  // namespace tandem::models
+
+namespace tandem::models {
+namespace {
+
+TEST(Timeline, Fp8HalvesTheMatmulTimeAndA100HasNone) {
+  const StepProgram p = build_step(config_of("llama3-8b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 8), h100s(1));
+  const GpuSpec h100 = cluster_preset("dgx-h100").gpu;
+  double bf16 = 0, fp8 = 0;
+  for (const StepTask& t : p.tasks) {
+    if (t.kind != TaskKind::kCompute || t.flops == 0) continue;
+    bf16 += compute_seconds(t, h100, Precision::kBF16, 0.4);
+    fp8 += compute_seconds(t, h100, Precision::kFP8, 0.4);
+  }
+  EXPECT_NEAR(fp8 / bf16, 989.0 / 1978.9, 1e-3);
+  EXPECT_THROW(compute_seconds(p.tasks.front(), cluster_preset("hgx-a100").gpu, Precision::kFP8, 0.4), Error);
+}
+
+TEST(Layout, Llama405bNeedsThousandsOfGpus) {
+  // 405B at 16 B/param is 6.5 TB of training state: ZeRO-3 over 64 GPUs is 101 GB each before any
+  // activation; over 1,024 GPUs with TP8 it fits.
+  const TrainingConfig small = config_of("llama3-405b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 64);
+  EXPECT_THROW(check_fits(small, derive(small, 64, 8), h100s(8).gpu), Error);
+  const TrainingConfig big = config_of("llama3-405b", {"tp8-fsdp", 8, 1, Sharding::kFsdp, 0}, 128);
+  const DerivedLayout d = derive(big, 1024, 8);
+  EXPECT_NO_THROW(check_fits(big, d, h100s(128).gpu));
+  EXPECT_EQ(d.layers_of_stage, std::vector<int>{126});
+  const TrainingConfig piped = config_of("llama3-405b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 128);
+  EXPECT_EQ(derive(piped, 1024, 8).layers_of_stage, (std::vector<int>{32, 32, 31, 31}));  // 126 = 2x32 + 2x31
+}
+
+}  // namespace
+}  // namespace tandem::models
