@@ -17,6 +17,7 @@
 #include "app/scenario.h"
 #include "app/scenario_report.h"
 #include "app/scenario_run.h"
+#include "app/trace.h"
 #include "app/training_run.h"
 #include "core/error.h"
 
@@ -28,6 +29,7 @@ struct RunOptions {
   std::string scenario;
   std::string backend;  // empty: the scenario's
   std::string out_dir;  // empty: write nothing
+  std::string trace;    // empty: no trace
   bool quiet = false;
   bool dump_on_exit = false;
 };
@@ -51,6 +53,7 @@ void run_loop_command(const RunOptions& options, const Scenario& scenario, Scena
     write_text_file((std::filesystem::path(options.out_dir) / "results.json").string(),
                     loop_results_json(scenario, results, outcomes) + "\n");
   }
+  if (!options.trace.empty()) write_text_file(options.trace, loop_trace(scenario, results).dump() + "\n");
   fmt::print("tandem run {}: {}\n", scenario.name, scenario.description);
   fmt::print("{}", format_loop_report(scenario, results, outcomes));
   const bool pass = std::all_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.pass; });
@@ -68,6 +71,10 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     create_output_folder(options.out_dir);
   }
 
+  if (!options.trace.empty() && !std::holds_alternative<CollectiveLoop>(scenario.workload)) {
+    fail(ErrorCode::kUnsupported, "--trace writes collective-loop runs only, so far (sweeps and training steps: not "
+                                  "yet)");
+  }
   if (std::holds_alternative<CollectiveLoop>(scenario.workload)) {
     run_loop_command(options, scenario, backend, status);
     return;
@@ -125,6 +132,9 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
                       "nccl (tandem's schedules on NCCL; GPUs needed for both); default: the scenario's");
   command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
+  command->add_option("--trace", options->trace,
+                      "collective-loop: write a Chrome / Perfetto trace (JSON) of the run to this file: a track per "
+                      "rank, faults and recovery actions as instant events (docs/traces.md)");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
   command->callback([options, &status] { run_command(*options, status); });

@@ -654,6 +654,7 @@ LoopResults drive(const LoopSetup& setup, LoopBackend& backend, const LoopOption
     IterationResult it;
     it.iteration = k;
     const double began = now_s;
+    it.start_s = began;
     it.faults = setup.injector->active(k, 0, now_s, began, rerouted);
     it.fault_free_seconds = backend.fault_free_seconds(ranks);
     AttemptPlan last;
@@ -670,6 +671,12 @@ LoopResults drive(const LoopSetup& setup, LoopBackend& backend, const LoopOption
           for (int r : rank_faults(setup, active, p.ranks).crashed) recorders.crashed(r);
           const auto ids = recorders.launch(p.ranks, active, ns(p.start_s));
           AttemptResult result = backend.attempt(p, active);
+          const std::vector<int> missing = rank_faults(setup, active, p.ranks).missing;
+          for (int r : p.ranks) {
+            if (std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
+            results.slices.push_back(
+                {r, k, p.attempt, p.start_s, p.start_s + result.seconds, result.status == Status::kOk});
+          }
           if (result.status == Status::kOk) {
             recorders.completed(ids, ns(p.start_s + result.seconds));
           } else if ((result.status == Status::kFailed || result.status == Status::kCorrupt) &&
@@ -726,11 +733,14 @@ json to_json(const LoopResults& r) {
                           {"dropped_ranks", it.dropped_ranks},
                           {"rerouted", it.rerouted},
                           {"faults", it.faults},
-                          {"detail", it.detail}});
+                          {"detail", it.detail},
+                          {"start_s", it.start_s}});
   }
+  json slices = json::array();
+  for (const RankSlice& x : r.slices) slices.push_back({x.rank, x.iteration, x.attempt, x.start_s, x.end_s, x.ok});
   return {{"backend", name(r.backend)},   {"ranks", r.ranks},
           {"aborted", r.aborted},         {"iterations", iterations},
-          {"dump_prefix", r.dump_prefix}, {"dump_reasons", r.dump_reasons}};
+          {"dump_prefix", r.dump_prefix}, {"dump_reasons", r.dump_reasons}, {"slices", slices}};
 }
 
 LoopResults loop_from_json(const json& j) {
@@ -751,7 +761,12 @@ LoopResults loop_from_json(const json& j) {
     it.rerouted = row.at("rerouted");
     it.faults = row.at("faults").get<std::vector<int>>();
     it.detail = row.at("detail");
+    it.start_s = row.at("start_s");
     r.iterations.push_back(std::move(it));
+  }
+  for (const json& x : j.at("slices")) {
+    r.slices.push_back({x.at(0).get<int>(), x.at(1).get<int>(), x.at(2).get<int>(), x.at(3).get<double>(),
+                        x.at(4).get<double>(), x.at(5).get<bool>()});
   }
   return r;
 }

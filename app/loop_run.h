@@ -22,6 +22,7 @@ namespace tandem::app {
 
 struct IterationResult {
   int iteration = 0;
+  double start_s = 0;             // on the run's clock (simulated on sim, wall on host)
   Outcome outcome = Outcome::kCompleted;
   double seconds = 0;             // attempts, backoffs and the watchdog's wait
   double fault_free_seconds = 0;  // the same collective on the same ranks without faults
@@ -32,6 +33,17 @@ struct IterationResult {
   std::string detail;             // what the backend saw
 };
 
+// One rank's part in one attempt of an iteration, for the trace (app/trace.h): when it entered
+// the collective and when the attempt ended for it (completed, failed, or given up on).
+struct RankSlice {
+  int rank = 0;
+  int iteration = 0;
+  int attempt = 0;
+  double start_s = 0;
+  double end_s = 0;
+  bool ok = false;  // the attempt completed
+};
+
 struct LoopResults {
   ScenarioBackend backend = ScenarioBackend::kSim;
   int ranks = 0;                  // at the start
@@ -40,6 +52,7 @@ struct LoopResults {
   std::string dump_prefix;        // where dumps went ("" when none were written)
   std::vector<std::string> dump_reasons;
   std::optional<FrAnalysis> analysis;  // of the dumps, when there are any
+  std::vector<RankSlice> slices;       // every rank's attempts (hung and crashed ranks have none)
 
   double total_seconds() const;
   double fault_free_seconds() const;

@@ -1,0 +1,121 @@
+#include "app/trace.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace tandem::app {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kPid = 1;
+constexpr int kIterationsTrack = 0;  // rank r is track r + 1
+
+double us(double seconds) { return seconds * 1e6; }
+
+json metadata(const char* what, int tid, const std::string& value) {
+  return {{"name", what}, {"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"args", {{"name", value}}}};
+}
+
+json sort_index(int tid) {
+  return {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"args", {{"sort_index", tid}}}};
+}
+
+json instant(const std::string& label, double at_s, json args) {
+  return {{"name", label},          {"ph", "i"}, {"s", "g"}, {"ts", us(at_s)}, {"pid", kPid}, {"tid", kIterationsTrack},
+          {"args", std::move(args)}};
+}
+
+// What the recovery policy did in an iteration, or empty when it had nothing to do.
+std::string recovery_action(const IterationResult& it) {
+  switch (it.outcome) {
+    case Outcome::kCompleted:
+      return "";
+    case Outcome::kCompletedAfterRetry:
+      return fmt::format("retry: completed after {} attempts", it.attempts);
+    case Outcome::kRecoveredReroute:
+      return "reroute: routed around the dead link / NIC";
+    case Outcome::kRecoveredShrink:
+      return fmt::format("shrink: dropped ranks [{}]", fmt::join(it.dropped_ranks, ", "));
+    case Outcome::kAborted:
+      return "abort: the job gives up (dumps written)";
+  }
+  return "";
+}
+
+}  // namespace
+
+json loop_trace(const Scenario& scenario, const LoopResults& results) {
+  const auto* loop = std::get_if<CollectiveLoop>(&scenario.workload);
+  if (loop == nullptr) fail(ErrorCode::kInvalidArgument, "loop_trace: the workload is not a collective-loop");
+  const std::string collective(name(loop->collective));
+  const std::string algorithm(name(loop->algorithm));
+  json events = json::array();
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", kPid},
+                    {"tid", 0},
+                    {"args", {{"name", fmt::format("tandem run {} ({})", scenario.name, name(results.backend))}}}});
+  events.push_back(metadata("thread_name", kIterationsTrack, "iterations"));
+  events.push_back(sort_index(kIterationsTrack));
+  for (int r = 0; r < results.ranks; ++r) {
+    events.push_back(metadata("thread_name", r + 1, fmt::format("rank {}", r)));
+    events.push_back(sort_index(r + 1));
+  }
+  for (const IterationResult& it : results.iterations) {
+    events.push_back({{"name", fmt::format("{} #{}", collective, it.iteration)},
+                      {"ph", "X"},
+                      {"ts", us(it.start_s)},
+                      {"dur", us(it.seconds)},
+                      {"pid", kPid},
+                      {"tid", kIterationsTrack},
+                      {"args",
+                       {{"iteration", it.iteration},
+                        {"outcome", std::string(name(it.outcome))},
+                        {"attempts", it.attempts},
+                        {"bytes", loop->size_bytes},
+                        {"algorithm", algorithm},
+                        {"fault_free_us", us(it.fault_free_seconds)}}}});
+    for (int f : it.faults) {
+      const Fault& fault = scenario.faults.faults.at(static_cast<size_t>(f));
+      events.push_back(instant(fmt::format("fault: {}", name(fault.kind)), it.start_s,
+                               {{"fault", f}, {"iteration", it.iteration}, {"description", fault.describe()}}));
+    }
+    const std::string action = recovery_action(it);
+    if (!action.empty()) {
+      events.push_back(instant(fmt::format("recovery: {}", action.substr(0, action.find(':'))), it.start_s + it.seconds,
+                               {{"iteration", it.iteration},
+                                {"outcome", std::string(name(it.outcome))},
+                                {"description", action},
+                                {"detail", it.detail}}));
+    }
+  }
+  for (const RankSlice& slice : results.slices) {
+    events.push_back({{"name", "nccl:" + collective},
+                      {"ph", "X"},
+                      {"ts", us(slice.start_s)},
+                      {"dur", us(slice.end_s - slice.start_s)},
+                      {"pid", kPid},
+                      {"tid", slice.rank + 1},
+                      {"args",
+                       {{"iteration", slice.iteration},
+                        {"attempt", slice.attempt},
+                        {"bytes", loop->size_bytes},
+                        {"algorithm", algorithm},
+                        {"state", slice.ok ? "completed" : "failed"}}}});
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ns"},
+          {"otherData",
+           {{"tandem_trace", kTraceFormatVersion},
+            {"scenario", scenario.name},
+            {"backend", std::string(name(results.backend))},
+            {"clock", results.backend == ScenarioBackend::kSim ? "simulated" : "wall"},
+            {"ranks", results.ranks}}}};
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,21 @@
+// Chrome / Perfetto traces (`tandem run --trace FILE`): the JSON trace-event format that
+// ui.perfetto.dev and chrome://tracing open. A collective-loop run gives one track per rank with a
+// slice per attempt of each collective (its bytes, algorithm, iteration, attempt and whether it
+// completed), an "iterations" track with a slice per iteration (its outcome), faults as instant
+// events where they hit and recovery actions (retry, shrink, reroute, abort) where they happened,
+// on the run's clock: simulated on sim, wall on host and the device backends, so that a prediction
+// and a measurement open side by side with the same structure. docs/traces.md has the format.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "app/loop_run.h"
+#include "app/scenario.h"
+
+namespace tandem::app {
+
+inline constexpr int kTraceFormatVersion = 1;
+
+nlohmann::json loop_trace(const Scenario& scenario, const LoopResults& results);
+
+}  // namespace tandem::app

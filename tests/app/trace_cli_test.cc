@@ -1,0 +1,102 @@
+// `tandem run --trace`, end to end: the same fault scenario on the simulator and on the host
+// backend, each trace parsed and checked for the trace-event format's required fields, per-track
+// slices in time order without overlap, every rank's slice inside its iteration's slice, the fault
+// and the recovery as instant events, and the same structure from both backends.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cli_runner.h"
+
+namespace {
+
+using nlohmann::json;
+using tandem::testing::contains;
+using tandem::testing::expect_one_line_error;
+using tandem::testing::read_text;
+using tandem::testing::run_tandem;
+using tandem::testing::temp_path;
+
+constexpr const char* kScenario = "scenarios/faults/host/link-flap-host.yaml";
+
+json traced_run(const std::string& backend) {
+  const std::string path = temp_path("trace_" + backend + ".json");
+  std::filesystem::remove(path);
+  const auto outcome = run_tandem(fmt::format("run {} --backend {} --trace {}", kScenario, backend, path));
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  return json::parse(read_text(path));
+}
+
+// The structure of one trace; `shape` gets a summary (event name and track -> count) to compare.
+void check_structure(const json& trace, const std::string& backend, std::map<std::string, int>& shape) {
+  SCOPED_TRACE(backend);
+  EXPECT_EQ(trace.at("otherData").at("tandem_trace"), 1);
+  EXPECT_EQ(trace.at("otherData").at("backend"), backend);
+  EXPECT_EQ(trace.at("otherData").at("clock"), backend == "sim" ? "simulated" : "wall");
+  const int ranks = trace.at("otherData").at("ranks");
+  std::map<int, std::vector<std::pair<double, double>>> slices;  // tid -> (ts, end)
+  std::map<int, std::pair<double, double>> iteration_window;
+  std::set<int> named_tracks;
+  for (const json& e : trace.at("traceEvents")) {
+    for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    const std::string ph = e.at("ph");
+    const int tid = e.at("tid");
+    if (ph == "M") {
+      ASSERT_TRUE(e.at("args").contains("name") || e.at("args").contains("sort_index")) << e.dump();
+      if (e.at("name") == "thread_name") named_tracks.insert(tid);
+      continue;
+    }
+    ASSERT_TRUE(e.contains("ts")) << e.dump();
+    const double ts = e.at("ts");
+    EXPECT_GE(ts, 0);
+    if (ph == "X") {
+      const double dur = e.at("dur");
+      EXPECT_GE(dur, 0) << e.dump();
+      slices[tid].push_back({ts, ts + dur});
+      if (tid == 0) iteration_window[e.at("args").at("iteration")] = {ts, ts + dur};
+    } else {
+      EXPECT_EQ(ph, "i") << e.dump();
+      EXPECT_EQ(e.at("s"), "g");
+    }
+    ++shape[fmt::format("{} {} on {}", ph, e.at("name").get<std::string>(), tid == 0 ? "iterations" : "a rank")];
+  }
+  EXPECT_EQ(named_tracks.size(), static_cast<size_t>(ranks + 1));
+  for (auto& [tid, list] : slices) {
+    // Each track's slices, in time order, do not overlap (a slice ends before the next begins).
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_LE(list[i - 1].second, list[i].first + 1e-3) << "track " << tid;
+  }
+  for (const json& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("tid") == 0) continue;
+    const auto& [begin, end] = iteration_window.at(e.at("args").at("iteration"));
+    const double ts = e.at("ts"), dur = e.at("dur");
+    EXPECT_GE(ts, begin - 1e-3) << e.dump();
+    EXPECT_LE(ts + dur, end + 1e-3) << e.dump();
+  }
+}
+
+TEST(TraceCli, SimAndHostTracesOfOneScenarioShareTheirStructure) {
+  const json sim = traced_run("sim");
+  const json host = traced_run("host");
+  std::map<std::string, int> sim_shape, host_shape;
+  check_structure(sim, "sim", sim_shape);
+  check_structure(host, "host", host_shape);
+  EXPECT_EQ(sim_shape, host_shape);
+  EXPECT_EQ(sim_shape.at("i fault: link_down on iterations"), 1);
+  EXPECT_EQ(sim_shape.at("i recovery: retry on iterations"), 1);
+  EXPECT_GT(sim_shape.at("X nccl:all_reduce on a rank"), 8);  // every rank, every attempt
+}
+
+TEST(TraceCli, OnlyCollectiveLoopsSoFar) {
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --trace " + temp_path("no.json")), 2,
+                        "--trace writes collective-loop runs only");
+}
+
+}  // namespace
