@@ -429,56 +429,56 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
   auto pair_key = [](int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); };
   const double round_start = sg4::Engine::get_clock();
   for (const std::vector<int>& gpu_of_rank : placements) {
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    const int offset = lanes[l].ops[0].peer;
-    for (int p = 0; p < n; ++p) {
-      const int from = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>(p)])];
-      const int to = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>((p + offset) % n)])];
-      const auto bytes = static_cast<uint64_t>(static_cast<double>(round_bytes[l]) * wire);
-      sg4::Actor::create("flow", gpu_hosts[static_cast<size_t>(from)], [this, from, to, bytes, &finished, pair_key] {
-        sg4::Comm::sendto(gpu_hosts[static_cast<size_t>(from)], gpu_hosts[static_cast<size_t>(to)], bytes);
-        double& t = finished[pair_key(from, to)];
-        t = std::max(t, sg4::Engine::get_clock());
-      });
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const int offset = lanes[l].ops[0].peer;
+      for (int p = 0; p < n; ++p) {
+        const int from = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>(p)])];
+        const int to = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>((p + offset) % n)])];
+        const auto bytes = static_cast<uint64_t>(static_cast<double>(round_bytes[l]) * wire);
+        sg4::Actor::create("flow", gpu_hosts[static_cast<size_t>(from)], [this, from, to, bytes, &finished, pair_key] {
+          sg4::Comm::sendto(gpu_hosts[static_cast<size_t>(from)], gpu_hosts[static_cast<size_t>(to)], bytes);
+          double& t = finished[pair_key(from, to)];
+          t = std::max(t, sg4::Engine::get_clock());
+        });
+      }
     }
-  }
   }
   engine->run();
   result.simulated_transfers = static_cast<uint64_t>(n) * lanes.size() * placements.size();
 
   double total = 0;
   for (const std::vector<int>& gpu_of_rank : placements) {
-  std::vector<double> latency(static_cast<size_t>(n)), transfer(static_cast<size_t>(n));
-  std::vector<double> received(static_cast<size_t>(n)), link_free(static_cast<size_t>(n)), next(static_cast<size_t>(n));
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    const int offset = lanes[l].ops[0].peer;
-    for (int p = 0; p < n; ++p) {
-      const int a = order[static_cast<size_t>(p)];
-      const int b = order[static_cast<size_t>((p + offset) % n)];
-      const models::Route route = topology.route(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]);
-      latency[static_cast<size_t>(p)] = route.latency_s + hop_latency(a, b);
-      const double done = finished.at(pair_key(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]));
-      transfer[static_cast<size_t>(p)] = std::max(0.0, done - round_start - route.latency_s);
-    }
-    std::fill(received.begin(), received.end(), 0.0);
-    std::fill(link_free.begin(), link_free.end(), 0.0);
-    for (uint32_t t = 0; t < tiles; ++t) {
-      for (size_t i = 0; i < lanes[l].ops.size(); i += 2) {
-        const double scale = round_bytes[l] > 0 ? static_cast<double>(bytes_of(lanes[l].ops[i].src, t)) /
-                                                      static_cast<double>(round_bytes[l])
-                                                : 0.0;
-        for (int p = 0; p < n; ++p) {
-          const auto q = static_cast<size_t>((p + offset) % n);
-          const auto sp = static_cast<size_t>(p);
-          const double begin = std::max(received[sp] + latency[sp], link_free[sp]);
-          next[q] = std::max(begin + transfer[sp] * scale, received[q]);
-          link_free[sp] = next[q];
-        }
-        received.swap(next);
+    std::vector<double> latency(static_cast<size_t>(n)), transfer(static_cast<size_t>(n));
+    std::vector<double> received(static_cast<size_t>(n)), link_free(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const int offset = lanes[l].ops[0].peer;
+      for (int p = 0; p < n; ++p) {
+        const int a = order[static_cast<size_t>(p)];
+        const int b = order[static_cast<size_t>((p + offset) % n)];
+        const models::Route route = topology.route(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]);
+        latency[static_cast<size_t>(p)] = route.latency_s + hop_latency(a, b);
+        const double done = finished.at(pair_key(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]));
+        transfer[static_cast<size_t>(p)] = std::max(0.0, done - round_start - route.latency_s);
       }
+      std::fill(received.begin(), received.end(), 0.0);
+      std::fill(link_free.begin(), link_free.end(), 0.0);
+      for (uint32_t t = 0; t < tiles; ++t) {
+        for (size_t i = 0; i < lanes[l].ops.size(); i += 2) {
+          const double scale = round_bytes[l] > 0 ? static_cast<double>(bytes_of(lanes[l].ops[i].src, t)) /
+                                                        static_cast<double>(round_bytes[l])
+                                                  : 0.0;
+          for (int p = 0; p < n; ++p) {
+            const auto q = static_cast<size_t>((p + offset) % n);
+            const auto sp = static_cast<size_t>(p);
+            const double begin = std::max(received[sp] + latency[sp], link_free[sp]);
+            next[q] = std::max(begin + transfer[sp] * scale, received[q]);
+            link_free[sp] = next[q];
+          }
+          received.swap(next);
+        }
+      }
+      total = std::max(total, *std::max_element(received.begin(), received.end()));
     }
-    total = std::max(total, *std::max_element(received.begin(), received.end()));
-  }
   }
   return total;
 }

@@ -65,7 +65,8 @@ struct SimRequest {
   uint32_t tiles = 1;              // pipelining depth (see core/executor.h)
   // Further placements that run the same schedule at the same time, on GPUs of their own (every
   // TP or DP group of a training job at once), so that groups whose routes share a link share it.
-  // The result's time is the slowest group's.
+  // Each lies on the nodes as gpu_of_rank does (the same GPUs per node): protocol hop latencies
+  // are taken from the first. The result's time is the slowest group's.
   std::vector<std::vector<int>> concurrent;
 };
 
