@@ -194,8 +194,9 @@ Plan read_plan(const Reader& reader, const YAML::Node& root) {
     number("in_place_recovery_s", rel.in_place_recovery_s, 0, 1e7, false);
     if (const YAML::Node* v = m.find("interval")) {
       const std::string text = reader.scalar(*v, m.path("interval"));
-      if (text != "daly" && text != "young")
-        reader.number(*v, m.path("interval") + " (daly, young or seconds)", 0, 1e9, true);
+      if (text != "daly" && text != "young") {
+        rel.interval_s = reader.number(*v, m.path("interval") + " (daly, young or seconds)", 0, 1e9, true);
+      }
       rel.interval = text;
     }
   }
@@ -446,7 +447,7 @@ PlanRow make_row(const Plan& plan, const PlanJob& job, const PlanPoint& point, c
   } else if (rel.interval == "daly") {
     in.checkpoint_interval_s = models::daly_interval_s(write_s, effective_mtbf_s);
   } else {
-    in.checkpoint_interval_s = std::stod(rel.interval);
+    in.checkpoint_interval_s = rel.interval_s;
   }
   // A checkpoint cannot come more often than once per step.
   in.checkpoint_interval_s = std::max(in.checkpoint_interval_s, row.step.step_s);

@@ -40,6 +40,7 @@ struct PlanReliability {
   double checkpoint_read_GBps = 50;
   double checkpoint_blocking = 1;   // share of the write that stalls training (1: synchronous)
   std::string interval = "daly";    // "daly", "young", or a number of seconds
+  double interval_s = 0;            // that number of seconds, when interval is one
   double detection_s = 300;         // failure -> job known to be down (watchdog, health checks)
   double rendezvous_s = 300;        // rescheduling and the launcher's rendezvous
   double in_place_recovery_s = 60;  // one in-place recovery (detection, communicator rebuild)

@@ -225,35 +225,32 @@ std::string format_expectations(const std::vector<ExpectationOutcome>& outcomes)
   return out;
 }
 
-std::string format_verdict(const ScenarioResults& results, const std::vector<ExpectationOutcome>& outcomes) {
-  size_t passed = 0, failed = 0, skipped = 0;
-  for (const ExpectationOutcome& outcome : outcomes) {
-    switch (outcome.verdict) {
-      case ExpectationVerdict::kPass:
-        ++passed;
-        break;
-      case ExpectationVerdict::kFail:
-        ++failed;
-        break;
-      case ExpectationVerdict::kSkip:
-        ++skipped;
-        break;
-    }
-  }
-  const size_t wrong =
-      static_cast<size_t>(std::count_if(results.points.begin(), results.points.end(),
-                                        [](const PointResult& p) { return p.status == PointStatus::kWrongData; }));
+std::string format_verdict_line(bool pass, size_t passed, size_t failed, size_t skipped, std::string_view backend,
+                                size_t wrong_points) {
   std::vector<std::string> parts;
-  if (outcomes.empty()) {
+  if (passed + failed + skipped == 0) {
     parts.push_back("no expectations");
   } else if (failed == 0) {
     parts.push_back(fmt::format("{} of {} expectations hold", passed, passed + skipped));
   } else {
     parts.push_back(fmt::format("{} of {} expectations failed", failed, passed + failed + skipped));
   }
-  if (skipped > 0) parts.push_back(fmt::format("{} skipped on {}", skipped, name(results.backend)));
-  if (wrong > 0) parts.push_back(fmt::format("{} points returned wrong data", wrong));
-  return fmt::format("verdict: {} ({})\n", run_passed(results, outcomes) ? "PASS" : "FAIL", fmt::join(parts, "; "));
+  if (skipped > 0) parts.push_back(fmt::format("{} skipped on {}", skipped, backend));
+  if (wrong_points > 0) parts.push_back(fmt::format("{} points returned wrong data", wrong_points));
+  return fmt::format("verdict: {} ({})\n", pass ? "PASS" : "FAIL", fmt::join(parts, "; "));
+}
+
+std::string format_verdict(const ScenarioResults& results, const std::vector<ExpectationOutcome>& outcomes) {
+  size_t passed = 0, failed = 0, skipped = 0;
+  for (const ExpectationOutcome& outcome : outcomes) {
+    passed += outcome.verdict == ExpectationVerdict::kPass;
+    failed += outcome.verdict == ExpectationVerdict::kFail;
+    skipped += outcome.verdict == ExpectationVerdict::kSkip;
+  }
+  const size_t wrong =
+      static_cast<size_t>(std::count_if(results.points.begin(), results.points.end(),
+                                        [](const PointResult& p) { return p.status == PointStatus::kWrongData; }));
+  return format_verdict_line(run_passed(results, outcomes), passed, failed, skipped, name(results.backend), wrong);
 }
 
 std::string format_report(const Scenario& scenario, const ScenarioResults& results,

@@ -28,6 +28,10 @@ std::string format_variant_comparison(const Scenario& scenario, const ScenarioRe
 std::string format_expectations(const std::vector<ExpectationOutcome>& outcomes);
 // The last line: "verdict: PASS (3 of 3 expectations hold)" or "verdict: FAIL (...)".
 std::string format_verdict(const ScenarioResults& results, const std::vector<ExpectationOutcome>& outcomes);
+// The same line from counts (shared with the training report): "verdict: PASS (7 of 7 expectations
+// hold)", with "; N skipped on BACKEND" and "; N points returned wrong data" when there are any.
+std::string format_verdict_line(bool pass, size_t passed, size_t failed, size_t skipped, std::string_view backend,
+                                size_t wrong_points = 0);
 
 // The columns of results.csv, in order.
 std::vector<std::string> results_csv_columns();

@@ -270,11 +270,7 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
     skipped += o.verdict == ExpectationVerdict::kSkip;
   }
   if (!quiet) out += '\n';
-  std::string summary = outcomes.empty() ? std::string("no expectations")
-                        : failed == 0    ? fmt::format("{} of {} expectations hold", passed, passed + skipped)
-                                         : fmt::format("{} of {} expectations failed", failed, outcomes.size());
-  if (skipped > 0) summary += fmt::format("; {} skipped on sim", skipped);
-  out += fmt::format("verdict: {} ({})\n", training_passed(outcomes) ? "PASS" : "FAIL", summary);
+  out += format_verdict_line(training_passed(outcomes), passed, failed, skipped, "sim");
   return out;
 }
 
