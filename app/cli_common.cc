@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -84,6 +85,32 @@ Algorithm parse_algorithm_name(std::string_view text) {
   std::string name = normalized(text);
   if (name == "auto") return Algorithm::kAuto;
   return parse_algorithm(name);
+}
+
+double parse_duration_s(std::string_view text, std::string_view option) {
+  constexpr std::array<std::pair<std::string_view, double>, 6> kUnits{
+      {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"min", 60.0}, {"h", 3600.0}}};
+  size_t digits = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
+    ++digits;
+  }
+  const std::string_view unit = text.substr(digits);
+  double scale = digits > 0 && unit.empty() ? 1.0 : 0.0;
+  for (const auto& [name, factor] : kUnits) {
+    if (unit == name) scale = factor;
+  }
+  double value = 0;
+  try {
+    size_t used = 0;
+    value = digits > 0 ? std::stod(std::string(text.substr(0, digits)), &used) : 0;
+    if (used != digits) scale = 0;
+  } catch (const std::exception&) {
+    scale = 0;
+  }
+  if (scale == 0 || digits == 0) {
+    fail(ErrorCode::kInvalidArgument, "{} '{}': expected a duration such as 30s, 100ms, 250us or 2m", option, text);
+  }
+  return value * scale;
 }
 
 RankLayout make_layout(int nranks, int ranks_per_node) {

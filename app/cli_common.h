@@ -36,6 +36,10 @@ Collective parse_collective_name(std::string_view text);
 // Algorithm names as core spells them, '-' accepted for '_'; "auto" gives Algorithm::kAuto.
 Algorithm parse_algorithm_name(std::string_view text);
 
+// A duration as a user types it: "30s", "100ms", "250us", "2m", or a plain number of seconds.
+// Throws Error(kInvalidArgument) naming `option` for anything else or a negative value.
+double parse_duration_s(std::string_view text, std::string_view option);
+
 // Rank layout for `nranks` ranks. ranks_per_node == 0 means "not given": RankLayout::flat, a flat
 // layout of one rank per node. Throws Error(kInvalidArgument) for nranks < 1 or ranks_per_node outside
 // [1, nranks]. (A last, partly filled node is the algorithms' business: they accept or reject it.)

@@ -34,6 +34,9 @@ void add_run_command(CLI::App& app, CommandStatus& status);
 // tandem fr analyze DIR: cross-rank analysis of flight-recorder dumps; exit 1 when it finds a divergence.
 void add_fr_command(CLI::App& app, CommandStatus& status);
 
+// tandem replay DIR: flight-recorder dumps replayed on a simulated cluster; exit 1 when the ranks stop agreeing.
+void add_replay_command(CLI::App& app, CommandStatus& status);
+
 // tandem plan SWEEP: capacity planning over clusters, layouts, algorithms and failure rates.
 void add_plan_command(CLI::App& app, CommandStatus& status);
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/loop_run.h"
+#include "app/replay.h"
 #include "app/scenario.h"
 
 namespace tandem::app {
@@ -17,5 +18,11 @@ namespace tandem::app {
 inline constexpr int kTraceFormatVersion = 1;
 
 nlohmann::json loop_trace(const Scenario& scenario, const LoopResults& results);
+
+// A replay (`tandem replay --trace`): a track per rank with a slice per op it took part in (a stuck
+// one lasts until the watchdog fires), and a "replay" track with the first divergence, the
+// watchdog and each recovery policy's outcome as instant events; the replayed (simulated) clock.
+// `source` names the dumps' folder.
+nlohmann::json replay_trace(const ReplayResult& result, const std::string& source);
 
 }  // namespace tandem::app

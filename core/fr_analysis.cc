@@ -57,24 +57,6 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Text helpers
 
-// "0-4, 6-7" for ascending ranks.
-std::string rank_ranges(const std::vector<int>& ranks) {
-  std::string text;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!text.empty()) text += ", ";
-    text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-    i = j + 1;
-  }
-  return text;
-}
-
-// "rank 5" or "ranks 0-4, 6-7".
-std::string ranks_phrase(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_ranges(ranks);
-}
-
 // "1 group", "3 groups".
 std::string count_text(int64_t count, std::string_view noun, std::string_view plural = "") {
   if (count == 1) return fmt::format("1 {}", noun);
@@ -882,6 +864,24 @@ FrFinding missing_dumps_finding(const Group& group) {
 }
 
 }  // namespace
+
+// "0-4, 6-7" for ascending ranks.
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!text.empty()) text += ", ";
+    text += j == i ? fmt::format("{}", ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+// "rank 5" or "ranks 0-4, 6-7".
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + rank_ranges(ranks);
+}
 
 FrAnalysis analyze(const std::vector<FrDump>& dumps) {
   FrAnalysis analysis;

@@ -51,6 +51,10 @@ struct FrAnalysis {
 
 FrAnalysis analyze(const std::vector<FrDump>& dumps);
 
+// Ascending ranks as ranges, "0-4, 6-7", and as a phrase, "rank 5" / "ranks 0-4, 6-7".
+std::string rank_ranges(const std::vector<int>& ranks);
+std::string ranks_phrase(const std::vector<int>& ranks);
+
 // Text report (verdict first, then each finding) and JSON ({"verdict", "culprit_ranks",
 // "findings": [{"group", "group_desc", "sequence", "kind", "collective", "missing_ranks",
 // "culprit_ranks", "detail"}], "ranks", "groups", "entries"}).

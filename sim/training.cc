@@ -16,39 +16,10 @@ namespace {
 
 using nlohmann::json;
 
-// Ranks of concurrent instances simulated together, at most, before only the instances that share
-// a node with the first are kept: for rings (simulated round by round) and for the rest (trees,
-// send/recv: op by op, one actor per rank and connection, a cost that grows with the ranks).
-constexpr int64_t kMaxConcurrentRanks = 4096;
-constexpr int64_t kMaxConcurrentRanksOpByOp = 256;
-
-// The instances of a group simulated at once with the first. Inside one node: those on that node
-// (other nodes' NVLink is their own), which keeps 2,048 TP groups from being simulated together.
-// Across nodes: all of them (their rings meet on leaves and spines) up to `max_ranks` ranks;
-// beyond, those that share a node with the first (they share its NICs' rails and leaves;
-// instances on other nodes meet only at the spines, which then count as less loaded than they are).
-std::vector<std::vector<int>> instances_to_simulate(const models::CommGroup& group, int gpus_per_node,
-                                                    int64_t max_ranks) {
-  const auto total = static_cast<int64_t>(group.instances.size()) * group.size();
-  if (group.nodes > 1 && total <= max_ranks) return group.instances;
-  std::set<int> nodes;
-  for (int gpu : group.instances.front()) nodes.insert(gpu / gpus_per_node);
-  std::vector<std::vector<int>> out;
-  for (const auto& instance : group.instances) {
-    if (std::any_of(instance.begin(), instance.end(), [&](int gpu) { return nodes.count(gpu / gpus_per_node) > 0; })) {
-      out.push_back(instance);
-    }
-  }
-  return out;
-}
-
 class StepSimulator {
  public:
   StepSimulator(const models::ClusterSpec& cluster, const NetworkModel& network)
-      : cluster_(cluster),
-        network_(network),
-        topology_(models::build_cluster(cluster)),
-        simulator_(topology_, cluster, network) {}
+      : cluster_(cluster), timer_(cluster, network) {}
 
   TrainingStepResult run(const models::TrainingConfig& config) {
     TrainingStepResult out;
@@ -93,87 +64,11 @@ class StepSimulator {
  private:
   CollectiveTiming time_collective(const models::StepProgram& program, const models::CommOp& op,
                                    const std::string& algorithm) {
-    const models::CommGroup& group = program.groups[static_cast<size_t>(op.group)];
-    const int n = group.size();
-    const Tuner tuner(cluster_, group.nodes, group.per_node);
-    // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
-    const bool named =
-        algorithm != "auto" && (algorithm == "nvls" ? op.collective == Collective::kAllReduce
-                                                    : supports(parse_algorithm(algorithm), op.collective));
-    const Choice choice =
-        named ? tuner.choose_for(op.collective, op.bytes, algorithm) : tuner.choose(op.collective, op.bytes);
-    // Rings run round by round (cheap at any scale); anything else op by op, one actor per rank.
-    const bool round_by_round = choice.algorithm == "ring";
-    std::vector<std::vector<int>> instances = instances_to_simulate(
-        group, cluster_.gpus_per_node, round_by_round ? kMaxConcurrentRanks : kMaxConcurrentRanksOpByOp);
-    const auto key = std::make_tuple(op.collective, op.bytes, algorithm, instances);
-    CollectiveTiming timing;
-    timing.collective = op.collective;
-    timing.bytes = op.bytes;
-    timing.group = group.name;
-    timing.ranks = group.size();
-    timing.instances = static_cast<int>(instances.size());
-    if (auto it = cache_.find(key); it != cache_.end()) {
-      timing.algorithm = it->second.algorithm;
-      timing.protocol = it->second.protocol;
-      timing.seconds = it->second.seconds;
-      timing.busbw_GBps = it->second.busbw_GBps;
-      return timing;
-    }
-    timing.algorithm = choice.algorithm;
-    timing.protocol = choice.protocol;
-    const DataType dtype = DataType::kBF16;
-    SimResult result;
-    if (n == 1) {
-      result.seconds = 0;
-    } else if (choice.algorithm == "nvls") {
-      result = simulator_.run_nvls_all_reduce(op.bytes, instances.front());
-    } else {
-      const Algorithm core = parse_algorithm(choice.algorithm);
-      // A ring all_gather / reduce_scatter of S bytes is one half of a ring all_reduce of S bytes:
-      // N - 1 steps of S / N each. Core has the rank-symmetric form, which the simulator runs
-      // round by round at any scale, for the all_reduce ring only; so these two are timed as half
-      // of that all_reduce (its steps, with their own protocol), plus the protocol's base latency
-      // once. tests/sim/training_test.cc checks this against the explicit schedules.
-      const bool half_ring = core == Algorithm::kRing &&
-                             (op.collective == Collective::kAllGather || op.collective == Collective::kReduceScatter);
-      const Collective simulated = half_ring ? Collective::kAllReduce : op.collective;
-      const int64_t count =
-          half_ring ? op.bytes / static_cast<int64_t>(size_bytes(dtype)) : count_for(op.collective, op.bytes, n, dtype);
-      const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
-      const Schedule& schedule = schedule_for(spec, core, group);
-      SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
-      request.concurrent.assign(instances.begin() + 1, instances.end());
-      result = simulator_.run(request);
-      if (half_ring) {
-        const double base = network_.protocol_effects ? protocol_base_latency_s(choice.protocol, core) : 0.0;
-        result.seconds = base + (result.seconds - base) / 2;
-      }
-    }
-    timing.seconds = result.seconds;
-    timing.busbw_GBps = result.seconds > 0 ? static_cast<double>(op.bytes) / result.seconds / 1e9 *
-                                                 bus_bandwidth_factor(op.collective, n)
-                                           : 0;
-    cache_.emplace(key, timing);
-    return timing;
-  }
-
-  const Schedule& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const models::CommGroup& group) {
-    const auto key = std::make_tuple(spec.collective, algorithm, group.nodes, group.per_node);
-    auto it = schedules_.find(key);
-    if (it == schedules_.end()) {
-      const RankLayout layout = sweep_layout(group.nodes, group.per_node, true);
-      it = schedules_.emplace(key, build_checked_schedule(spec, layout, algorithm, {}, ScheduleForm::kSymmetric)).first;
-    }
-    return it->second;
+    return timer_.time(op.collective, op.bytes, program.groups[static_cast<size_t>(op.group)], algorithm);
   }
 
   models::ClusterSpec cluster_;
-  NetworkModel network_;
-  models::Topology topology_;
-  Simulator simulator_;
-  std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;
-  std::map<std::tuple<Collective, Algorithm, int, int>, Schedule> schedules_;
+  CollectiveTimer timer_;
 };
 
 std::vector<TrainingStepResult> run_in_process(const TrainingRequest& request) {

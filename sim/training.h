@@ -12,22 +12,10 @@
 
 #include "models/cluster.h"
 #include "models/workload.h"
+#include "sim/collective_timer.h"
 #include "sim/simulator.h"
 
 namespace tandem::sim {
-
-// One distinct collective of a step, as the simulator timed it.
-struct CollectiveTiming {
-  Collective collective = Collective::kAllGather;
-  int64_t bytes = 0;      // nccl-tests' size
-  std::string group;      // "tp", "fsdp", ...
-  int ranks = 0;          // in one instance of the group
-  int instances = 0;      // instances of the group simulated at once
-  std::string algorithm;  // what ran (auto resolved)
-  Protocol protocol = Protocol::kSimple;
-  double seconds = 0;
-  double busbw_GBps = 0;
-};
 
 struct TrainingStepResult {
   bool ok = false;

@@ -1,0 +1,194 @@
+#include "sim/collective_timer.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/algorithms.h"
+#include "core/builder.h"
+#include "core/error.h"
+#include "sim/protocol.h"
+#include "sim/sweep.h"
+#include "sim/tuner.h"
+
+namespace tandem::sim {
+namespace {
+
+// Ranks of concurrent instances simulated together, at most, before only the instances that share
+// a node with the first are kept: for rings (simulated round by round) and for the rest (trees,
+// send/recv: op by op, one actor per rank and connection, a cost that grows with the ranks).
+constexpr int64_t kMaxConcurrentRanks = 4096;
+constexpr int64_t kMaxConcurrentRanksOpByOp = 256;
+
+// The instances of a group simulated at once with the first. Inside one node: those on that node
+// (other nodes' NVLink is their own), which keeps 2,048 TP groups from being simulated together.
+// Across nodes: all of them (their rings meet on leaves and spines) up to `max_ranks` ranks;
+// beyond, those that share a node with the first (they share its NICs' rails and leaves;
+// instances on other nodes meet only at the spines, which then count as less loaded than they are).
+std::vector<std::vector<int>> instances_to_simulate(const std::vector<std::vector<int>>& all, int nodes,
+                                                    int gpus_per_node, int64_t max_ranks) {
+  const auto total = static_cast<int64_t>(all.size() * all.front().size());
+  if (nodes > 1 && total <= max_ranks) return all;
+  std::set<int> first_nodes;
+  for (int gpu : all.front()) first_nodes.insert(gpu / gpus_per_node);
+  std::vector<std::vector<int>> out;
+  for (const auto& instance : all) {
+    if (std::any_of(instance.begin(), instance.end(),
+                    [&](int gpu) { return first_nodes.count(gpu / gpus_per_node) > 0; })) {
+      out.push_back(instance);
+    }
+  }
+  return out;
+}
+
+// How an instance lies on the nodes: `nodes` nodes, `per_node` GPUs on each, and whether it is
+// node-major whole blocks of equal size (what the rank-symmetric schedules assume).
+struct Shape {
+  int nodes = 0;
+  int per_node = 0;
+  bool regular = false;
+};
+
+Shape shape_of(const std::vector<int>& gpus, int gpus_per_node) {
+  Shape shape;
+  std::vector<int> counts;  // GPUs per node, in the order nodes appear
+  std::set<int> seen;
+  int previous = -1;
+  bool contiguous = true;
+  for (int gpu : gpus) {
+    const int node = gpu / gpus_per_node;
+    if (node != previous) {
+      if (!seen.insert(node).second) contiguous = false;  // the node appears again later
+      counts.push_back(0);
+      previous = node;
+    }
+    ++counts.back();
+  }
+  shape.nodes = static_cast<int>(seen.size());
+  shape.per_node = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  shape.regular = contiguous && std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts.front(); });
+  return shape;
+}
+
+}  // namespace
+
+CollectiveTimer::CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network)
+    : cluster_(cluster), network_(network), topology_(models::build_cluster(cluster)), simulator_(topology_, cluster, network) {}
+
+CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, const models::CommGroup& group,
+                                       const std::string& algorithm) {
+  if (group.instances.empty() || group.instances.front().empty()) {
+    fail(ErrorCode::kInvalidArgument, "group '{}' has no ranks to time {} on", group.name, name(collective));
+  }
+  const auto n = static_cast<int>(group.instances.front().size());
+  const Shape shape = shape_of(group.instances.front(), cluster_.gpus_per_node);
+  const Tuner tuner(cluster_, shape.nodes, shape.per_node);
+  // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
+  const bool named = algorithm != "auto" && (algorithm == "nvls" ? collective == Collective::kAllReduce
+                                                                 : supports(parse_algorithm(algorithm), collective));
+  const Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
+  // Rings run round by round (cheap at any scale); anything else op by op, one actor per rank.
+  const bool round_by_round = shape.regular && choice.algorithm == "ring";
+  std::vector<std::vector<int>> instances =
+      instances_to_simulate(group.instances, shape.nodes, cluster_.gpus_per_node,
+                            round_by_round ? kMaxConcurrentRanks : kMaxConcurrentRanksOpByOp);
+  const auto key = std::make_tuple(collective, bytes, algorithm, instances);
+  CollectiveTiming timing;
+  timing.collective = collective;
+  timing.bytes = bytes;
+  timing.group = group.name;
+  timing.ranks = n;
+  timing.instances = static_cast<int>(instances.size());
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    timing.algorithm = it->second.algorithm;
+    timing.protocol = it->second.protocol;
+    timing.seconds = it->second.seconds;
+    timing.busbw_GBps = it->second.busbw_GBps;
+    return timing;
+  }
+  timing.algorithm = choice.algorithm;
+  timing.protocol = choice.protocol;
+  const DataType dtype = DataType::kBF16;
+  SimResult result;
+  if (n == 1) {
+    result.seconds = 0;
+  } else if (choice.algorithm == "nvls") {
+    result = simulator_.run_nvls_all_reduce(bytes, instances.front());
+  } else {
+    const Algorithm core = parse_algorithm(choice.algorithm);
+    // A ring all_gather / reduce_scatter of S bytes is one half of a ring all_reduce of S bytes:
+    // N - 1 steps of S / N each. Core has the rank-symmetric form, which the simulator runs round
+    // by round at any scale, for the all_reduce ring only; so these two are timed as half of that
+    // all_reduce (its steps, with their own protocol), plus the protocol's base latency once.
+    // tests/sim/training_test.cc checks this against the explicit schedules.
+    const bool half_ring = shape.regular && core == Algorithm::kRing &&
+                           (collective == Collective::kAllGather || collective == Collective::kReduceScatter);
+    const Collective simulated = half_ring ? Collective::kAllReduce : collective;
+    const int64_t count =
+        half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype)) : count_for(collective, bytes, n, dtype);
+    const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
+    const Schedule& schedule = shape.regular ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), true)
+                                             : irregular_schedule(spec, core, shape.per_node, instances.front());
+    SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
+    request.concurrent.assign(instances.begin() + 1, instances.end());
+    result = simulator_.run(request);
+    if (half_ring) {
+      const double base = network_.protocol_effects ? protocol_base_latency_s(choice.protocol, core) : 0.0;
+      result.seconds = base + (result.seconds - base) / 2;
+    }
+  }
+  timing.seconds = result.seconds;
+  timing.busbw_GBps = result.seconds > 0
+                          ? static_cast<double>(bytes) / result.seconds / 1e9 * bus_bandwidth_factor(collective, n)
+                          : 0;
+  cache_.emplace(key, timing);
+  return timing;
+}
+
+const Schedule& CollectiveTimer::schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
+                                              bool symmetric) {
+  // Schedules count chunks, not elements: one per shape serves every size.
+  const auto key = std::make_tuple(spec.collective, algorithm, layout.nranks, layout.ranks_per_node, symmetric);
+  auto it = schedules_.find(key);
+  if (it == schedules_.end()) {
+    it = schedules_
+             .emplace(key, build_checked_schedule(spec, layout, algorithm, {},
+                                                  symmetric ? ScheduleForm::kSymmetric : ScheduleForm::kExplicit))
+             .first;
+  }
+  return it->second;
+}
+
+// The survivors of a shrink (7 GPUs on one node, 8 on the others): the schedule as if the ranks
+// filled nodes of the largest count in rank order, which keeps the algorithm's node structure
+// (chains inside a node, a tree or ring across), with the ring in the rail-aligned snake over the
+// real GPUs (up node 0's, down node 1's, ...) as a topology-aware rebuild would order it, so that
+// hops stay on NVLink or on one rail; a flat layout where the algorithm refuses the partly filled
+// nodes. The simulator places each rank on its real GPU.
+const Schedule& CollectiveTimer::irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
+                                                    const std::vector<int>& gpus) {
+  RankLayout layout = RankLayout::flat(spec.nranks);
+  layout.ranks_per_node = std::clamp(per_node, 1, spec.nranks);
+  std::vector<int> nodes;  // in order of appearance
+  for (int gpu : gpus) {
+    const int node = gpu / cluster_.gpus_per_node;
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+  }
+  const auto snake_key = [&](size_t i) {
+    const int node = gpus[i] / cluster_.gpus_per_node;
+    const auto rank_of_node = std::find(nodes.begin(), nodes.end(), node) - nodes.begin();
+    const int local = gpus[i] % cluster_.gpus_per_node;
+    return std::make_pair(rank_of_node, rank_of_node % 2 == 0 ? local : -local);
+  };
+  for (size_t i = 0; i < gpus.size(); ++i) layout.ring_order.push_back(static_cast<int>(i));
+  std::stable_sort(layout.ring_order.begin(), layout.ring_order.end(),
+                   [&](int a, int b) { return snake_key(static_cast<size_t>(a)) < snake_key(static_cast<size_t>(b)); });
+  // The schedule depends on the ring order: not cached by shape alone.
+  try {
+    return irregular_.emplace_back(
+        build_checked_schedule(spec, layout, algorithm, {}, ScheduleForm::kExplicit));
+  } catch (const Error&) {
+    return schedule_for(spec, algorithm, RankLayout::flat(spec.nranks), false);
+  }
+}
+
+}  // namespace tandem::sim

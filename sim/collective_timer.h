@@ -1,0 +1,66 @@
+// Timing one collective of a communicator group on a simulated cluster: the algorithm NCCL's tuner
+// would pick (or a named one), the schedule built once per shape, every instance of the group
+// simulated at once so that instances whose routes share a link share it, and each distinct
+// (collective, size, algorithm, placement) simulated once. Shared by training steps
+// (sim/training.h) and the replay of flight-recorder dumps (app/replay.h).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/schedule.h"
+#include "core/types.h"
+#include "models/cluster.h"
+#include "models/topology.h"
+#include "models/workload.h"
+#include "sim/simulator.h"
+
+namespace tandem::sim {
+
+// One distinct collective, as the simulator timed it.
+struct CollectiveTiming {
+  Collective collective = Collective::kAllGather;
+  int64_t bytes = 0;      // nccl-tests' size
+  std::string group;      // "tp", "fsdp", ...
+  int ranks = 0;          // in one instance of the group
+  int instances = 0;      // instances of the group simulated at once
+  std::string algorithm;  // what ran (auto resolved)
+  Protocol protocol = Protocol::kSimple;
+  double seconds = 0;
+  double busbw_GBps = 0;
+};
+
+class CollectiveTimer {
+ public:
+  // Builds the topology and the SimGrid platform: at most one timer (or Simulator) per process.
+  CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network);
+
+  // `bytes` (nccl-tests' size) of `collective` on `group`, whose instances list the GPUs of each
+  // instance in the group's rank order. `algorithm`: "auto" (NCCL's tuner), a core algorithm name
+  // or "nvls"; a named algorithm that does not implement the collective gives way to the tuner.
+  // A group whose first instance spans whole blocks of equal size on its nodes (node-major) is
+  // simulated in rank-symmetric form (rings round by round, cheap at any scale); any other (the
+  // survivors of a shrink) op by op with an explicit schedule in its rank order.
+  CollectiveTiming time(Collective collective, int64_t bytes, const models::CommGroup& group,
+                        const std::string& algorithm);
+
+ private:
+  const Schedule& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout, bool symmetric);
+
+  const Schedule& irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
+                                     const std::vector<int>& gpus);
+
+  models::ClusterSpec cluster_;
+  NetworkModel network_;
+  models::Topology topology_;
+  Simulator simulator_;
+  std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;
+  std::map<std::tuple<Collective, Algorithm, int, int, bool>, Schedule> schedules_;
+  std::deque<Schedule> irregular_;  // one per irregular placement timed (results are cached)
+};
+
+}  // namespace tandem::sim
