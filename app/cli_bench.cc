@@ -30,6 +30,7 @@
 #include "app/commands.h"
 #include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
+#include "app/trace.h"
 #include "app/run_memory.h"
 #include "backend/nccl/launch.h"
 #include "core/algorithms.h"
@@ -65,7 +66,21 @@ struct BenchOptions {
   std::string network = "fluid";
   bool node_major = false;  // sim: ring in rank order instead of rail-aligned
   ClusterOptions cluster;
+  std::string trace;  // empty: no trace
 };
+
+// `--trace FILE`: the sweep as a Chrome / Perfetto trace.
+void write_bench_trace(const BenchOptions& options, Collective collective, int nranks, const std::vector<BenchRow>& rows,
+                       std::vector<std::string> algorithms) {
+  if (options.trace.empty()) return;
+  BenchTraceInfo info;
+  info.title = fmt::format("tandem bench {} ({}, {} ranks)", name(collective), options.backend, nranks);
+  info.backend = options.backend;
+  info.collective = std::string(name(collective));
+  info.ranks = nranks;
+  info.algorithms = std::move(algorithms);
+  write_text_file(options.trace, bench_trace(info, rows).dump() + "\n");
+}
 
 std::string host_name() {
   char name[256] = {};
@@ -196,6 +211,7 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     begin = i;
   }
   fmt::print("# Simulated with: {}\n", choices);
+  write_bench_trace(options, plan.collective, nranks, rows, notes);
   status.exit_code = kExitSuccess;
 }
 
@@ -360,6 +376,18 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
   }
   std::fflush(stdout);
 
+  if (printing) {
+    std::vector<std::string> algorithms;
+    for (const BenchRow& row : rows) {
+      std::string algorithm(name(plan.algorithm));
+      for (const auto& [bytes, chosen] : auto_choices) {
+        if (bytes == row.counts.size_bytes) algorithm = std::string(name(chosen));
+      }
+      algorithms.push_back(algorithm);
+    }
+    write_bench_trace(options, plan.collective, nranks, rows, algorithms);
+  }
+
   const int64_t failed = failed_results(rows);
   if (failed > 0) {
     std::fprintf(stderr, "tandem: error: %lld of the results above have wrong elements (#wrong)\n",
@@ -429,6 +457,9 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   command->add_option("-r,--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
   command->add_option("--ranks-per-node", options->ranks_per_node,
                       "ranks per node (hierarchical); default: 1, a flat layout");
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
+                      "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)");
   command->add_option("--channels", options->channels, "parallel rings (ring algorithm)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));

@@ -119,6 +119,50 @@ json loop_trace(const Scenario& scenario, const LoopResults& results) {
             {"ranks", results.ranks}}}};
 }
 
+json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRow>& rows) {
+  json events = json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", 0}, {"args", {{"name", info.title}}}});
+  events.push_back(metadata("thread_name", kIterationsTrack, "sizes"));
+  events.push_back(sort_index(kIterationsTrack));
+  for (int r = 0; r < info.ranks; ++r) {
+    events.push_back(metadata("thread_name", r + 1, fmt::format("rank {}", r)));
+    events.push_back(sort_index(r + 1));
+  }
+  double clock_us = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const BenchRow& row = rows[i];
+    const std::string algorithm = i < info.algorithms.size() ? info.algorithms[i] : "";
+    for (const auto& [placement, result] : {std::pair<const char*, std::optional<BenchResult>>{"out-of-place", row.out_of_place},
+                                            std::pair<const char*, std::optional<BenchResult>>{"in-place", row.in_place}}) {
+      if (!result) continue;
+      const json args = {{"bytes", row.counts.size_bytes},
+                         {"count", row.counts.count},
+                         {"placement", placement},
+                         {"algorithm", algorithm},
+                         {"algbw_GBps", result->algbw_GBps},
+                         {"busbw_GBps", result->busbw_GBps}};
+      for (int tid = 0; tid <= info.ranks; ++tid) {
+        events.push_back({{"name", fmt::format("nccl:{}", info.collective)},
+                          {"ph", "X"},
+                          {"ts", clock_us},
+                          {"dur", result->time_us},
+                          {"pid", kPid},
+                          {"tid", tid},
+                          {"args", args}});
+      }
+      clock_us += result->time_us;
+    }
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ns"},
+          {"otherData",
+           {{"tandem_trace", kTraceFormatVersion},
+            {"bench", info.collective},
+            {"backend", info.backend},
+            {"clock", info.backend == "sim" ? "simulated" : "wall"},
+            {"ranks", info.ranks}}}};
+}
+
 json replay_trace(const ReplayResult& result, const std::string& source) {
   json events = json::array();
   events.push_back({{"name", "process_name"},

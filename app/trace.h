@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/loop_run.h"
+#include "app/nccl_tests_table.h"
 #include "app/replay.h"
 #include "app/scenario.h"
 
@@ -18,6 +19,19 @@ namespace tandem::app {
 inline constexpr int kTraceFormatVersion = 1;
 
 nlohmann::json loop_trace(const Scenario& scenario, const LoopResults& results);
+
+// A bench sweep (`tandem bench --trace`): per size, the out-of-place then the in-place collective,
+// back to back on the run's clock (each lasting its measured or simulated mean time), as a slice
+// on a "sizes" track and on every rank's track (bench times a collective as a whole, so a rank's
+// slice is the collective's); `algorithms` names what ran per row ("ring/Simple").
+struct BenchTraceInfo {
+  std::string title;     // "tandem bench all_reduce (sim)"
+  std::string backend;   // "sim", "host", ...
+  std::string collective;
+  int ranks = 0;
+  std::vector<std::string> algorithms;  // per row; empty: not known
+};
+nlohmann::json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRow>& rows);
 
 // A replay (`tandem replay --trace`): a track per rank with a slice per op it took part in (a stuck
 // one lasts until the watchdog fires), and a "replay" track with the first divergence, the

@@ -94,6 +94,49 @@ TEST(TraceCli, SimAndHostTracesOfOneScenarioShareTheirStructure) {
   EXPECT_GT(sim_shape.at("X nccl:all_reduce on a rank"), 8);  // every rank, every attempt
 }
 
+// `tandem bench --trace`: the same sweep on sim (8 GPUs of one node) and on host (8 ranks): the
+// same tracks and slices, each size's slices back to back on every track, the sizes in order.
+json traced_bench(const std::string& backend) {
+  const std::string path = temp_path("bench_trace_" + backend + ".json");
+  std::filesystem::remove(path);
+  const std::string ranks = backend == "sim" ? "" : "-g 8";
+  const auto outcome =
+      run_tandem(fmt::format("bench all_reduce --backend {} {} -b 64K -e 1M -f 4 -n 2 --trace {}", backend, ranks, path));
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  return json::parse(read_text(path));
+}
+
+TEST(TraceCli, BenchTracesFromSimAndHostShareTheirStructure) {
+  std::map<std::string, std::vector<std::pair<std::string, int64_t>>> per_backend;  // track -> (placement, bytes)
+  for (const std::string backend : {"sim", "host"}) {
+    SCOPED_TRACE(backend);
+    const json t = traced_bench(backend);
+    EXPECT_EQ(t.at("otherData").at("backend"), backend);
+    EXPECT_EQ(t.at("otherData").at("ranks"), 8);
+    std::map<int, std::vector<std::pair<double, double>>> tracks;
+    std::vector<std::pair<std::string, int64_t>> sizes;
+    for (const json& e : t.at("traceEvents")) {
+      for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << key << " in " << e.dump();
+      if (e.at("ph") == "M") continue;
+      ASSERT_EQ(e.at("ph"), "X") << e.dump();
+      EXPECT_EQ(e.at("name"), "nccl:all_reduce");
+      EXPECT_GT(e.at("dur").get<double>(), 0) << e.dump();
+      EXPECT_GT(e.at("args").at("busbw_GBps").get<double>(), 0);
+      tracks[e.at("tid")].push_back({e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>()});
+      if (e.at("tid") == 0) sizes.push_back({e.at("args").at("placement"), e.at("args").at("bytes")});
+    }
+    EXPECT_EQ(tracks.size(), 9u);  // sizes + 8 ranks
+    for (auto& [tid, list] : tracks) {
+      ASSERT_EQ(list.size(), 6u) << "track " << tid;  // 3 sizes x out-of-place, in-place
+      for (size_t i = 1; i < list.size(); ++i) EXPECT_NEAR(list[i - 1].second, list[i].first, 1e-3) << "track " << tid;
+    }
+    per_backend[backend] = sizes;
+  }
+  EXPECT_EQ(per_backend["sim"], per_backend["host"]);
+  EXPECT_EQ(per_backend["sim"].front(), (std::pair<std::string, int64_t>{"out-of-place", 65536}));
+  EXPECT_EQ(per_backend["sim"].back(), (std::pair<std::string, int64_t>{"in-place", 1048576}));
+}
+
 TEST(TraceCli, OnlyCollectiveLoopsSoFar) {
   expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --trace " + temp_path("no.json")), 2,
                         "--trace writes collective-loop runs only");
