@@ -37,6 +37,9 @@ void add_fr_command(CLI::App& app, CommandStatus& status);
 // tandem replay DIR: flight-recorder dumps replayed on a simulated cluster; exit 1 when the ranks stop agreeing.
 void add_replay_command(CLI::App& app, CommandStatus& status);
 
+// tandem report RUN_DIR: the self-contained HTML report page of a run.
+void add_report_command(CLI::App& app, CommandStatus& status);
+
 // tandem plan SWEEP: capacity planning over clusters, layouts, algorithms and failure rates.
 void add_plan_command(CLI::App& app, CommandStatus& status);
 

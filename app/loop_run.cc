@@ -951,6 +951,12 @@ std::string loop_results_json(const Scenario& scenario, const LoopResults& resul
                               const std::vector<LoopExpectationOutcome>& outcomes) {
   json j = to_json(results);
   j["scenario"] = scenario.name;
+  j["description"] = scenario.description;
+  const CollectiveLoop& loop = std::get<CollectiveLoop>(scenario.workload);
+  j["workload"] = fmt::format("{} x {} {} {} on {} ranks", loop.iterations, name(loop.collective),
+                              format_size(loop.size_bytes), name(loop.algorithm), results.ranks);
+  j["recovery"] = fmt::format("retry {}, watchdog {:g} ms, then {}", scenario.recovery.retry_max,
+                              scenario.recovery.watchdog_s * 1e3, name(scenario.recovery.action));
   j["total_seconds"] = results.total_seconds();
   j["fault_free_seconds"] = results.fault_free_seconds();
   json faults = json::array();

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   add_run_command(app, status);
   add_fr_command(app, status);
   add_replay_command(app, status);
+  add_report_command(app, status);
   add_plan_command(app, status);
 
   try {

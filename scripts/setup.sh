@@ -11,6 +11,8 @@ packages=(
   libsimgrid-dev libboost-graph-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  chromium
+  jupyter-nbconvert python3-matplotlib python3-pandas python3-ipykernel
 )
 
 missing=()

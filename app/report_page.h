@@ -1,0 +1,27 @@
+// The report page (`tandem report RUN_DIR`): one self-contained HTML file, inline CSS and SVG, no
+// script and nothing fetched, that an engineer opens from disk or attaches to an incident. It reads
+// the results.json that `tandem run --out` writes, of any workload:
+//   collective loop (the fault scenarios): the scenario, the outcome, a timeline per rank (SVG)
+//     with faults, recovery actions and the culprit rank marked, the per-iteration table;
+//   collective sweep: busbw against size per collective (SVG), the points table;
+//   training: the per-layout step table and its breakdown;
+// and, given a second run of the same scenario (`--compare`, e.g. sim next to host), a
+// prediction-vs-measurement plot. docs/report.md describes the page.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tandem::app {
+
+// `results` is a results.json; `compare` another one (the measurement to `results`' prediction, or
+// the other way round), or none. Throws Error(kFormat) for a results.json of no known kind or
+// missing what the page needs.
+std::string report_html(const nlohmann::json& results, const std::optional<nlohmann::json>& compare);
+
+// Text as HTML text or attribute: & < > " ' escaped.
+std::string html_escape(std::string_view text);
+
+}  // namespace tandem::app

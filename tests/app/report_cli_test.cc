@@ -1,0 +1,113 @@
+// `tandem report`: the page of a collective loop, a sweep and a training run written by
+// `tandem run --out`, a sim run compared with a host run, escaping of text from the files, and the
+// errors. tests/app/browser_report_check.py renders the rank-hang page in Chromium.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "app/report_page.h"
+#include "tests/support/cli_runner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::contains;
+using tandem::testing::expect_usage_error;
+using tandem::testing::read_text;
+using tandem::testing::run_tandem;
+using tandem::testing::temp_path;
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+std::string run_and_report(const std::string& scenario, const std::string& name, const std::string& flags = "") {
+  const std::string dir = temp_path("report_" + name);
+  fs::remove_all(dir);
+  const auto run = run_tandem(fmt::format("run {} --out {} {}", scenario, dir, flags));
+  EXPECT_TRUE(run.exit_code == 0) << run.out << run.err;
+  const auto report = run_tandem(fmt::format("report {}", dir));
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_TRUE(contains(report.out, dir + "/report.html")) << report.out;
+  return read_text(dir + "/report.html");
+}
+
+void expect_self_contained(const std::string& html) {
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(html.find("<link"), std::string::npos);
+  EXPECT_EQ(html.find("url("), std::string::npos);
+}
+
+TEST(ReportCli, CollectiveLoopPageHasTheTimelineAndTheCulprit) {
+  const std::string html = run_and_report("scenarios/faults/rank-hang-64xh100.yaml", "hang");
+  expect_self_contained(html);
+  EXPECT_EQ(count(html, "class=\"rank-row"), 64u);
+  EXPECT_EQ(count(html, "class=\"rank-row culprit\" data-rank=\"5\""), 1u);
+  EXPECT_EQ(count(html, "class=\"fault-marker\""), 1u);
+  EXPECT_EQ(count(html, "class=\"recovery-marker\" data-outcome=\"aborted\""), 1u);
+  EXPECT_EQ(count(html, "<tr class=\"iteration"), 3u);
+  EXPECT_TRUE(contains(html, "the loop ABORTED"));
+  EXPECT_TRUE(contains(html, "Rank 5 never enters the third all_reduce"));  // the scenario's description
+}
+
+TEST(ReportCli, SimAgainstHostIsAPredictionVsMeasurementPlot) {
+  const std::string sim = temp_path("report_flap_sim"), host = temp_path("report_flap_host");
+  for (const auto& [dir, backend] : {std::pair{sim, "sim"}, std::pair{host, "host"}}) {
+    fs::remove_all(dir);
+    const auto run =
+        run_tandem(fmt::format("run scenarios/faults/host/link-flap-host.yaml --backend {} --out {}", backend, dir));
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  }
+  const std::string page = temp_path("report_flap.html");
+  const auto report = run_tandem(fmt::format("report {} --compare {} -o {}", sim, host, page));
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const std::string html = read_text(page);
+  expect_self_contained(html);
+  EXPECT_TRUE(contains(html, "<svg id=\"comparison\""));
+  EXPECT_TRUE(contains(html, "this run (sim)"));
+  EXPECT_TRUE(contains(html, "other run (host)"));
+  EXPECT_GE(count(html, "class=\"bar theirs\""), 2u);
+}
+
+TEST(ReportCli, SweepAndTrainingPages) {
+  const std::string sweep = run_and_report("scenarios/smoke-8xh100.yaml", "smoke");
+  expect_self_contained(sweep);
+  EXPECT_TRUE(contains(sweep, "<svg id=\"busbw\""));
+  EXPECT_GE(count(sweep, "<polyline class=\"series\""), 2u);  // all_reduce and all_gather
+  EXPECT_TRUE(contains(sweep, "id=\"verdict\">PASS"));
+  const std::string training = run_and_report("scenarios/llama3-8b-8xh100.yaml", "llama");
+  expect_self_contained(training);
+  EXPECT_TRUE(contains(training, "Step per layout"));
+  EXPECT_TRUE(contains(training, "llama3-8b"));
+}
+
+TEST(ReportPage, TextFromTheFilesIsEscaped) {
+  EXPECT_EQ(tandem::app::html_escape("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
+  nlohmann::json results = {{"scenario", "<script>x</script>"}, {"description", "a & b"}, {"ranks", 1},
+                            {"iterations", nlohmann::json::array()}, {"slices", nlohmann::json::array()}};
+  const std::string html = tandem::app::report_html(results, std::nullopt);
+  EXPECT_EQ(html.find("<script>"), std::string::npos);
+  EXPECT_TRUE(contains(html, "&lt;script&gt;x&lt;/script&gt;"));
+  EXPECT_TRUE(contains(html, "a &amp; b"));
+}
+
+TEST(ReportCli, Errors) {
+  expect_usage_error(run_tandem("report " + temp_path("report_nowhere")), "does not exist");
+  const std::string empty = temp_path("report_empty");
+  fs::remove_all(empty);
+  fs::create_directories(empty);
+  expect_usage_error(run_tandem("report " + empty), "has no results.json");
+  std::ofstream(empty + "/results.json") << "{not json";
+  expect_usage_error(run_tandem("report " + empty), "not valid JSON");
+  std::ofstream(empty + "/results.json") << "{\"answer\": 42}";
+  expect_usage_error(run_tandem("report " + empty), "of no kind the report knows");
+}
+
+}  // namespace
