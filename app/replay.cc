@@ -39,13 +39,6 @@ std::optional<int> dtype_bytes(std::string_view dtype) {
   return std::nullopt;
 }
 
-// "nccl:send 0->1" -> "send"; "nccl:all_reduce" -> "all_reduce".
-std::string_view op_type(std::string_view profiling_name) {
-  const size_t colon = profiling_name.find(':');
-  if (colon != std::string_view::npos) profiling_name.remove_prefix(colon + 1);
-  return profiling_name.substr(0, profiling_name.find(' '));
-}
-
 bool is_coalesced_marker(std::string_view type) { return type == "coalesced" || type.ends_with("_coalesced"); }
 
 enum class Sizes : uint8_t { kInput, kOutput };
@@ -87,16 +80,6 @@ const OpModel* op_model(std::string_view type) {
   return nullptr;
 }
 
-int64_t numel(const std::vector<std::vector<int64_t>>& sizes) {
-  int64_t total = 0;
-  for (const auto& shape : sizes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    total += n;
-  }
-  return total;
-}
-
 // The group-local peer of a p2p op, "nccl:send 0->1" -> 1, "nccl:recv 1<-0" -> 0.
 std::optional<int> p2p_peer(std::string_view profiling_name) {
   for (std::string_view arrow : {"->", "<-"}) {
@@ -131,14 +114,14 @@ struct RankOp {
 std::string signature(const RankOp& record) {
   std::string text;
   for (const FrEntry* e : record.entries) {
-    const std::string_view type = op_type(e->profiling_name);
+    const std::string_view type = fr_op_type(e->profiling_name);
     if (is_coalesced_marker(type)) continue;
     if (e->is_p2p) {
       const bool send = type == "send";
-      text += fmt::format("p2p {} {};", numel(send ? e->input_sizes : e->output_sizes),
+      text += fmt::format("p2p {} {};", fr_numel(send ? e->input_sizes : e->output_sizes),
                           fmt::join(send ? e->input_dtypes : e->output_dtypes, ","));
     } else {
-      text += fmt::format("{} {} {} {};", type, numel(e->input_sizes), numel(e->output_sizes),
+      text += fmt::format("{} {} {} {};", type, fr_numel(e->input_sizes), fr_numel(e->output_sizes),
                           fmt::join(e->input_dtypes, ","));
     }
   }
@@ -325,7 +308,7 @@ void describe_ops(Built& built, int gpus) {
     // Its size, from the lowest recorder's entries: the sum over a coalesced group's ops.
     std::optional<Collective> collective;
     for (const FrEntry* e : first.entries) {
-      const std::string_view type = op_type(e->profiling_name);
+      const std::string_view type = fr_op_type(e->profiling_name);
       if (is_coalesced_marker(type)) continue;
       const OpModel* model = op_model(type);
       if (model == nullptr) {
@@ -337,7 +320,7 @@ void describe_ops(Built& built, int gpus) {
       op.dtype = dtypes.empty() ? "Float" : dtypes.front();
       const std::optional<int> element = dtype_bytes(op.dtype);
       if (!element) op.note = fmt::format("unknown dtype '{}': taken as 4 bytes", op.dtype);
-      const int64_t elements = numel(model->sizes == Sizes::kInput ? e->input_sizes : e->output_sizes);
+      const int64_t elements = fr_numel(model->sizes == Sizes::kInput ? e->input_sizes : e->output_sizes);
       op.bytes += elements * element.value_or(4);
       if (collective && *collective != model->collective) {
         op.note = "a coalesced group of different collectives: timed as its first";

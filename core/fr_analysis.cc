@@ -83,27 +83,11 @@ std::string_view state_text(FrState state) {
   return "unknown";
 }
 
-// "nccl:send 0->1" -> "send"; "nccl:all_reduce" -> "all_reduce".
-std::string_view op_type(std::string_view profiling_name) {
-  const size_t colon = profiling_name.find(':');
-  if (colon != std::string_view::npos) profiling_name.remove_prefix(colon + 1);
-  return profiling_name.substr(0, profiling_name.find(' '));
-}
-
 bool is_coalesced_marker(const FrEntry& entry) {
-  const std::string_view type = op_type(entry.profiling_name);
+  const std::string_view type = fr_op_type(entry.profiling_name);
   return type == "coalesced" || type.ends_with("_coalesced");
 }
 
-int64_t numel(const std::vector<std::vector<int64_t>>& sizes) {
-  int64_t total = 0;
-  for (const auto& shape : sizes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    total += n;
-  }
-  return total;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Groups, members, units
@@ -378,7 +362,7 @@ bool outputs_compared(std::string_view type) { return type != "all_to_all" && ty
 std::string input_text(const Unit& unit) {
   std::vector<std::string> parts;
   for (const FrEntry* op : payload_ops(unit)) {
-    parts.push_back(inputs_compared(op_type(op->profiling_name)) ? sizes_text(op->input_sizes) : "-");
+    parts.push_back(inputs_compared(fr_op_type(op->profiling_name)) ? sizes_text(op->input_sizes) : "-");
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -386,7 +370,7 @@ std::string input_text(const Unit& unit) {
 std::string output_text(const Unit& unit) {
   std::vector<std::string> parts;
   for (const FrEntry* op : payload_ops(unit)) {
-    parts.push_back(outputs_compared(op_type(op->profiling_name)) ? sizes_text(op->output_sizes) : "-");
+    parts.push_back(outputs_compared(fr_op_type(op->profiling_name)) ? sizes_text(op->output_sizes) : "-");
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -527,9 +511,9 @@ std::optional<FrFinding> size_finding(const Place& place, const std::vector<Hold
 
 // Per-op rules that hold on every rank (PyTorch's Op.match): "" when they hold.
 std::string size_rule_broken(const FrEntry& op, size_t group_size) {
-  const std::string_view type = op_type(op.profiling_name);
+  const std::string_view type = fr_op_type(op.profiling_name);
   if (op.input_sizes.empty() || op.output_sizes.empty()) return "";
-  const int64_t in = numel(op.input_sizes), out = numel(op.output_sizes), n = static_cast<int64_t>(group_size);
+  const int64_t in = fr_numel(op.input_sizes), out = fr_numel(op.output_sizes), n = static_cast<int64_t>(group_size);
   if ((type == "all_reduce" || type == "allreduce_coalesced" || type == "broadcast" || type == "reduce") &&
       op.input_sizes != op.output_sizes) {
     return fmt::format("input {} but output {} ({} needs equal sizes)", sizes_text(op.input_sizes),
@@ -579,7 +563,7 @@ std::optional<FrFinding> dtype_finding(const Place& place, const std::vector<Hol
 std::optional<FrFinding> dtype_rule_finding(const Place& place, const std::vector<Holder>& present) {
   const Unit& unit = *present.front().unit;
   for (const FrEntry* op : payload_ops(unit)) {
-    const std::string_view type = op_type(op->profiling_name);
+    const std::string_view type = fr_op_type(op->profiling_name);
     const std::string dtypes = dtype_text(*op);
     if (dtypes.find(" -> ") == std::string::npos || type == "scatter" || type == "gather" || type == "broadcast") {
       continue;
@@ -662,7 +646,7 @@ int local_rank(std::string_view text) {
 
 // "nccl:send 0->1" / "nccl:recv 1<-0", group-local ranks, mapped through the sorted membership.
 std::optional<P2pOp> parse_p2p(const FrEntry& entry, const Group& group, int rank) {
-  const std::string_view type = op_type(entry.profiling_name);
+  const std::string_view type = fr_op_type(entry.profiling_name);
   if (type != "send" && type != "recv") return std::nullopt;
   const std::string_view name = entry.profiling_name;
   const size_t space = name.find(' ');
@@ -864,6 +848,24 @@ FrFinding missing_dumps_finding(const Group& group) {
 }
 
 }  // namespace
+
+// "nccl:send 0->1" -> "send"; "nccl:all_reduce" -> "all_reduce".
+std::string_view fr_op_type(std::string_view profiling_name) {
+  const size_t colon = profiling_name.find(':');
+  if (colon != std::string_view::npos) profiling_name.remove_prefix(colon + 1);
+  return profiling_name.substr(0, profiling_name.find(' '));
+}
+
+
+int64_t fr_numel(const std::vector<std::vector<int64_t>>& sizes) {
+  int64_t total = 0;
+  for (const auto& shape : sizes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    total += n;
+  }
+  return total;
+}
 
 // "0-4, 6-7" for ascending ranks.
 std::string rank_ranges(const std::vector<int>& ranks) {

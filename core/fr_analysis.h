@@ -51,6 +51,11 @@ struct FrAnalysis {
 
 FrAnalysis analyze(const std::vector<FrDump>& dumps);
 
+// The op of a profiling name, "nccl:send 0->1" -> "send", "nccl:all_reduce" -> "all_reduce"; and
+// the elements of a list of tensor shapes ([[3, 4], [8]] -> 20).
+std::string_view fr_op_type(std::string_view profiling_name);
+int64_t fr_numel(const std::vector<std::vector<int64_t>>& sizes);
+
 // Ascending ranks as ranges, "0-4, 6-7", and as a phrase, "rank 5" / "ranks 0-4, 6-7".
 std::string rank_ranges(const std::vector<int>& ranks);
 std::string ranks_phrase(const std::vector<int>& ranks);
