@@ -71,9 +71,8 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     create_output_folder(options.out_dir);
   }
 
-  if (!options.trace.empty() && !std::holds_alternative<CollectiveLoop>(scenario.workload)) {
-    fail(ErrorCode::kUnsupported, "--trace writes collective-loop runs only, so far (sweeps and training steps: not "
-                                  "yet)");
+  if (!options.trace.empty() && std::holds_alternative<TrainingWorkload>(scenario.workload)) {
+    fail(ErrorCode::kUnsupported, "--trace writes collective loops and sweeps, so far (training steps: not yet)");
   }
   if (std::holds_alternative<CollectiveLoop>(scenario.workload)) {
     run_loop_command(options, scenario, backend, status);
@@ -112,6 +111,7 @@ void run_command(const RunOptions& options, CommandStatus& status) {
       write_text_file((dir / "results.json").string(), results_json(scenario, results, outcomes).dump(2) + "\n");
     if (scenario.outputs.csv) write_text_file((dir / "results.csv").string(), results_csv(results));
   }
+  if (!options.trace.empty()) write_text_file(options.trace, sweep_trace(scenario, results).dump() + "\n");
   fmt::print("{}", format_report(scenario, results, outcomes, options.quiet));
   std::fflush(stdout);
   status.exit_code = run_passed(results, outcomes) ? kExitSuccess : kExitFailure;
@@ -133,8 +133,9 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
   command->add_option("--trace", options->trace,
-                      "collective-loop: write a Chrome / Perfetto trace (JSON) of the run to this file: a track per "
-                      "rank, faults and recovery actions as instant events (docs/traces.md)");
+                      "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
+                      "rank with faults and recovery actions as instant events, sweeps a track per collective and "
+                      "algorithm (docs/traces.md); not training steps yet");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
   command->callback([options, &status] { run_command(*options, status); });

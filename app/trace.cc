@@ -1,6 +1,7 @@
 #include "app/trace.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -161,6 +162,53 @@ json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRow>& rows) 
             {"backend", info.backend},
             {"clock", info.backend == "sim" ? "simulated" : "wall"},
             {"ranks", info.ranks}}}};
+}
+
+json sweep_trace(const Scenario& scenario, const ScenarioResults& results) {
+  json events = json::array();
+  std::map<std::string, int> pid_of;                      // variant -> process
+  std::map<std::pair<int, std::string>, int> tid_of;      // (process, "all_reduce ring") -> track
+  std::map<std::pair<int, int>, double> clock_us;         // track -> its end so far
+  for (const PointResult& p : results.points) {
+    auto [pv, new_variant] = pid_of.try_emplace(p.variant, static_cast<int>(pid_of.size()) + 1);
+    const int pid = pv->second;
+    if (new_variant) {
+      events.push_back({{"name", "process_name"},
+                        {"ph", "M"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"args", {{"name", fmt::format("tandem run {}: {} ({})", scenario.name, p.variant,
+                                                       name(results.backend))}}}});
+    }
+    const std::string series = fmt::format("{} {}", name(p.collective), p.algorithm);
+    auto [tv, new_track] = tid_of.try_emplace({pid, series}, static_cast<int>(tid_of.size()));
+    const int tid = tv->second;
+    if (new_track) {
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", series}}}});
+    }
+    if (p.status != PointStatus::kOk && p.status != PointStatus::kWrongData) continue;
+    double& at = clock_us[{pid, tid}];
+    events.push_back({{"name", fmt::format("nccl:{}", name(p.collective))},
+                      {"ph", "X"},
+                      {"ts", at},
+                      {"dur", p.time_us},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"args",
+                       {{"bytes", p.size_bytes},
+                        {"algorithm", p.algorithm_used},
+                        {"protocol", p.protocol},
+                        {"busbw_GBps", p.busbw_GBps},
+                        {"status", std::string(name(p.status))}}}});
+    at += p.time_us;
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ns"},
+          {"otherData",
+           {{"tandem_trace", kTraceFormatVersion},
+            {"scenario", scenario.name},
+            {"backend", std::string(name(results.backend))},
+            {"clock", results.backend == ScenarioBackend::kSim ? "simulated" : "wall"}}}};
 }
 
 json replay_trace(const ReplayResult& result, const std::string& source) {

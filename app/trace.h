@@ -13,6 +13,7 @@
 #include "app/nccl_tests_table.h"
 #include "app/replay.h"
 #include "app/scenario.h"
+#include "app/scenario_run.h"
 
 namespace tandem::app {
 
@@ -32,6 +33,11 @@ struct BenchTraceInfo {
   std::vector<std::string> algorithms;  // per row; empty: not known
 };
 nlohmann::json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRow>& rows);
+
+// A collective sweep (`tandem run --trace` on a sweep scenario): a process per cluster variant, a
+// track per (collective, algorithm), each size a slice of its time, back to back in size order
+// (sizes that did not run are left out); the run's clock (simulated on sim, wall on host).
+nlohmann::json sweep_trace(const Scenario& scenario, const ScenarioResults& results);
 
 // A replay (`tandem replay --trace`): a track per rank with a slice per op it took part in (a stuck
 // one lasts until the watchdog fires), and a "replay" track with the first divergence, the

@@ -137,9 +137,34 @@ TEST(TraceCli, BenchTracesFromSimAndHostShareTheirStructure) {
   EXPECT_EQ(per_backend["sim"].back(), (std::pair<std::string, int64_t>{"in-place", 1048576}));
 }
 
-TEST(TraceCli, OnlyCollectiveLoopsSoFar) {
-  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --trace " + temp_path("no.json")), 2,
-                        "--trace writes collective-loop runs only");
+TEST(TraceCli, SweepTracesHaveATrackPerCollectiveAndAlgorithm) {
+  const std::string path = temp_path("sweep_trace.json");
+  std::filesystem::remove(path);
+  const auto outcome = run_tandem("run scenarios/smoke-8xh100.yaml --quiet --trace " + path);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  const json t = json::parse(read_text(path));
+  EXPECT_EQ(t.at("otherData").at("clock"), "simulated");
+  std::map<int, std::string> names;
+  std::map<int, std::vector<std::pair<double, double>>> tracks;
+  for (const json& e : t.at("traceEvents")) {
+    for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    if (e.at("name") == "thread_name") names[e.at("tid")] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    EXPECT_GT(e.at("dur").get<double>(), 0);
+    EXPECT_GT(e.at("args").at("bytes").get<int64_t>(), 0);
+    tracks[e.at("tid")].push_back({e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>()});
+  }
+  EXPECT_EQ(names.size(), 8u);  // {all_reduce, all_gather} x {ring, tree, nvls, auto}
+  EXPECT_EQ(names.at(0), "all_reduce ring");
+  for (auto& [tid, list] : tracks) {
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_NEAR(list[i - 1].second, list[i].first, 1e-3) << names[tid];
+  }
+  EXPECT_EQ(tracks.at(0).size(), 5u);  // 1 KiB .. 1 GiB, factor 32
+}
+
+TEST(TraceCli, NotTrainingStepsYet) {
+  expect_one_line_error(run_tandem("run scenarios/llama3-8b-8xh100.yaml --trace " + temp_path("no.json")), 2,
+                        "training steps: not yet");
 }
 
 }  // namespace
