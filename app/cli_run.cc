@@ -71,18 +71,18 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     create_output_folder(options.out_dir);
   }
 
-  if (!options.trace.empty() && std::holds_alternative<TrainingWorkload>(scenario.workload)) {
-    fail(ErrorCode::kUnsupported, "--trace writes collective loops and sweeps, so far (training steps: not yet)");
-  }
   if (std::holds_alternative<CollectiveLoop>(scenario.workload)) {
     run_loop_command(options, scenario, backend, status);
     return;
   }
   Progress progress;
   if (std::holds_alternative<TrainingWorkload>(scenario.workload)) {
-    const TrainingResults results = run_training(scenario, backend, [&](const std::string& text) {
-      if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
-    });
+    const TrainingResults results = run_training(
+        scenario, backend,
+        [&](const std::string& text) {
+          if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
+        },
+        /*keep_timeline=*/!options.trace.empty());
     progress.clear();
     const std::vector<TrainingExpectationOutcome> outcomes = evaluate_training_expectations(scenario, results);
     if (!options.out_dir.empty()) {
@@ -94,6 +94,7 @@ void run_command(const RunOptions& options, CommandStatus& status) {
       if (scenario.outputs.csv)
         write_text_file((dir / "results.csv").string(), training_results_csv(scenario, results));
     }
+    if (!options.trace.empty()) write_text_file(options.trace, training_trace(scenario, results).dump() + "\n");
     fmt::print("{}", format_training_report(scenario, results, outcomes, options.quiet));
     std::fflush(stdout);
     status.exit_code = training_passed(outcomes) ? kExitSuccess : kExitFailure;
@@ -135,7 +136,7 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
                       "rank with faults and recovery actions as instant events, sweeps a track per collective and "
-                      "algorithm (docs/traces.md); not training steps yet");
+                      "algorithm, training steps a track per stream of the step (docs/traces.md)");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
   command->callback([options, &status] { run_command(*options, status); });

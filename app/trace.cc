@@ -211,6 +211,42 @@ json sweep_trace(const Scenario& scenario, const ScenarioResults& results) {
             {"clock", results.backend == ScenarioBackend::kSim ? "simulated" : "wall"}}}};
 }
 
+json training_trace(const Scenario& scenario, const TrainingResults& results) {
+  json events = json::array();
+  int pid = 0;
+  for (size_t v = 0; v < results.steps.size(); ++v) {
+    for (const sim::TrainingStepResult& step : results.steps[v]) {
+      ++pid;
+      events.push_back({{"name", "process_name"},
+                        {"ph", "M"},
+                        {"pid", pid},
+                        {"tid", 0},
+                        {"args", {{"name", fmt::format("{} / {}{}", scenario.variants[v].name, step.layout,
+                                                       step.ok ? "" : " (does not run)")}}}});
+      for (size_t s = 0; s < step.streams.size(); ++s) {
+        events.push_back({{"name", "thread_name"},
+                          {"ph", "M"},
+                          {"pid", pid},
+                          {"tid", static_cast<int>(s)},
+                          {"args", {{"name", step.streams[s]}}}});
+      }
+      for (const sim::TimelineSlice& t : step.timeline) {
+        events.push_back({{"name", step.labels.at(static_cast<size_t>(t.label))},
+                          {"ph", "X"},
+                          {"ts", us(t.start_s)},
+                          {"dur", us(t.end_s - t.start_s)},
+                          {"pid", pid},
+                          {"tid", t.stream},
+                          {"args", {{"kind", t.comm ? "collective" : "compute"}}}});
+      }
+    }
+  }
+  return {{"traceEvents", events},
+          {"displayTimeUnit", "ns"},
+          {"otherData",
+           {{"tandem_trace", kTraceFormatVersion}, {"scenario", scenario.name}, {"backend", "sim"}, {"clock", "simulated"}}}};
+}
+
 json replay_trace(const ReplayResult& result, const std::string& source) {
   json events = json::array();
   events.push_back({{"name", "process_name"},

@@ -14,6 +14,7 @@
 #include "app/replay.h"
 #include "app/scenario.h"
 #include "app/scenario_run.h"
+#include "app/training_run.h"
 
 namespace tandem::app {
 
@@ -38,6 +39,11 @@ nlohmann::json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRo
 // track per (collective, algorithm), each size a slice of its time, back to back in size order
 // (sizes that did not run are left out); the run's clock (simulated on sim, wall on host).
 nlohmann::json sweep_trace(const Scenario& scenario, const ScenarioResults& results);
+
+// A training step (`tandem run --trace` on a training scenario): a process per (variant, layout),
+// a track per stream of the step program ("s0/compute", "s0/tp", "s0/dp", ...), a slice per task
+// (compute, or a collective with its label) on the simulated clock of one step.
+nlohmann::json training_trace(const Scenario& scenario, const TrainingResults& results);
 
 // A replay (`tandem replay --trace`): a track per rank with a slice per op it took part in (a stuck
 // one lasts until the watchdog fires), and a "replay" track with the first divergence, the

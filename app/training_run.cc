@@ -33,7 +33,8 @@ int gpus_of(const models::ClusterSpec& cluster) { return cluster.nodes * cluster
 
 }  // namespace
 
-TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress) {
+TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress,
+                             bool keep_timeline) {
   if (backend != ScenarioBackend::kSim) {
     fail(ErrorCode::kUnsupported,
          "a training workload runs on the simulator (--backend sim), not on {}: its steps "
@@ -47,6 +48,7 @@ TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, 
     sim::TrainingRequest request;
     request.cluster = variant.cluster;
     request.network = network_model(scenario.network);
+    request.keep_timeline = keep_timeline;
     for (size_t l = 0; l < training.layouts.size(); ++l) {
       request.configs.push_back(training.config_for(l, gpus_of(variant.cluster)));
     }

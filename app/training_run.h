@@ -29,7 +29,9 @@ struct TrainingResults {
 
 // Simulates every variant (each in its own child process). Training runs on the simulator only:
 // another backend is Error(kUnsupported).
-TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress = {});
+// `keep_timeline`: every task of each step is kept (sim::TrainingStepResult::timeline), for --trace.
+TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress = {},
+                             bool keep_timeline = false);
 
 struct TrainingExpectationOutcome {
   TrainingExpectation expectation;

@@ -21,6 +21,8 @@ class StepSimulator {
   StepSimulator(const models::ClusterSpec& cluster, const NetworkModel& network)
       : cluster_(cluster), timer_(cluster, network) {}
 
+  void keep_timeline(bool keep) { keep_timeline_ = keep; }
+
   TrainingStepResult run(const models::TrainingConfig& config) {
     TrainingStepResult out;
     out.layout = config.layout.name;
@@ -45,6 +47,15 @@ class StepSimulator {
       const models::StepBreakdown breakdown = models::run_timeline(program, durations);
       out.step_s = breakdown.step_s;
       out.stage = breakdown.stage;
+      if (keep_timeline_) {
+        out.streams = program.streams;
+        out.labels = program.labels;
+        for (size_t t = 0; t < program.tasks.size(); ++t) {
+          const models::StepTask& task = program.tasks[t];
+          out.timeline.push_back({task.stream, task.label, breakdown.times[t].start_s, breakdown.times[t].end_s,
+                                  task.kind == models::TaskKind::kComm});
+        }
+      }
       out.compute_s = breakdown.compute_s;
       out.exposed_comm_s = breakdown.exposed_comm_s;
       out.bubble_s = breakdown.bubble_s;
@@ -69,10 +80,12 @@ class StepSimulator {
 
   models::ClusterSpec cluster_;
   CollectiveTimer timer_;
+  bool keep_timeline_ = false;
 };
 
 std::vector<TrainingStepResult> run_in_process(const TrainingRequest& request) {
   StepSimulator simulator(request.cluster, request.network);
+  simulator.keep_timeline(request.keep_timeline);
   std::vector<TrainingStepResult> results;
   for (const models::TrainingConfig& config : request.configs) results.push_back(simulator.run(config));
   return results;
@@ -94,6 +107,25 @@ json to_json(const CollectiveTiming& c) {
           {"protocol", name(c.protocol)},
           {"seconds", c.seconds},
           {"busbw_GBps", c.busbw_GBps}};
+}
+
+json timeline_json(const TrainingStepResult& r) {
+  json timeline = json::array();
+  for (const TimelineSlice& t : r.timeline) timeline.push_back({t.stream, t.label, t.start_s, t.end_s, t.comm});
+  return timeline;
+}
+
+json to_json(const TrainingStepResult& r);
+
+// With the timeline (only when it was kept: it is large).
+json to_json_with_timeline(const TrainingStepResult& r) {
+  json j = to_json(r);
+  if (!r.timeline.empty()) {
+    j["streams"] = r.streams;
+    j["labels"] = r.labels;
+    j["timeline"] = timeline_json(r);
+  }
+  return j;
 }
 
 json to_json(const TrainingStepResult& r) {
@@ -182,6 +214,12 @@ TrainingStepResult from_json(const json& j) {
     x.busbw_GBps = c.at("busbw_GBps").get<double>();
     r.collectives.push_back(x);
   }
+  r.streams = j.value("streams", std::vector<std::string>{});
+  r.labels = j.value("labels", std::vector<std::string>{});
+  for (const json& t : j.value("timeline", json::array())) {
+    r.timeline.push_back({t.at(0).get<int>(), t.at(1).get<int>(), t.at(2).get<double>(), t.at(3).get<double>(),
+                          t.at(4).get<bool>()});
+  }
   return r;
 }
 
@@ -189,7 +227,7 @@ TrainingStepResult from_json(const json& j) {
 
 std::string to_json_text(const std::vector<TrainingStepResult>& results) {
   json rows = json::array();
-  for (const auto& r : results) rows.push_back(to_json(r));
+  for (const auto& r : results) rows.push_back(to_json_with_timeline(r));
   return rows.dump();
 }
 

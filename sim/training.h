@@ -17,6 +17,15 @@
 
 namespace tandem::sim {
 
+// One task of the step's timeline: on which stream, what, when.
+struct TimelineSlice {
+  int stream = 0;  // index into TrainingStepResult::streams
+  int label = 0;   // index into TrainingStepResult::labels
+  double start_s = 0;
+  double end_s = 0;
+  bool comm = false;
+};
+
 struct TrainingStepResult {
   bool ok = false;
   std::string error;  // why not (does not fit, bad layout): one line
@@ -32,6 +41,10 @@ struct TrainingStepResult {
   double tokens_per_s_per_gpu = 0;
   std::vector<models::ExposedComm> top;  // the collectives by exposed time (at most kTopCollectives)
   std::vector<CollectiveTiming> collectives;
+  // With TrainingRequest::keep_timeline: every task of the step, its stream and label by index.
+  std::vector<std::string> streams;  // "s0/compute", "s0/dp", ...
+  std::vector<std::string> labels;   // "fwd", "FSDP all_gather (fwd)", ...
+  std::vector<TimelineSlice> timeline;
 };
 
 inline constexpr size_t kTopCollectives = 8;
@@ -40,6 +53,7 @@ struct TrainingRequest {
   models::ClusterSpec cluster;
   NetworkModel network;
   std::vector<models::TrainingConfig> configs;  // each simulated on the whole cluster
+  bool keep_timeline = false;                   // fill TrainingStepResult::timeline (for traces)
 };
 
 // One result per config, in order; a config that cannot run (does not fit, bad layout) gets ok =

@@ -162,9 +162,35 @@ TEST(TraceCli, SweepTracesHaveATrackPerCollectiveAndAlgorithm) {
   EXPECT_EQ(tracks.at(0).size(), 5u);  // 1 KiB .. 1 GiB, factor 32
 }
 
-TEST(TraceCli, NotTrainingStepsYet) {
-  expect_one_line_error(run_tandem("run scenarios/llama3-8b-8xh100.yaml --trace " + temp_path("no.json")), 2,
-                        "training steps: not yet");
+TEST(TraceCli, TrainingTracesHaveATrackPerStreamOfEachLayout) {
+  const std::string path = temp_path("training_trace.json");
+  std::filesystem::remove(path);
+  const auto outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml --quiet --trace " + path);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+  const json t = json::parse(read_text(path));
+  std::set<std::string> processes;
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> tracks;
+  std::map<std::pair<int, int>, std::string> names;
+  int collectives = 0;
+  for (const json& e : t.at("traceEvents")) {
+    for (const char* key : {"name", "ph", "pid", "tid"}) ASSERT_TRUE(e.contains(key)) << key << " in " << e.dump();
+    if (e.at("name") == "process_name") processes.insert(e.at("args").at("name"));
+    if (e.at("name") == "thread_name") names[{e.at("pid"), e.at("tid")}] = e.at("args").at("name");
+    if (e.at("ph") != "X") continue;
+    EXPECT_GE(e.at("dur").get<double>(), 0);
+    collectives += e.at("args").at("kind") == "collective" ? 1 : 0;
+    tracks[{e.at("pid"), e.at("tid")}].push_back({e.at("ts"), e.at("ts").get<double>() + e.at("dur").get<double>()});
+  }
+  EXPECT_TRUE(processes.count("base / fsdp") == 1) << processes.size();
+  EXPECT_TRUE(processes.count("base / ddp (does not run)") == 1);
+  EXPECT_GT(collectives, 0);
+  for (auto& [track, list] : tracks) {
+    // A stream runs its tasks in order, one at a time.
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_LE(list[i - 1].second, list[i].first + 1e-3) << names[track];
+  }
+  const std::pair<int, int> fsdp_compute{2, 0};  // process 2 is the second layout, fsdp
+  ASSERT_EQ(names.count(fsdp_compute), 1u);
+  EXPECT_EQ(names[fsdp_compute], "s0/compute");
 }
 
 }  // namespace
