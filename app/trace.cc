@@ -27,6 +27,16 @@ json sort_index(int tid) {
   return {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"args", {{"sort_index", tid}}}};
 }
 
+// The trace file: its events, and what otherData says of it besides the format version.
+json document(json events, json other) {
+  other["tandem_trace"] = kTraceFormatVersion;
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}, {"otherData", std::move(other)}};
+}
+
+json process_name(int pid, const std::string& name) {
+  return {{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}};
+}
+
 json instant(const std::string& label, double at_s, json args) {
   return {{"name", label},          {"ph", "i"}, {"s", "g"}, {"ts", us(at_s)}, {"pid", kPid}, {"tid", kIterationsTrack},
           {"args", std::move(args)}};
@@ -57,11 +67,7 @@ json loop_trace(const Scenario& scenario, const LoopResults& results) {
   const std::string collective(name(loop->collective));
   const std::string algorithm(name(loop->algorithm));
   json events = json::array();
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", kPid},
-                    {"tid", 0},
-                    {"args", {{"name", fmt::format("tandem run {} ({})", scenario.name, name(results.backend))}}}});
+  events.push_back(process_name(kPid, fmt::format("tandem run {} ({})", scenario.name, name(results.backend))));
   events.push_back(metadata("thread_name", kIterationsTrack, "iterations"));
   events.push_back(sort_index(kIterationsTrack));
   for (int r = 0; r < results.ranks; ++r) {
@@ -110,19 +116,15 @@ json loop_trace(const Scenario& scenario, const LoopResults& results) {
                         {"algorithm", algorithm},
                         {"state", slice.ok ? "completed" : "failed"}}}});
   }
-  return {{"traceEvents", events},
-          {"displayTimeUnit", "ns"},
-          {"otherData",
-           {{"tandem_trace", kTraceFormatVersion},
-            {"scenario", scenario.name},
+  return document(std::move(events), {{"scenario", scenario.name},
             {"backend", std::string(name(results.backend))},
             {"clock", results.backend == ScenarioBackend::kSim ? "simulated" : "wall"},
-            {"ranks", results.ranks}}}};
+            {"ranks", results.ranks}});
 }
 
 json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRow>& rows) {
   json events = json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", 0}, {"args", {{"name", info.title}}}});
+  events.push_back(process_name(kPid, info.title));
   events.push_back(metadata("thread_name", kIterationsTrack, "sizes"));
   events.push_back(sort_index(kIterationsTrack));
   for (int r = 0; r < info.ranks; ++r) {
@@ -154,14 +156,10 @@ json bench_trace(const BenchTraceInfo& info, const std::vector<BenchRow>& rows) 
       clock_us += result->time_us;
     }
   }
-  return {{"traceEvents", events},
-          {"displayTimeUnit", "ns"},
-          {"otherData",
-           {{"tandem_trace", kTraceFormatVersion},
-            {"bench", info.collective},
+  return document(std::move(events), {{"bench", info.collective},
             {"backend", info.backend},
             {"clock", info.backend == "sim" ? "simulated" : "wall"},
-            {"ranks", info.ranks}}}};
+            {"ranks", info.ranks}});
 }
 
 json sweep_trace(const Scenario& scenario, const ScenarioResults& results) {
@@ -173,12 +171,8 @@ json sweep_trace(const Scenario& scenario, const ScenarioResults& results) {
     auto [pv, new_variant] = pid_of.try_emplace(p.variant, static_cast<int>(pid_of.size()) + 1);
     const int pid = pv->second;
     if (new_variant) {
-      events.push_back({{"name", "process_name"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", 0},
-                        {"args", {{"name", fmt::format("tandem run {}: {} ({})", scenario.name, p.variant,
-                                                       name(results.backend))}}}});
+      events.push_back(process_name(pid, fmt::format("tandem run {}: {} ({})", scenario.name, p.variant,
+                                                       name(results.backend))));
     }
     const std::string series = fmt::format("{} {}", name(p.collective), p.algorithm);
     auto [tv, new_track] = tid_of.try_emplace({pid, series}, static_cast<int>(tid_of.size()));
@@ -202,13 +196,9 @@ json sweep_trace(const Scenario& scenario, const ScenarioResults& results) {
                         {"status", std::string(name(p.status))}}}});
     at += p.time_us;
   }
-  return {{"traceEvents", events},
-          {"displayTimeUnit", "ns"},
-          {"otherData",
-           {{"tandem_trace", kTraceFormatVersion},
-            {"scenario", scenario.name},
+  return document(std::move(events), {{"scenario", scenario.name},
             {"backend", std::string(name(results.backend))},
-            {"clock", results.backend == ScenarioBackend::kSim ? "simulated" : "wall"}}}};
+            {"clock", results.backend == ScenarioBackend::kSim ? "simulated" : "wall"}});
 }
 
 json training_trace(const Scenario& scenario, const TrainingResults& results) {
@@ -217,12 +207,8 @@ json training_trace(const Scenario& scenario, const TrainingResults& results) {
   for (size_t v = 0; v < results.steps.size(); ++v) {
     for (const sim::TrainingStepResult& step : results.steps[v]) {
       ++pid;
-      events.push_back({{"name", "process_name"},
-                        {"ph", "M"},
-                        {"pid", pid},
-                        {"tid", 0},
-                        {"args", {{"name", fmt::format("{} / {}{}", scenario.variants[v].name, step.layout,
-                                                       step.ok ? "" : " (does not run)")}}}});
+      events.push_back(process_name(pid, fmt::format("{} / {}{}", scenario.variants[v].name, step.layout,
+                                                       step.ok ? "" : " (does not run)")));
       for (size_t s = 0; s < step.streams.size(); ++s) {
         events.push_back({{"name", "thread_name"},
                           {"ph", "M"},
@@ -241,19 +227,12 @@ json training_trace(const Scenario& scenario, const TrainingResults& results) {
       }
     }
   }
-  return {{"traceEvents", events},
-          {"displayTimeUnit", "ns"},
-          {"otherData",
-           {{"tandem_trace", kTraceFormatVersion}, {"scenario", scenario.name}, {"backend", "sim"}, {"clock", "simulated"}}}};
+  return document(std::move(events), {{"scenario", scenario.name}, {"backend", "sim"}, {"clock", "simulated"}});
 }
 
 json replay_trace(const ReplayResult& result, const std::string& source) {
   json events = json::array();
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", kPid},
-                    {"tid", 0},
-                    {"args", {{"name", fmt::format("tandem replay {} ({})", source, result.cluster)}}}});
+  events.push_back(process_name(kPid, fmt::format("tandem replay {} ({})", source, result.cluster)));
   events.push_back(metadata("thread_name", kIterationsTrack, "replay"));
   events.push_back(sort_index(kIterationsTrack));
   std::set<int> ranks;
@@ -303,14 +282,10 @@ json replay_trace(const ReplayResult& result, const std::string& source) {
                               {"dropped_ranks", rec.dropped_ranks},
                               {"description", rec.detail}}));
   }
-  return {{"traceEvents", events},
-          {"displayTimeUnit", "ns"},
-          {"otherData",
-           {{"tandem_trace", kTraceFormatVersion},
-            {"replay", source},
+  return document(std::move(events), {{"replay", source},
             {"cluster", result.cluster},
             {"clock", "simulated"},
-            {"ranks", result.ranks}}}};
+            {"ranks", result.ranks}});
 }
 
 }  // namespace tandem::app
