@@ -391,17 +391,23 @@ std::string training_page(const json& results) {
   std::string rows;
   for (const json& variant : need(results, "variants", "training")) {
     for (const json& layout : variant.value("layouts", json::array())) {
-      rows += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-                          "<td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
-                          html_escape(text_of(variant, "variant", text_of(variant, "name"))),
-                          html_escape(text_of(layout, "layout")), layout.value("ok", true) ? "runs" : "does not run",
-                          num(layout.value("step_s", 0.0), 2), num(layout.value("compute_s", 0.0), 2),
-                          num(layout.value("exposed_comm_s", 0.0), 3), num(layout.value("bubble_s", 0.0), 3));
+      const std::string variant_name = html_escape(text_of(variant, "variant", text_of(variant, "name")));
+      if (!layout.value("ok", true)) {  // does not fit or does not split: the reason instead of numbers
+        rows += fmt::format("<tr class=\"does-not-run\"><td>{}</td><td>{}</td><td>does not run</td><td colspan=\"5\">"
+                            "{}</td></tr>\n",
+                            variant_name, html_escape(text_of(layout, "layout")), html_escape(text_of(layout, "error")));
+        continue;
+      }
+      rows += fmt::format("<tr><td>{}</td><td>{}</td><td>runs</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                          "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+                          variant_name, html_escape(text_of(layout, "layout")), num(layout.value("step_s", 0.0), 2),
+                          num(layout.value("compute_s", 0.0), 2), num(layout.value("exposed_comm_s", 0.0), 3),
+                          num(layout.value("bubble_s", 0.0), 3), num(100 * layout.value("achieved_mfu", 0.0), 1));
     }
   }
   body += "<section><h2>Step per layout</h2><table id=\"collectives\"><tr><th>variant</th><th>layout</th><th>status"
           "</th><th class=\"num\">step (s)</th><th class=\"num\">compute (s)</th><th class=\"num\">exposed comm (s)"
-          "</th><th class=\"num\">bubble (s)</th></tr>\n" +
+          "</th><th class=\"num\">bubble (s)</th><th class=\"num\">MFU (%)</th></tr>\n" +
           rows + "</table></section>\n";
   body += expectations_section(results);
   return page("tandem report: " + text_of(scenario, "name", "training"), text_of(scenario, "description"), body);
