@@ -20,7 +20,8 @@ namespace tandem::sim {
 struct SweepPoint {
   Collective collective = Collective::kAllReduce;
   int64_t bytes = 0;                  // nccl-tests' size: all_gather / reduce_scatter count the total
-  std::string algorithm = "auto";     // a core algorithm name, "nvls", or "auto" (NCCL's tuner)
+  std::string algorithm = "auto";     // a core algorithm name, "nvls", "nvls_tree", or "auto" (NCCL's tuner)
+  std::string protocol = "auto";      // "LL", "LL128", "Simple", or "auto" (NCCL's pick for the algorithm)
   DataType dtype = DataType::kBF16;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
@@ -32,6 +33,7 @@ struct SweepPointResult {
   std::string error;                  // why the point did not run (unsupported pair, ...)
   std::string algorithm;              // the algorithm that ran (auto resolved)
   Protocol protocol = Protocol::kSimple;
+  int channels = 0;                   // NCCL channels the collective ran on
   double seconds = 0;
   double algbw_GBps = 0;              // nccl-tests conventions (GB = 1e9 B)
   double busbw_GBps = 0;
@@ -43,7 +45,8 @@ struct SweepRequest {
   int gpus_per_node = 0;              // GPUs of each node taking part; 0 = all
   bool rail_aligned = true;           // rail-aligned ring order (false: node-major)
   NetworkModel network;
-  AlgoParams params;                  // channels etc. for the core algorithms
+  AlgoParams params;                  // pipelining etc. for the core algorithms
+  int channels = 0;                   // 0: NCCL's channel count for the pick (the tuner's); else this many
   bool explicit_schedules = false;    // never use rank-symmetric schedules (simulate every transfer)
   std::vector<SweepPoint> points;
 };
