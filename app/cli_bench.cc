@@ -61,7 +61,7 @@ struct BenchOptions {
   int check_iters = 1;
   int root = 0;
   int ranks_per_node = 0;
-  int channels = 1;
+  int channels = 0;  // 0: NCCL's (sim: its tuner's pick; others: 2 per rank of a node, see --channels)
   bool ngpus_given = false;  // -g on the command line (sim: GPUs per node; default all of them)
   std::string network = "fluid";
   bool node_major = false;  // sim: ring in rank order instead of rail-aligned
@@ -100,6 +100,13 @@ struct BenchPlan {
   std::vector<int64_t> sizes;
   int64_t min_bytes = 0, max_bytes = 0, step_bytes = 0;
 };
+
+// The channels a non-simulated backend runs: --channels, else NCCL's doubled search channels (2
+// per rank of a node) on a layout with channel rings, else 1.
+int channels_for(const BenchOptions& options, const RankLayout& layout) {
+  if (options.channels > 0) return options.channels;
+  return layout.rings.empty() ? 1 : std::min(2 * layout.ranks_per_node, 16);
+}
 
 BenchPlan make_plan(const BenchOptions& options) {
   BenchPlan plan;
@@ -154,7 +161,7 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   } else {
     request.network.fidelity = sim::parse_fidelity(options.network);
   }
-  request.params.channels = options.channels;
+  request.channels = options.channels;
   const int nranks = request.cluster.nodes * request.gpus_per_node;
   options.nranks = nranks;
   options.ranks_per_node = request.gpus_per_node;
@@ -232,7 +239,7 @@ void print_bench_header(const BenchOptions& options, const BenchPlan& plan, cons
   }
   fmt::print("#\n# Backend: {}, algorithm: {}, ranks per node: {}, channels: {}\n#\n", options.backend,
              plan.algorithm == Algorithm::kAuto ? "auto" : name(plan.algorithm), plan.layout.ranks_per_node,
-             options.channels);
+             channels_for(options, plan.layout));
   fmt::print("{}", format_column_header());
   std::fflush(stdout);
 }
@@ -269,7 +276,7 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
 
   CommunicatorOptions communicator_options;
   communicator_options.algorithm = plan.algorithm;
-  communicator_options.params.channels = options.channels;
+  communicator_options.params.channels = channels_for(options, plan.layout);
   Communicator communicator(*executor, plan.layout, communicator_options);
 
   // Memory for the largest size, per rank, checked against what the machine has.
@@ -460,9 +467,11 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
                       "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)");
-  command->add_option("--channels", options->channels, "parallel rings (ring algorithm)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+  command->add_option("--channels", options->channels,
+                      "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "
+                      "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
+                      "NCCL's doubled search channels, else 1)")
+      ->check(CLI::Range(1, 64));
   command->callback([options, &status] { run_bench(*options, status); });
 }
 

@@ -120,6 +120,8 @@ RankLayout make_layout(int nranks, int ranks_per_node) {
     fail(ErrorCode::kInvalidArgument, "--ranks-per-node must be between 1 and the rank count {} (got {})", nranks,
          ranks_per_node);
   }
+  // Whole nodes get NCCL's channel rings (each channel leaves a node on a GPU of its own).
+  if (nranks % ranks_per_node == 0) return RankLayout::nccl(nranks / ranks_per_node, ranks_per_node);
   RankLayout layout = RankLayout::flat(nranks);
   layout.ranks_per_node = ranks_per_node;
   return layout;

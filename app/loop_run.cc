@@ -472,13 +472,13 @@ class SimLoop : public LoopBackend {
     RankLayout layout = full;
     if (m != setup_.nranks) {
       layout = RankLayout::flat(m);
-      std::vector<int> order = full.ring_order;
-      if (order.empty()) {
-        for (int r = 0; r < setup_.nranks; ++r) order.push_back(r);
-      }
-      for (int r : order) {
-        const auto at = std::find(ranks.begin(), ranks.end(), r);
-        if (at != ranks.end()) layout.ring_order.push_back(static_cast<int>(at - ranks.begin()));
+      for (const std::vector<int>& order : full.rings) {
+        std::vector<int> ring;
+        for (int r : order) {
+          const auto at = std::find(ranks.begin(), ranks.end(), r);
+          if (at != ranks.end()) ring.push_back(static_cast<int>(at - ranks.begin()));
+        }
+        layout.rings.push_back(std::move(ring));
       }
     }
     const sim::Tuner tuner(setup_.scenario.variants[0].cluster, setup_.topology.node_count(), setup_.per_node);
@@ -672,10 +672,13 @@ LoopResults drive(const LoopSetup& setup, LoopBackend& backend, const LoopOption
           const auto ids = recorders.launch(p.ranks, active, ns(p.start_s));
           AttemptResult result = backend.attempt(p, active);
           const std::vector<int> missing = rank_faults(setup, active, p.ranks).missing;
+          // The ranks in a stuck attempt wait in it until the watchdog fires (run_resilient adds
+          // that wait after the attempt).
+          const double waited = result.status == Status::kStuck ? scenario.recovery.watchdog_s : 0.0;
           for (int r : p.ranks) {
             if (std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
             results.slices.push_back(
-                {r, k, p.attempt, p.start_s, p.start_s + result.seconds, result.status == Status::kOk});
+                {r, k, p.attempt, p.start_s, p.start_s + result.seconds + waited, result.status == Status::kOk});
           }
           if (result.status == Status::kOk) {
             recorders.completed(ids, ns(p.start_s + result.seconds));

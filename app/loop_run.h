@@ -40,8 +40,8 @@ struct RankSlice {
   int iteration = 0;
   int attempt = 0;
   double start_s = 0;
-  double end_s = 0;
-  bool ok = false;  // the attempt completed
+  double end_s = 0;  // a stuck attempt: when the watchdog fired
+  bool ok = false;   // the attempt completed
 };
 
 struct LoopResults {

@@ -188,7 +188,8 @@ std::string loop_timeline(const json& results, const std::vector<int>& culprits)
   svg += "</svg>\n";
   const std::string legend = fmt::format(
       "<p class=\"legend\"><span><i class=\"swatch\" style=\"background:{}\"></i>completed attempt</span>"
-      "<span><i class=\"swatch\" style=\"background:{}\"></i>failed attempt / fault</span>"
+      "<span><i class=\"swatch\" style=\"background:{}\"></i>failed attempt (a stuck one: waiting until the "
+      "watchdog fires) / fault</span>"
       "<span><i class=\"swatch\" style=\"background:{}\"></i>recovery action</span>"
       "<span>a rank with no slice in an attempt never arrived (hung or crashed)</span></p>",
       kCompleted, kFailed, kRecovery);

@@ -23,6 +23,11 @@ Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Al
 Schedule build_checked_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
                                 const AlgoParams& params = {}, ScheduleForm form = ScheduleForm::kExplicit);
 
+// NCCL's double binary tree over n members (graph/trees.cc ncclGetBtree / ncclGetDtree): the
+// parent of member r in tree 0 or tree 1 (-1 for the root). The tree algorithm runs it over nodes;
+// the simulator's NVLS Tree model runs it over each rail's heads.
+int nccl_tree_parent(int n, int r, int tree);
+
 // The default algorithm for a collective when none is given and no cost model is at hand:
 // latency-bound sizes take logarithmic algorithms, bandwidth-bound sizes take rings.
 Algorithm default_algorithm(const CollectiveSpec& spec, const RankLayout& layout);

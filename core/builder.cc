@@ -26,9 +26,20 @@ ScheduleBuilder ScheduleBuilder::symmetric(Collective collective, Algorithm algo
                                            uint32_t rotation_group, uint32_t chunks_per_block, const AlgoParams& params) {
   ScheduleBuilder b(collective, algorithm, static_cast<int>(order.size()), 0, chunks_per_block, params);
   if (rotation_group == 0) fail(ErrorCode::kInvalidArgument, "builder: rotation group must be at least 1");
-  b.schedule_.symmetry = {std::move(order), rotation_group};
+  b.schedule_.symmetry = {std::move(order), {}, rotation_group};
   b.schedule_.ranks.resize(1);
   b.emission_.resize(1);
+  return b;
+}
+
+ScheduleBuilder ScheduleBuilder::symmetric(Collective collective, Algorithm algorithm,
+                                           std::vector<std::vector<int>> lane_orders, uint32_t rotation_group,
+                                           uint32_t chunks_per_block, const AlgoParams& params) {
+  if (lane_orders.empty()) fail(ErrorCode::kInvalidArgument, "builder: no lane orders");
+  ScheduleBuilder b = symmetric(collective, algorithm, lane_orders.front(), rotation_group, chunks_per_block, params);
+  const bool all_same = std::all_of(lane_orders.begin(), lane_orders.end(),
+                                    [&](const std::vector<int>& order) { return order == lane_orders.front(); });
+  if (!all_same) b.schedule_.symmetry.lane_orders = std::move(lane_orders);
   return b;
 }
 

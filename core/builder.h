@@ -20,6 +20,10 @@ class ScheduleBuilder {
   // with peers given as position offsets.
   static ScheduleBuilder symmetric(Collective collective, Algorithm algorithm, std::vector<int> order,
                                    uint32_t rotation_group, uint32_t chunks_per_block, const AlgoParams& params = {});
+  // The same with one ring order per lane (Symmetry::lane_orders; lane 0's is the order).
+  static ScheduleBuilder symmetric(Collective collective, Algorithm algorithm,
+                                   std::vector<std::vector<int>> lane_orders, uint32_t rotation_group,
+                                   uint32_t chunks_per_block, const AlgoParams& params = {});
 
   int nranks() const { return schedule_.nranks; }
   uint32_t chunks_per_block() const { return schedule_.chunks_per_block; }

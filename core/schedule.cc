@@ -66,6 +66,36 @@ RankLayout RankLayout::nodes(int nnodes, int ranks_per_node) {
   return layout;
 }
 
+RankLayout RankLayout::nccl(int nnodes, int ranks_per_node) {
+  RankLayout layout = nodes(nnodes, ranks_per_node);
+  if (layout.nranks > 1) layout.rings = nccl_rings(nnodes, ranks_per_node);
+  return layout;
+}
+
+std::vector<std::vector<int>> nccl_rings(int nnodes, int m) {
+  if (nnodes < 1 || m < 1) fail(ErrorCode::kInvalidArgument, "nccl_rings: {} nodes of {} GPUs", nnodes, m);
+  // The node-local order of search channel s on a node that uses pattern s: enter on s, walk away
+  // from the partner s^1 (down for even s, up for odd s), leave on the GPU next to s.
+  auto local_order = [m](int s) {
+    std::vector<int> order;
+    const int step = s % 2 == 0 ? -1 : 1;
+    for (int i = 0; i < m; ++i) order.push_back(((s + step * i) % m + m) % m);
+    return order;
+  };
+  std::vector<std::vector<int>> rings;
+  for (int s = 0; s < m; ++s) {
+    // An odd node count of m is an unpaired last channel: it keeps its own pattern everywhere.
+    const int partner = (s ^ 1) < m ? (s ^ 1) : s;
+    std::vector<int> ring;
+    ring.reserve(static_cast<size_t>(nnodes * m));
+    for (int v = 0; v < nnodes; ++v) {
+      for (int local : local_order(v % 2 == 0 ? s : partner)) ring.push_back(v * m + local);
+    }
+    rings.push_back(std::move(ring));
+  }
+  return rings;
+}
+
 uint32_t Schedule::chunk_count(int rank, BufferKind buffer) const {
   const BufferGeometry g = geometry();
   switch (buffer) {
@@ -88,15 +118,17 @@ Schedule expand(const Schedule& schedule) {
   if (!schedule.symmetric()) return schedule;
   Schedule out = schedule;
   out.symmetry = {};
-  out.ranks.assign(static_cast<size_t>(schedule.nranks), RankProgram{});
   const RankProgram& base = schedule.ranks.at(0);
+  out.ranks.assign(static_cast<size_t>(schedule.nranks), RankProgram{{}, base.scratch_chunks});
+  for (RankProgram& rank : out.ranks) rank.lanes.resize(base.lanes.size());
   const auto n = static_cast<uint64_t>(schedule.nranks);
-  for (uint64_t p = 0; p < n; ++p) {
-    RankProgram& rank = out.ranks[static_cast<size_t>(schedule.symmetry.order[p])];
-    rank = base;
-    for (Lane& lane : rank.lanes) {
+  for (size_t l = 0; l < base.lanes.size(); ++l) {
+    const std::vector<int>& order = schedule.symmetry.order_of(l);
+    for (uint64_t p = 0; p < n; ++p) {
+      Lane& lane = out.ranks[static_cast<size_t>(order[p])].lanes[l];
+      lane = base.lanes[l];
       for (Op& op : lane.ops) {
-        if (op.peer >= 0) op.peer = schedule.symmetry.order[(p + static_cast<uint64_t>(op.peer)) % n];
+        if (op.peer >= 0) op.peer = order[(p + static_cast<uint64_t>(op.peer)) % n];
         if (op.src.count > 0) op.src.first = schedule.symmetry.rotate(op.src.first, p);
         if (op.dst.count > 0) op.dst.first = schedule.symmetry.rotate(op.dst.first, p);
       }

@@ -110,19 +110,49 @@ struct CollectiveSpec {
 };
 
 // How ranks sit on the machine, as the algorithms see it. Rank r lives on node
-// r / ranks_per_node. `ring_order` is the order the topology prefers for rings (empty: 0..n-1).
+// r / ranks_per_node. `rings` are the ring orders the topology prefers, one per channel: channel c
+// of a ring algorithm runs rings[c % rings.size()] (empty: 0..n-1 for every channel). NCCL builds
+// a different ring per channel so that, together, the channels leave every node on every NIC
+// (nccl_rings below draws them).
 struct RankLayout {
   int nranks = 1;
   int ranks_per_node = 1;
-  std::vector<int> ring_order;
+  std::vector<std::vector<int>> rings;
 
   static RankLayout flat(int nranks);
   static RankLayout nodes(int nnodes, int ranks_per_node);
+  // `nodes` with NCCL's channel rings (nccl_rings).
+  static RankLayout nccl(int nnodes, int ranks_per_node);
   int node_count() const { return (nranks + ranks_per_node - 1) / ranks_per_node; }
+  // The ring order of channel `channel`; nullptr when the layout has none (0..n-1).
+  const std::vector<int>* ring(int channel) const {
+    return rings.empty() ? nullptr : &rings[static_cast<size_t>(channel) % rings.size()];
+  }
 };
 
+// NCCL 2.28's ring per search channel on `nnodes` nodes of `m` GPUs (graph/search.cc with
+// NCCL_CROSS_NIC=2, connect.cc; shared/docs/nccl-multinode-notes.md section 1), one order per
+// search channel s = 0..m-1 (a runtime channel c runs s = c % m). Inside node v the ring enters on
+// local GPU `in`, visits every GPU of the node and leaves from the GPU next to `in`:
+//
+//   even node, s even:  in = s,   s, s-1, ..., s+1 (mod m)   leaves on s+1
+//   even node, s odd:   in = s,   s, s+1, ..., s-1 (mod m)   leaves on s-1
+//   odd node:           the pattern of s^1 ("alternate rings to avoid crossing rails")
+//
+// so that a channel leaves node v from the GPU (and NIC) it enters node v+1 on. 2 nodes x 8:
+//
+//   s=0:  0 7 6 5 4 3 2 1 | 9 10 11 12 13 14 15 8     node 0 leaves on GPU 1 (NIC 1), node 1
+//   s=1:  1 2 3 4 5 6 7 0 | 8 15 14 13 12 11 10 9     enters on GPU 9 (its NIC 1): one rail
+//   s=2:  2 1 0 7 6 5 4 3 | 11 12 13 14 15 8 9 10
+//   ...                                                every NIC carries 2 of the 16 channels
+//
+// Nodes are chained in order 0, 1, ..., nnodes-1; with an odd node count the hop from the last
+// node back to node 0 changes rails, as in NCCL. With m == 1 every ring is 0..nnodes-1.
+std::vector<std::vector<int>> nccl_rings(int nnodes, int m);
+
 struct AlgoParams {
-  int channels = 1;        // ring: parallel rings, each on its own lane
+  int channels = 1;        // ring: parallel rings, each on its own lane; tree: NCCL channels (half
+                           // per tree, rounded up to 2)
   int pipeline_chunks = 1;  // tree / chains: chunks a message is cut into so hops overlap
   Algorithm inter_node = Algorithm::kRing;  // hierarchical: the algorithm between nodes
   bool operator==(const AlgoParams&) const = default;
@@ -136,9 +166,16 @@ struct AlgoParams {
 // checkers and the simulator reason about one position instead of all.
 struct Symmetry {
   std::vector<int> order;
+  // Lanes that ring over different orders (NCCL's channel rings): one order per lane of the
+  // template, lane l's position p being rank lane_orders[l][p]; empty: every lane uses `order`
+  // (then `order` is lane 0's). Allowed only when lanes never share a chunk window of
+  // rotation_group chunks and have no dependency on each other (validate checks it), so that each
+  // lane is a ring of its own and the checks can reason about one position per lane.
+  std::vector<std::vector<int>> lane_orders;
   uint32_t rotation_group = 0;
 
   bool operator==(const Symmetry&) const = default;
+  const std::vector<int>& order_of(size_t lane) const { return lane_orders.empty() ? order : lane_orders[lane]; }
   // Chunk `chunk` of the template as seen at ring position `position`.
   uint32_t rotate(uint32_t chunk, uint64_t position) const {
     const uint32_t g = rotation_group;

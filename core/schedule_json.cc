@@ -127,6 +127,17 @@ void check_sizes(const Schedule& s) {
 
 }  // namespace
 
+namespace {
+
+json symmetry_json(const Symmetry& symmetry) {
+  if (symmetry.order.empty()) return nullptr;
+  json out{{"order", symmetry.order}, {"rotation_group", symmetry.rotation_group}};
+  if (!symmetry.lane_orders.empty()) out["lane_orders"] = symmetry.lane_orders;
+  return out;
+}
+
+}  // namespace
+
 std::string schedule_to_json(const Schedule& s, int indent) {
   json ranks = json::array();
   for (const RankProgram& rank : s.ranks) {
@@ -159,9 +170,7 @@ std::string schedule_to_json(const Schedule& s, int indent) {
                {{"channels", s.params.channels},
                 {"pipeline_chunks", s.params.pipeline_chunks},
                 {"inter_node", name(s.params.inter_node)}}},
-              {"symmetry", s.symmetric() ? json{{"order", s.symmetry.order},
-                                                {"rotation_group", s.symmetry.rotation_group}}
-                                          : json(nullptr)},
+              {"symmetry", symmetry_json(s.symmetry)},
               {"ranks", std::move(ranks)}};
   return doc.dump(indent);
 }
@@ -193,11 +202,24 @@ Schedule schedule_from_json(const std::string& text) {
   s.params.inter_node = Reader::named(params["inter_node"], "params.inter_node", parse_algorithm);
 
   if (!top["symmetry"].is_null()) {
-    const json& sym = Reader::object(top["symmetry"], "symmetry", {"order", "rotation_group"});
-    const json& order = Reader::array(sym["order"], "symmetry.order");
-    for (size_t p = 0; p < order.size(); ++p) {
-      s.symmetry.order.push_back(
-          static_cast<int>(Reader::integer(order[p], fmt::format("symmetry.order[{}]", p), 0, s.nranks - 1)));
+    // lane_orders is optional: written only when lanes ring over orders of their own.
+    const json& sym = top["symmetry"].is_object() && top["symmetry"].contains("lane_orders")
+                          ? Reader::object(top["symmetry"], "symmetry", {"order", "lane_orders", "rotation_group"})
+                          : Reader::object(top["symmetry"], "symmetry", {"order", "rotation_group"});
+    auto read_order = [&](const json& value, const std::string& path) {
+      const json& order = Reader::array(value, path);
+      std::vector<int> out;
+      for (size_t p = 0; p < order.size(); ++p) {
+        out.push_back(static_cast<int>(Reader::integer(order[p], fmt::format("{}[{}]", path, p), 0, s.nranks - 1)));
+      }
+      return out;
+    };
+    s.symmetry.order = read_order(sym["order"], "symmetry.order");
+    if (sym.contains("lane_orders")) {
+      const json& lanes = Reader::array(sym["lane_orders"], "symmetry.lane_orders");
+      for (size_t l = 0; l < lanes.size(); ++l) {
+        s.symmetry.lane_orders.push_back(read_order(lanes[l], fmt::format("symmetry.lane_orders[{}]", l)));
+      }
     }
     s.symmetry.rotation_group =
         static_cast<uint32_t>(Reader::integer(sym["rotation_group"], "symmetry.rotation_group", 1, kMaxU32));

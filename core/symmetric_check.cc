@@ -4,6 +4,8 @@
 // shifted by e (its chunk rotated by e, its contributor positions moved by e). Values hold exact
 // contributor bitsets over positions (n bits), so the replay costs O(template ops * n / 64).
 #include <algorithm>
+#include <map>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -198,21 +200,72 @@ void replay(const Schedule& s, const Dag& dag, bool in_place, PositionSets& sets
 
 }  // namespace
 
+namespace {
+
+void check_permutation(const std::vector<int>& order, int nranks, std::string_view what) {
+  if (order.size() != static_cast<size_t>(nranks)) {
+    fail(ErrorCode::kInvalidSchedule, "{} has {} ranks, expected {}", what, order.size(), nranks);
+  }
+  std::vector<bool> seen(static_cast<size_t>(nranks), false);
+  for (int r : order) {
+    if (r < 0 || r >= nranks || seen[static_cast<size_t>(r)]) {
+      fail(ErrorCode::kInvalidSchedule, "{} is not a permutation of 0..{} (rank {})", what, nranks - 1, r);
+    }
+    seen[static_cast<size_t>(r)] = true;
+  }
+}
+
+// Lanes with orders of their own are rings of their own: each keeps to its own chunk windows
+// (rotation groups) in every buffer and waits on no other lane, so position p of lane l and
+// position p of lane l' may be different ranks without any value passing between them.
+void check_lane_orders(const Schedule& s) {
+  const Symmetry& sym = s.symmetry;
+  const auto& lanes = s.ranks[0].lanes;
+  if (sym.lane_orders.size() != lanes.size()) {
+    fail(ErrorCode::kInvalidSchedule, "symmetry has {} lane orders for {} lanes", sym.lane_orders.size(), lanes.size());
+  }
+  if (sym.lane_orders[0] != sym.order) fail(ErrorCode::kInvalidSchedule, "symmetry order must be lane 0's order");
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    check_permutation(sym.lane_orders[l], s.nranks, fmt::format("symmetry order of lane {}", l));
+  }
+  const uint32_t g = sym.rotation_group;
+  std::map<std::pair<BufferKind, uint32_t>, uint32_t> owner;  // (buffer, window) -> lane
+  auto claim = [&](const SlotRange& range, uint32_t lane, uint32_t index) {
+    if (range.count == 0) return;
+    // In place, Output aliases Input: one window of either is the same memory.
+    const BufferKind buffer = range.buffer == BufferKind::kScratch ? BufferKind::kScratch : BufferKind::kInput;
+    const auto [it, fresh] = owner.emplace(std::make_pair(buffer, range.first / g), lane);
+    if (!fresh && it->second != lane) {
+      fail(ErrorCode::kInvalidSchedule,
+           "lane {} op {} touches chunk window {} of lane {}: lanes with their own ring orders must keep to their "
+           "own chunks",
+           lane, index, range.first / g, it->second);
+    }
+  };
+  for (uint32_t l = 0; l < lanes.size(); ++l) {
+    for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) {
+      const Op& op = lanes[l].ops[i];
+      if (op.reads_src()) claim(op.src, l, i);
+      if (op.writes_dst()) claim(op.dst, l, i);
+      for (size_t d = 0; d < lanes[l].dep_count(i); ++d) {
+        if (lanes[l].deps_of(i)[d].lane != l) {
+          fail(ErrorCode::kInvalidSchedule,
+               "lane {} op {} depends on lane {}: lanes with their own ring orders must not wait on each other", l, i,
+               lanes[l].deps_of(i)[d].lane);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void check_symmetry(const Schedule& s) {
   const Symmetry& sym = s.symmetry;
   if (s.ranks.size() != 1) {
     fail(ErrorCode::kInvalidSchedule, "symmetric schedule must hold exactly 1 program, has {}", s.ranks.size());
   }
-  if (sym.order.size() != static_cast<size_t>(s.nranks)) {
-    fail(ErrorCode::kInvalidSchedule, "symmetry order has {} ranks, expected {}", sym.order.size(), s.nranks);
-  }
-  std::vector<bool> seen(static_cast<size_t>(s.nranks), false);
-  for (int r : sym.order) {
-    if (r < 0 || r >= s.nranks || seen[static_cast<size_t>(r)]) {
-      fail(ErrorCode::kInvalidSchedule, "symmetry order is not a permutation of 0..{} (rank {})", s.nranks - 1, r);
-    }
-    seen[static_cast<size_t>(r)] = true;
-  }
+  check_permutation(sym.order, s.nranks, "symmetry order");
   if (s.collective != Collective::kAllReduce) {
     fail(ErrorCode::kInvalidSchedule, "symmetric schedules are defined for all_reduce only, not {}", name(s.collective));
   }
@@ -222,6 +275,7 @@ void check_symmetry(const Schedule& s) {
          "symmetry rotation group {} must divide chunks_per_block ({}) and scratch_chunks ({})", g, s.chunks_per_block,
          s.ranks[0].scratch_chunks);
   }
+  if (!sym.lane_orders.empty()) check_lane_orders(s);
 }
 
 void symbolic_check_symmetric(const Schedule& s) {

@@ -127,6 +127,16 @@ constexpr double kDupMinSpeed_GBps = 25.0;
 constexpr double kDupSm90MinSpeed_GBps = 50.0;
 constexpr int kDupSm90MaxChannels = 4;
 constexpr double kEpsilon = 1e-9;
+// Runtime channel counts (enqueue.cc topoGetAlgoInfo, transport/nvls.cc, device.h): NVLS and NVLS
+// Tree always run NVLS_NCHANNELS_SM90 channels; ring and tree shed channels for small messages by
+// threads x threshold bytes per channel: NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD (8, 8, 64; LL x
+// nranks on rings) and NCCL_SIMPLE_MAX_NTHREADS / NCCL_LL128_MAX_NTHREADS (512, 640).
+constexpr int kNvlsChannelsSm90 = 16;
+constexpr uint64_t kThreads = 512;
+constexpr uint64_t kLL128Threads = 640;
+constexpr uint64_t kLLThreadThreshold = 8;
+constexpr uint64_t kLL128ThreadThreshold = 8;
+constexpr uint64_t kSimpleThreadThreshold = 64;
 
 std::span<const double> speeds(GpuArch arch, bool inter) {
   switch (arch) {
@@ -523,6 +533,19 @@ std::optional<double> NcclCostModel::time_us(Collective collective, uint64_t byt
     latency *= arch_ == GpuArch::kVolta ? kRingPlateauFactorVolta : kRingPlateauFactor;
   }
   return latency + static_cast<double>(bytes) / (1000.0 * bw);
+}
+
+int NcclCostModel::runtime_channels(NcclAlgorithm algorithm, NcclProtocol protocol, uint64_t bytes) const {
+  const int a = static_cast<int>(algorithm);
+  if (a == kNvls || a == kNvlsTree) return kNvlsChannelsSm90;
+  if (a != kRing && a != kTree) return std::max(1, graphs_[a].channels);
+  const int p = static_cast<int>(protocol);
+  const uint64_t threads = p == kLL128 ? kLL128Threads : kThreads;
+  uint64_t threshold = p == kLL ? kLLThreadThreshold : p == kLL128 ? kLL128ThreadThreshold : kSimpleThreadThreshold;
+  if (a == kRing && p == kLL) threshold *= static_cast<uint64_t>(nranks_);
+  int channels = std::max(1, comm_channels_);
+  while (channels > 1 && bytes < static_cast<uint64_t>(channels) * threads * threshold) --channels;
+  return channels;
 }
 
 std::optional<NcclPrediction> NcclCostModel::select(Collective collective, uint64_t bytes) const {

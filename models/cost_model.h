@@ -82,6 +82,13 @@ class NcclCostModel {
   std::optional<double> time_us(Collective collective, uint64_t bytes, NcclAlgorithm algorithm,
                                 NcclProtocol protocol) const;
 
+  // The channels a collective of `bytes` runs on once NCCL has picked (algorithm, protocol)
+  // (enqueue.cc topoGetAlgoInfo): comm->nChannels for ring and tree (NVLS_NCHANNELS for the NVLS
+  // algorithms, the graph's channels for CollNet and PAT), then, for ring and tree, one channel
+  // fewer while bytes < channels x threads x threadThreshold (ring LL: 8 x nranks bytes per thread,
+  // LL128 8, Simple 64; 512 threads, 640 with LL128), so small messages use few channels.
+  int runtime_channels(NcclAlgorithm algorithm, NcclProtocol protocol, uint64_t bytes) const;
+
   // What NCCL's tuner picks: the first minimum over algorithms, then protocols, in id order.
   // nullopt for collectives outside the model (all_to_all, send_recv).
   std::optional<NcclPrediction> select(Collective collective, uint64_t bytes) const;

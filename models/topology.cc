@@ -518,50 +518,11 @@ std::vector<uint32_t> Topology::nic_links(int node, int nic) const {
   fail(ErrorCode::kInvalidArgument, "node {} has no NIC {} (nodes 0..{})", node, nic, node_count() - 1);
 }
 
-// Snake order: node 0 locals 0..m-1, node 1 m-1..0, node 2 0..m-1, ... Each node is entered and
-// left on the same local index as its neighbours, so every inter-node hop joins two GPUs of one
-// rail, the closing hop included when the node count is even. With an odd node count the snake
-// would close from local m-1 to local 0 (two rails); instead the last node is entered on local 1:
-//
-//   node:   0        1          ...  N-2          N-1
-//   enter:  0        m-1        ...  m-1          1
-//   leave:  m-1      0/1 ...    ...  1            0   -> node 0 local 0
-//
-// (needs m >= 3; with m == 2 and an odd node count no such order exists and the snake is kept).
+// NCCL's channel rings (core/schedule.h nccl_rings): every channel leaves each node on the GPU,
+// and so the NIC and rail, it enters the next node on.
 RankLayout Topology::layout(bool rail_aligned) const {
-  RankLayout layout = RankLayout::nodes(node_count(), state_->gpus_per_node);
-  if (!rail_aligned) return layout;
-  const int nodes = node_count();
-  const int m = state_->gpus_per_node;
-  std::vector<int> entry(static_cast<size_t>(nodes));
-  for (int k = 0; k < nodes; ++k) entry[static_cast<size_t>(k)] = k % 2 == 0 ? 0 : m - 1;
-  if (nodes % 2 == 1 && nodes > 1 && m >= 3) entry[static_cast<size_t>(nodes - 1)] = 1;
-  layout.ring_order.reserve(static_cast<size_t>(nodes * m));
-  for (int k = 0; k < nodes; ++k) {
-    const int in = entry[static_cast<size_t>(k)];
-    const int out = nodes == 1 ? m - 1 : entry[static_cast<size_t>((k + 1) % nodes)];
-    const int base = k * m;
-    if (m == 1) {
-      layout.ring_order.push_back(base);
-      continue;
-    }
-    if (in == out) {  // only m == 2 with an odd node count: plain snake
-      for (int i = 0; i < m; ++i) layout.ring_order.push_back(base + (k % 2 == 0 ? i : m - 1 - i));
-      continue;
-    }
-    layout.ring_order.push_back(base + in);
-    if (in < out) {
-      for (int i = 0; i < m; ++i) {
-        if (i != in && i != out) layout.ring_order.push_back(base + i);
-      }
-    } else {
-      for (int i = m - 1; i >= 0; --i) {
-        if (i != in && i != out) layout.ring_order.push_back(base + i);
-      }
-    }
-    layout.ring_order.push_back(base + out);
-  }
-  return layout;
+  if (!rail_aligned) return RankLayout::nodes(node_count(), state_->gpus_per_node);
+  return RankLayout::nccl(node_count(), state_->gpus_per_node);
 }
 
 std::string Topology::to_dot() const {

@@ -122,10 +122,10 @@ class Topology {
   // Throws Error(kInvalidArgument) when there is no such NIC.
   std::vector<uint32_t> nic_links(int node, int nic) const;
 
-  // The layout the algorithms use: ranks per node and, with `rail_aligned`, a ring order in which
-  // consecutive nodes are joined by GPUs of one rail, so every inter-node hop of the ring stays on
-  // one rail leaf ("snake": node 0 local 0..m-1, node 1 local m-1..0, ...; with an odd node count
-  // the last node is entered on local 1 so that the ring closes on one rail too).
+  // The layout the algorithms use: ranks per node and, with `rail_aligned`, NCCL's channel rings
+  // (nccl_rings in core/schedule.h): channel c enters and leaves each node on a GPU pair of its own,
+  // so every hop between consecutive nodes stays on one rail and the channels together use every
+  // NIC of a node (with an odd node count the hop back to node 0 changes rails, as in NCCL).
   RankLayout layout(bool rail_aligned = true) const;
 
   std::string to_dot() const;   // Graphviz: one subgraph per node, fabric switches outside

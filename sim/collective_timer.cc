@@ -1,6 +1,7 @@
 #include "sim/collective_timer.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/algorithms.h"
@@ -173,15 +174,19 @@ const Schedule& CollectiveTimer::irregular_schedule(const CollectiveSpec& spec, 
     const int node = gpu / cluster_.gpus_per_node;
     if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   }
-  const auto snake_key = [&](size_t i) {
-    const int node = gpus[i] / cluster_.gpus_per_node;
-    const auto rank_of_node = std::find(nodes.begin(), nodes.end(), node) - nodes.begin();
-    const int local = gpus[i] % cluster_.gpus_per_node;
-    return std::make_pair(rank_of_node, rank_of_node % 2 == 0 ? local : -local);
-  };
-  for (size_t i = 0; i < gpus.size(); ++i) layout.ring_order.push_back(static_cast<int>(i));
-  std::stable_sort(layout.ring_order.begin(), layout.ring_order.end(),
-                   [&](int a, int b) { return snake_key(static_cast<size_t>(a)) < snake_key(static_cast<size_t>(b)); });
+  // NCCL's channel rings over the nodes the group touches, in the order they appear, keeping the
+  // group's GPUs: hops stay on NVLink or on one rail as a topology-aware rebuild would order them.
+  const int m = cluster_.gpus_per_node;
+  std::map<int, int> rank_of_gpu;
+  for (size_t i = 0; i < gpus.size(); ++i) rank_of_gpu[gpus[i]] = static_cast<int>(i);
+  for (const std::vector<int>& full : nccl_rings(static_cast<int>(nodes.size()), m)) {
+    std::vector<int> ring;
+    for (int position : full) {
+      const auto it = rank_of_gpu.find(nodes[static_cast<size_t>(position / m)] * m + position % m);
+      if (it != rank_of_gpu.end()) ring.push_back(it->second);
+    }
+    layout.rings.push_back(std::move(ring));
+  }
   // The schedule depends on the ring order: not cached by shape alone.
   try {
     return irregular_.emplace_back(

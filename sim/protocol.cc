@@ -46,4 +46,10 @@ double nvls_latency_s() {
          1e-6;
 }
 
+double nvls_tree_network_hop_latency_s() {
+  return models::nccl_hop_latency_us(models::NcclLinkClass::kNet, models::NcclAlgorithm::kNvlsTree,
+                                     models::NcclProtocol::kSimple) *
+         1e-6;
+}
+
 }  // namespace tandem::sim

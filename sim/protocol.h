@@ -20,4 +20,7 @@ double protocol_base_latency_s(Protocol protocol, Algorithm algorithm);
 // NVLS all_reduce's latency (NCCL models it as one NVLink hop of 25 us, no base latency), s.
 double nvls_latency_s();
 
+// NVLS Tree's latency per tree level over the network (NCCL's NET hwLat for NVLS_TREE), s.
+double nvls_tree_network_hop_latency_s();
+
 }  // namespace tandem::sim

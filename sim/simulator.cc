@@ -20,6 +20,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include "core/algorithms.h"
 #include "core/error.h"
 #include "sim/protocol.h"
 
@@ -57,6 +58,7 @@ NetworkModel NetworkModel::ideal() {
   model.pcie_efficiency = 1.0;
   model.network_efficiency = 1.0;
   model.nvls_efficiency = 1.0;
+  model.tree_efficiency = 1.0;
   model.protocol_effects = false;
   return model;
 }
@@ -166,6 +168,9 @@ struct Simulator::Impl {
   double run_compressed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                         const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
                         const std::function<double(int, int)>& hop_latency, SimResult& result);
+  double run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
+                      const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
+                      const std::function<double(int, int)>& hop_latency, double base_latency, SimResult& result);
 
   double link_efficiency(models::LinkKind kind) const {
     switch (kind) {
@@ -402,19 +407,85 @@ bool ring_shaped(const Schedule& schedule) {
 
 }  // namespace
 
-// Ring-shaped symmetric schedules at scale: SimGrid simulates one round with every position's
-// flows at once (so flows sharing a link share it), giving each hop's transfer time under
-// contention; the rounds are then replayed on per-position arrays. The receive at position q of
-// step s completes at
+// One round of concurrent flows, simulated once: every connection of a round (or of a pipeline's
+// steady state) sends its message at the same time, so flows that share a link share it. Flows
+// between the same two GPUs are one SimGrid flow of their summed bytes (max-min gives equal flows
+// on one path equal shares, so each finishes when the sum does): a 16-channel ring on 16,384 GPUs
+// is about 49,000 flows, not 262,000. transfer() is a flow's time under that contention, without
+// the route's latency.
+class Snapshot {
+ public:
+  void add(int from_gpu, int to_gpu, double bytes) {
+    Pair& pair = pairs_[key(from_gpu, to_gpu)];
+    pair.bytes += bytes;
+    pair.flows += 1;
+  }
+  size_t pairs() const { return pairs_.size(); }
+
+  // One actor per sending GPU starts its flows and waits for each (wait_any: a handful per GPU),
+  // noting when each completes (an actor per flow cost a stack each: at 1,024 GPUs a tree's
+  // 6,000 flows touched 1.5 GB of stacks).
+  void run(sg4::Engine& engine, const std::vector<sg4::Host*>& hosts, const models::Topology& topology) {
+    const double start = sg4::Engine::get_clock();
+    std::map<int, std::vector<std::pair<int, Pair*>>> by_source;
+    for (auto& [k, pair] : pairs_) {
+      const int from = static_cast<int>(k >> 32);
+      const int to = static_cast<int>(k & 0xffffffffu);
+      pair.latency_s = topology.route(from, to).latency_s;
+      by_source[from].emplace_back(to, &pair);
+    }
+    for (auto& [from, flows] : by_source) {
+      sg4::Host* source = hosts[static_cast<size_t>(from)];
+      std::vector<std::pair<int, Pair*>>* mine = &flows;
+      sg4::Actor::create("flows", source, [source, mine, &hosts, start] {
+        std::vector<sg4::CommPtr> comms;
+        std::vector<Pair*> pairs;
+        for (const auto& [to, pair] : *mine) {
+          comms.push_back(sg4::Comm::sendto_async(source, hosts[static_cast<size_t>(to)], static_cast<uint64_t>(pair->bytes)));
+          pairs.push_back(pair);
+        }
+        while (!comms.empty()) {
+          const auto done = static_cast<size_t>(sg4::Comm::wait_any(comms));
+          pairs[done]->seconds = sg4::Engine::get_clock() - start;
+          comms.erase(comms.begin() + static_cast<std::ptrdiff_t>(done));
+          pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(done));
+        }
+      });
+    }
+    engine.run();
+    for (auto& [k, pair] : pairs_) pair.seconds = std::max(0.0, pair.seconds - pair.latency_s);
+  }
+
+  // The time a flow of `bytes` between the two GPUs took in the round.
+  double transfer(int from_gpu, int to_gpu, double bytes) const {
+    const Pair& pair = pairs_.at(key(from_gpu, to_gpu));
+    return pair.bytes > 0 ? pair.seconds * pair.flows * bytes / pair.bytes : 0.0;
+  }
+
+ private:
+  struct Pair {
+    double bytes = 0;
+    int flows = 0;
+    double latency_s = 0;
+    double seconds = 0;
+  };
+  static uint64_t key(int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+  std::unordered_map<uint64_t, Pair> pairs_;
+};
+
+// Ring-shaped symmetric schedules at scale: one Snapshot round with every lane's flow from every
+// position gives each hop's transfer time under contention; the rounds are then replayed on
+// per-position arrays. The receive at position q of step s completes at
 //     R[q] = max(R[q-o] + latency(q-o), link_free(q-o)) + transfer(q-o)
 // (its sender issued the send once it had received step s-1; the link carries one message after
 // the other), so a slow hop slows the positions behind it, not every step of every position.
+// Lanes with the same ring order and offset (NCCL's channels c and c + nChannels/2 are copies) are
+// replayed once.
 double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                        const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
                                        uint32_t tiles, double wire,
                                        const std::function<double(int, int)>& hop_latency, SimResult& result) {
   const int n = schedule.nranks;
-  const auto& order = schedule.symmetry.order;
   const auto& lanes = schedule.ranks[0].lanes;
   // One representative round: every lane's flow from every position, largest step size.
   std::vector<int64_t> round_bytes(lanes.size(), 0);
@@ -423,42 +494,50 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
       round_bytes[l] = std::max(round_bytes[l], bytes_of(lanes[l].ops[i].src, 0));
     }
   }
-  // One actor per flow, so each flow's completion time is its own (wait_all would observe the
-  // flows in order, and a slow one would hide when the ones behind it finished).
-  std::unordered_map<uint64_t, double> finished;  // (src GPU, dst GPU) -> completion time
-  auto pair_key = [](int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); };
-  const double round_start = sg4::Engine::get_clock();
+  Snapshot snapshot;
   for (const std::vector<int>& gpu_of_rank : placements) {
     for (size_t l = 0; l < lanes.size(); ++l) {
+      const std::vector<int>& order = schedule.symmetry.order_of(l);
       const int offset = lanes[l].ops[0].peer;
       for (int p = 0; p < n; ++p) {
         const int from = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>(p)])];
         const int to = gpu_of_rank[static_cast<size_t>(order[static_cast<size_t>((p + offset) % n)])];
-        const auto bytes = static_cast<uint64_t>(static_cast<double>(round_bytes[l]) * wire);
-        sg4::Actor::create("flow", gpu_hosts[static_cast<size_t>(from)], [this, from, to, bytes, &finished, pair_key] {
-          sg4::Comm::sendto(gpu_hosts[static_cast<size_t>(from)], gpu_hosts[static_cast<size_t>(to)], bytes);
-          double& t = finished[pair_key(from, to)];
-          t = std::max(t, sg4::Engine::get_clock());
-        });
+        snapshot.add(from, to, static_cast<double>(round_bytes[l]) * wire);
       }
     }
   }
-  engine->run();
-  result.simulated_transfers = static_cast<uint64_t>(n) * lanes.size() * placements.size();
+  snapshot.run(*engine, gpu_hosts, topology);
+  result.simulated_transfers = snapshot.pairs();
+
+  // Lanes that replay alike: same order, offset and op sizes.
+  std::vector<size_t> first_alike(lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    first_alike[l] = l;
+    for (size_t e = 0; e < l; ++e) {
+      if (first_alike[e] == e && schedule.symmetry.order_of(e) == schedule.symmetry.order_of(l) &&
+          lanes[e].ops.size() == lanes[l].ops.size() && lanes[e].ops[0].peer == lanes[l].ops[0].peer &&
+          round_bytes[e] == round_bytes[l]) {
+        first_alike[l] = e;
+        break;
+      }
+    }
+  }
 
   double total = 0;
   for (const std::vector<int>& gpu_of_rank : placements) {
     std::vector<double> latency(static_cast<size_t>(n)), transfer(static_cast<size_t>(n));
     std::vector<double> received(static_cast<size_t>(n)), link_free(static_cast<size_t>(n)), next(static_cast<size_t>(n));
     for (size_t l = 0; l < lanes.size(); ++l) {
+      if (first_alike[l] != l) continue;
+      const std::vector<int>& order = schedule.symmetry.order_of(l);
       const int offset = lanes[l].ops[0].peer;
       for (int p = 0; p < n; ++p) {
         const int a = order[static_cast<size_t>(p)];
         const int b = order[static_cast<size_t>((p + offset) % n)];
-        const models::Route route = topology.route(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]);
-        latency[static_cast<size_t>(p)] = route.latency_s + hop_latency(a, b);
-        const double done = finished.at(pair_key(gpu_of_rank[static_cast<size_t>(a)], gpu_of_rank[static_cast<size_t>(b)]));
-        transfer[static_cast<size_t>(p)] = std::max(0.0, done - round_start - route.latency_s);
+        const int ga = gpu_of_rank[static_cast<size_t>(a)];
+        const int gb = gpu_of_rank[static_cast<size_t>(b)];
+        latency[static_cast<size_t>(p)] = topology.route(ga, gb).latency_s + hop_latency(a, b);
+        transfer[static_cast<size_t>(p)] = snapshot.transfer(ga, gb, static_cast<double>(round_bytes[l]) * wire);
       }
       std::fill(received.begin(), received.end(), 0.0);
       std::fill(link_free.begin(), link_free.end(), 0.0);
@@ -479,6 +558,185 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
       }
       total = std::max(total, *std::max_element(received.begin(), received.end()));
     }
+  }
+  return total;
+}
+
+// Explicit schedules whose connections all carry traffic at once in steady state (a pipelined
+// tree: every edge busy up and down): one Snapshot round with each connection's first message
+// gives its transfer time under contention, then the program is replayed analytically, tile by
+// tile, in one topological order of its ops, with the op-by-op simulation's semantics: a send
+// queues its message on its connection (which moves one message after the other, then delays it by
+// the route's and protocol's latency) and the lane goes on; a receive waits for its message; a copy
+// or reduce takes its HBM traffic's time. O(ops x tiles) arithmetic after one SimGrid round.
+double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
+                                     const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
+                                     uint32_t tiles, double wire, const std::function<double(int, int)>& hop_latency,
+                                     double base_latency, SimResult& result) {
+  const int n = schedule.nranks;
+  // Ops numbered rank by rank, lane by lane.
+  std::vector<size_t> lane_base;  // per (rank, lane): first op id
+  std::vector<uint32_t> lanes_of_rank_base(static_cast<size_t>(n) + 1, 0);
+  size_t total_ops = 0;
+  for (int r = 0; r < n; ++r) {
+    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
+    lanes_of_rank_base[static_cast<size_t>(r) + 1] = lanes_of_rank_base[static_cast<size_t>(r)] + static_cast<uint32_t>(lanes.size());
+    for (const Lane& lane : lanes) {
+      lane_base.push_back(total_ops);
+      total_ops += lane.ops.size();
+    }
+  }
+  auto op_id = [&](int r, uint32_t lane, uint32_t index) {
+    return lane_base[lanes_of_rank_base[static_cast<size_t>(r)] + lane] + index;
+  };
+  // Connections (from, to, lane) and the send each receive matches (FIFO per connection).
+  struct ConnectionState {
+    int from = 0, to = 0;
+    double free = 0;
+    double latency = 0;
+    double reference_bytes = -1;
+    double reference_transfer = 0;
+    std::deque<size_t> sends;  // send op ids in issue order (filled once)
+  };
+  std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
+  std::vector<ConnectionState> connections;
+  std::vector<size_t> connection_of_send(total_ops, SIZE_MAX);
+  std::vector<size_t> matched_send(total_ops, SIZE_MAX);
+  for (int r = 0; r < n; ++r) {
+    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
+    for (uint32_t l = 0; l < lanes.size(); ++l) {
+      for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) {
+        const Op& op = lanes[l].ops[i];
+        if (op.kind != OpKind::kSend) continue;
+        auto [it, fresh] = connection_of.emplace(std::make_tuple(r, op.peer, l), connections.size());
+        if (fresh) connections.push_back({r, op.peer});
+        connections[it->second].sends.push_back(op_id(r, l, i));
+        connection_of_send[op_id(r, l, i)] = it->second;
+      }
+    }
+  }
+  std::vector<size_t> predecessors(total_ops, 0);
+  std::vector<std::vector<size_t>> successors(total_ops);
+  for (int r = 0; r < n; ++r) {
+    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
+    for (uint32_t l = 0; l < lanes.size(); ++l) {
+      for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) {
+        const size_t id = op_id(r, l, i);
+        const Op& op = lanes[l].ops[i];
+        auto edge = [&](size_t from) {
+          successors[from].push_back(id);
+          ++predecessors[id];
+        };
+        if (i > 0) edge(id - 1);
+        for (size_t d = 0; d < lanes[l].dep_count(i); ++d) {
+          const OpRef dep = lanes[l].deps_of(i)[d];
+          if (dep.lane != l) edge(op_id(r, dep.lane, dep.index));
+        }
+        if (op.is_recv()) {
+          auto it = connection_of.find(std::make_tuple(op.peer, r, l));
+          if (it == connection_of.end() || connections[it->second].sends.empty()) {
+            fail(ErrorCode::kInvalidSchedule, "simulator: rank {} lane {} op {} receives a message nobody sends", r, l, i);
+          }
+          matched_send[id] = connections[it->second].sends.front();
+          connections[it->second].sends.pop_front();
+          edge(matched_send[id]);
+        }
+      }
+    }
+  }
+  std::vector<size_t> order;
+  order.reserve(total_ops);
+  for (size_t id = 0; id < total_ops; ++id) {
+    if (predecessors[id] == 0) order.push_back(id);
+  }
+  for (size_t k = 0; k < order.size(); ++k) {
+    for (size_t next : successors[order[k]]) {
+      if (--predecessors[next] == 0) order.push_back(next);
+    }
+  }
+  if (order.size() != total_ops) fail(ErrorCode::kInvalidSchedule, "simulator: the schedule's ops wait on each other in a cycle");
+  successors = {};
+
+  // Where each op lives, for the sweep.
+  struct Where {
+    int rank;
+    uint32_t lane, index;
+  };
+  std::vector<Where> where(total_ops);
+  for (int r = 0; r < n; ++r) {
+    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
+    for (uint32_t l = 0; l < lanes.size(); ++l) {
+      for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) where[op_id(r, l, i)] = {r, l, i};
+    }
+  }
+
+  double total = 0;
+  const double hbm = hbm_Bps();
+  // Contention over all placements at once, as the compressed rings take it.
+  Snapshot snapshot;
+  std::vector<double> first_bytes(connections.size(), 0);
+  for (size_t id = 0; id < total_ops; ++id) {
+    const size_t c = connection_of_send[id];
+    if (c == SIZE_MAX || first_bytes[c] > 0) continue;
+    const Where& w = where[id];
+    first_bytes[c] = static_cast<double>(bytes_of(schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane].ops[w.index].src, 0)) * wire;
+  }
+  for (const std::vector<int>& gpu_of_rank : placements) {
+    for (size_t c = 0; c < connections.size(); ++c) {
+      snapshot.add(gpu_of_rank[static_cast<size_t>(connections[c].from)], gpu_of_rank[static_cast<size_t>(connections[c].to)],
+                   first_bytes[c]);
+    }
+  }
+  snapshot.run(*engine, gpu_hosts, topology);
+  result.simulated_transfers = snapshot.pairs();
+
+  std::vector<double> done(total_ops, 0), arrival(total_ops, 0), lane_end;
+  for (const std::vector<int>& gpu_of_rank : placements) {
+    for (ConnectionState& c : connections) {
+      const int ga = gpu_of_rank[static_cast<size_t>(c.from)];
+      const int gb = gpu_of_rank[static_cast<size_t>(c.to)];
+      c.free = 0;
+      c.latency = topology.route(ga, gb).latency_s + hop_latency(c.from, c.to);
+    }
+    std::vector<double> reference(connections.size());
+    for (size_t c = 0; c < connections.size(); ++c) {
+      reference[c] = snapshot.transfer(gpu_of_rank[static_cast<size_t>(connections[c].from)],
+                                       gpu_of_rank[static_cast<size_t>(connections[c].to)], first_bytes[c]);
+    }
+    lane_end.assign(lane_base.size(), base_latency);
+    double finish = 0;
+    for (uint32_t t = 0; t < tiles; ++t) {
+      for (const size_t id : order) {
+        const Where& w = where[id];
+        const Lane& lane = schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane];
+        const Op& op = lane.ops[w.index];
+        const size_t lane_slot = lanes_of_rank_base[static_cast<size_t>(w.rank)] + w.lane;
+        double ready = lane_end[lane_slot];
+        for (size_t d = 0; d < lane.dep_count(w.index); ++d) {
+          const OpRef dep = lane.deps_of(w.index)[d];
+          if (dep.lane != w.lane) ready = std::max(ready, done[op_id(w.rank, dep.lane, dep.index)]);
+        }
+        double end = ready;
+        switch (op.kind) {
+          case OpKind::kSend: {
+            ConnectionState& c = connections[connection_of_send[id]];
+            const double bytes = static_cast<double>(bytes_of(op.src, t)) * wire;
+            const double scale = first_bytes[connection_of_send[id]] > 0 ? bytes / first_bytes[connection_of_send[id]] : 0.0;
+            c.free = std::max(ready, c.free) + reference[connection_of_send[id]] * scale;
+            arrival[id] = c.free + c.latency;
+            break;
+          }
+          case OpKind::kRecv:
+          case OpKind::kRecvReduce: end = std::max(ready, arrival[matched_send[id]]); break;
+          case OpKind::kCopy: end = ready + 2.0 * static_cast<double>(bytes_of(op.dst, t)) / hbm; break;
+          case OpKind::kReduce: end = ready + 3.0 * static_cast<double>(bytes_of(op.dst, t)) / hbm; break;
+        }
+        done[id] = end;
+        lane_end[lane_slot] = end;
+        finish = std::max(finish, end);
+      }
+    }
+    total = std::max(total, finish);
   }
   return total;
 }
@@ -520,7 +778,9 @@ SimResult Simulator::run(const SimRequest& request) {
   const uint32_t tiles = std::max<uint32_t>(1, request.tiles);
   const Sizer sizer{ChunkMap(request.spec.count, schedule.chunks_per_block, tiles), static_cast<int64_t>(size_bytes(request.spec.dtype)),
                     schedule.chunks_per_block};
-  const double wire = s.model.protocol_effects ? protocol_wire_factor(request.protocol) : 1.0;
+  const double wire = s.model.protocol_effects ? protocol_wire_factor(request.protocol) /
+                                                     (schedule.algorithm == Algorithm::kTree ? s.model.tree_efficiency : 1.0)
+                                               : 1.0;
   const bool latencies = s.model.protocol_effects;
   auto hop_latency = [&](int a, int b) {
     return latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm,
@@ -548,6 +808,15 @@ SimResult Simulator::run(const SimRequest& request) {
                                         schedule, placements,
                                         [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); },
                                         tiles, wire, hop_latency, result);
+    return result;
+  }
+  // Trees (every edge busy at once in steady state) replay analytically after one contention
+  // round; faults need the op-by-op simulation.
+  if (s.zone != nullptr && !schedule.symmetric() && schedule.algorithm == Algorithm::kTree && !s.faults_active()) {
+    result.compressed = true;
+    result.seconds = s.run_replayed(
+        schedule, placements, [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); }, tiles,
+        wire, hop_latency, base_latency, result);
     return result;
   }
   // NCCL's per-hop protocol latency rides on every message (added to the route's latency).
@@ -755,6 +1024,69 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
   SimResult result;
   result.seconds = sg4::Engine::get_clock() - start;
   result.transfers = result.simulated_transfers = 2 * gpus.size();
+  return result;
+}
+
+// NVLS Tree (NCCL 2.28 device/all_reduce.h runTreeSplit for NVLS_TREE, transport/nvls.cc): inside
+// each node NVLink SHARP reduces the buffer into one slice per head GPU (head h = local GPU h, on
+// NIC h); head h all-reduces its slice with the h-th heads of the other nodes over a double binary
+// tree of nodes on its own rail (tree 0 on even channels, tree 1 on odd ones: half the slice each),
+// and the switch multicasts the result back. The three phases run at once on different warps, so
+// in steady state every flow is active together: one round of them all, with their contention,
+// plus NCCL's latencies (the NVLS hop once, the tree's network hop per level up and down).
+SimResult Simulator::run_nvls_tree_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node) {
+  Impl& s = *impl_;
+  if (!s.cluster.gpu.nvls) {
+    fail(ErrorCode::kUnsupported, "nvls_tree: {} has no NVLink SHARP (NVSwitch multicast)", s.cluster.gpu.name);
+  }
+  if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "nvls_tree is a fluid-model simulation");
+  if (per_node < 2 || gpus.size() % static_cast<size_t>(per_node) != 0) {
+    fail(ErrorCode::kUnsupported, "nvls_tree needs at least 2 GPUs on every node, the same number on each");
+  }
+  const int nodes = static_cast<int>(gpus.size()) / per_node;
+  if (nodes < 2) fail(ErrorCode::kUnsupported, "nvls_tree runs across nodes; inside one node use nvls");
+  const auto node_of = [&](int gpu) { return s.topology.graph()[s.topology.gpu_vertex(gpu)].node; };
+  const double n = per_node;
+  const double scale = s.model.nvlink_efficiency / s.model.nvls_efficiency;
+  std::map<std::pair<sg4::Host*, sg4::Host*>, double> flows;  // one flow per pair of hosts
+  for (int v = 0; v < nodes; ++v) {
+    sg4::Host* nvswitch = s.switch_hosts[static_cast<size_t>(node_of(gpus[static_cast<size_t>(v * per_node)]))];
+    for (int i = 0; i < per_node; ++i) {
+      sg4::Host* gpu = s.gpu_hosts[static_cast<size_t>(gpus[static_cast<size_t>(v * per_node + i)])];
+      flows[{gpu, nvswitch}] += static_cast<double>(bytes) * scale;
+      flows[{nvswitch, gpu}] += static_cast<double>(bytes) * (1.0 + 1.0 / n) * scale;
+    }
+  }
+  // The inter-node trees: each head's slice, half per tree, up (child -> parent) and down.
+  const double half_slice = static_cast<double>(bytes) / n / 2.0;
+  int depth = 0;
+  for (int tree = 0; tree < 2; ++tree) {
+    for (int v = 0; v < nodes; ++v) {
+      const int parent = nccl_tree_parent(nodes, v, tree);
+      if (parent < 0) continue;
+      for (int h = 0; h < per_node; ++h) {
+        sg4::Host* child_gpu = s.gpu_hosts[static_cast<size_t>(gpus[static_cast<size_t>(v * per_node + h)])];
+        sg4::Host* parent_gpu = s.gpu_hosts[static_cast<size_t>(gpus[static_cast<size_t>(parent * per_node + h)])];
+        flows[{child_gpu, parent_gpu}] += half_slice;
+        flows[{parent_gpu, child_gpu}] += half_slice;
+      }
+    }
+  }
+  for (int span = 1; span < nodes; span *= 2) ++depth;
+  const double start = sg4::Engine::get_clock();
+  for (const auto& [pair, amount] : flows) {
+    sg4::Host* from = pair.first;
+    sg4::Host* to = pair.second;
+    const auto size = static_cast<uint64_t>(amount);
+    sg4::Actor::create("nvls-tree", from, [from, to, size] { sg4::Comm::sendto(from, to, size); });
+  }
+  s.engine->run();
+  SimResult result;
+  const double latency =
+      s.model.protocol_effects ? nvls_latency_s() + 2.0 * depth * nvls_tree_network_hop_latency_s() : 0.0;
+  result.seconds = sg4::Engine::get_clock() - start + latency;
+  result.transfers = result.simulated_transfers = flows.size();
+  result.compressed = true;
   return result;
 }
 

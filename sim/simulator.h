@@ -50,6 +50,11 @@ struct NetworkModel {
   double pcie_efficiency = 1.0;
   double network_efficiency = 0.94;   // ConnectX-7: 46-48 GB/s of 50
   double nvls_efficiency = 0.686;     // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
+  // NCCL's tree kernel moves a link's bytes slower than a ring does: NCCL 2.28 tuning.cc scales
+  // tree all_reduce bandwidth by 0.92, and by 0.85 more for the TREE pattern (all of a channel's
+  // NIC traffic through one GPU), which is what its search finds on H100 nodes. Applied to every
+  // tree message (not fit to a measurement: the 4-NIC tree row M4 checks it).
+  double tree_efficiency = 0.92 * 0.85;
   bool protocol_effects = true;       // NCCL's per-hop / base latencies and payload efficiency (false: alpha-beta)
 
   static NetworkModel ideal();        // efficiencies 1, no protocol latencies: alpha-beta exact
@@ -95,6 +100,11 @@ class Simulator {
   // link carries bytes * (1 + 1/n) at nvls_efficiency of the line rate. Throws Error(kUnsupported)
   // when the GPU has no NVLS or the GPUs span nodes.
   SimResult run_nvls_all_reduce(int64_t bytes, const std::vector<int>& gpus);
+
+  // NVLS Tree all_reduce of `bytes` over `gpus` (node-major, `per_node` on each of at least 2
+  // nodes): NVLink SHARP inside each node, a double binary tree per rail across nodes, in one
+  // pipelined round (simulator.cc says how). Throws Error(kUnsupported) without NVLS or on one node.
+  SimResult run_nvls_tree_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node);
 
   // Fault controls (docs/simulator.md, "Faults"). Each holds from the next run() on until changed,
   // across runs; with every control at its neutral value (factor 1, no dead links, slowdown 1) a

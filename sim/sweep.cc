@@ -29,13 +29,7 @@ int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dty
 }
 
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned) {
-  RankLayout layout = RankLayout::nodes(nodes, per_node);
-  if (rail_aligned && nodes > 1 && per_node > 1) {
-    for (int v = 0; v < nodes; ++v) {
-      for (int i = 0; i < per_node; ++i) layout.ring_order.push_back(v * per_node + (v % 2 == 0 ? i : per_node - 1 - i));
-    }
-  }
-  return layout;
+  return rail_aligned ? RankLayout::nccl(nodes, per_node) : RankLayout::nodes(nodes, per_node);
 }
 
 namespace {
@@ -58,7 +52,7 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
   Simulator simulator(topology, request.cluster, request.network);
   const Tuner tuner(request.cluster, nodes, per_node);
 
-  std::map<std::tuple<Collective, Algorithm, int>, Schedule> schedules;
+  std::map<std::tuple<Collective, Algorithm, int, int>, Schedule> schedules;
   std::vector<SweepPointResult> results;
   for (const SweepPoint& point : request.points) {
     SweepPointResult out;
@@ -66,23 +60,32 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
     try {
       const int64_t count = count_for(point.collective, point.bytes, n, point.dtype);
       const CollectiveSpec spec{point.collective, count, point.dtype, point.op, point.root, n};
-      Choice choice = point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes)
-                                                : tuner.choose_for(point.collective, point.bytes, point.algorithm);
+      Choice choice = point.algorithm == "auto" && point.protocol == "auto"
+                          ? tuner.choose(point.collective, point.bytes)
+                          : tuner.choose_for(point.collective, point.bytes,
+                                             point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes).algorithm
+                                                                       : point.algorithm,
+                                             point.protocol);
+      if (request.channels > 0) choice.channels = request.channels;
       out.algorithm = choice.algorithm;
       out.protocol = choice.protocol;
+      out.channels = choice.channels;
       SimResult sim;
-      if (choice.algorithm == "nvls") {
+      if (choice.algorithm == "nvls" || choice.algorithm == "nvls_tree") {
         if (point.collective != Collective::kAllReduce) {
-          fail(ErrorCode::kUnsupported, "nvls models all_reduce only, not {}", name(point.collective));
+          fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", choice.algorithm, name(point.collective));
         }
-        sim = simulator.run_nvls_all_reduce(point.bytes, gpu_of_rank);
+        sim = choice.algorithm == "nvls" ? simulator.run_nvls_all_reduce(point.bytes, gpu_of_rank)
+                                         : simulator.run_nvls_tree_all_reduce(point.bytes, gpu_of_rank, per_node);
       } else {
         const Algorithm algorithm = parse_algorithm(choice.algorithm);
-        auto key = std::make_tuple(point.collective, algorithm, point.root);
+        AlgoParams params = request.params;
+        if (algorithm == Algorithm::kRing || algorithm == Algorithm::kTree) params.channels = choice.channels;
+        auto key = std::make_tuple(point.collective, algorithm, point.root, params.channels);
         auto it = schedules.find(key);
         if (it == schedules.end()) {
           it = schedules
-                   .emplace(key, build_checked_schedule(spec, layout, algorithm, request.params,
+                   .emplace(key, build_checked_schedule(spec, layout, algorithm, params,
                                                     request.explicit_schedules ? ScheduleForm::kExplicit
                                                                                : ScheduleForm::kSymmetric))
                    .first;
@@ -111,6 +114,7 @@ json to_json(const std::vector<SweepPointResult>& results) {
                     {"error", r.error},
                     {"algorithm", r.algorithm},
                     {"protocol", name(r.protocol)},
+                    {"channels", r.channels},
                     {"seconds", r.seconds},
                     {"algbw", r.algbw_GBps},
                     {"busbw", r.busbw_GBps},
@@ -127,6 +131,7 @@ void from_json(const json& rows, std::vector<SweepPointResult>& results) {
     r.error = row.at("error").get<std::string>();
     r.algorithm = row.at("algorithm").get<std::string>();
     r.protocol = parse_protocol(row.at("protocol").get<std::string>());
+    r.channels = row.at("channels").get<int>();
     r.seconds = row.at("seconds").get<double>();
     r.algbw_GBps = row.at("algbw").get<double>();
     r.busbw_GBps = row.at("busbw").get<double>();

@@ -71,8 +71,8 @@ struct IsolatedResult {
 void run_isolated_parallel(size_t count, const std::function<std::string(size_t)>& work, int jobs,
                            const std::function<void(size_t, const IsolatedResult&)>& done);
 
-// Ranks 0..n-1 node-major over the GPUs taking part; with rail_aligned, the ring order snakes
-// node 0's GPUs up, node 1's down, ..., so consecutive nodes meet on one rail.
+// Ranks 0..n-1 node-major over the GPUs taking part; with rail_aligned, NCCL's channel rings
+// (core/schedule.h nccl_rings: each channel meets the next node on a rail of its own).
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned);
 
 // Elements per rank for nccl-tests' size convention: all_gather / reduce_scatter / all_to_all

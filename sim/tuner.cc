@@ -36,6 +36,24 @@ uint32_t tiles_for(const std::string& algorithm, int64_t bytes) {
   return static_cast<uint32_t>(std::clamp<int64_t>(bytes / kPipelineChunkBytes, 1, kMaxTiles));
 }
 
+// The NCCL algorithm whose protocol and channels a tandem algorithm takes: NCCL's own where it has
+// it; the ring's for tandem's other algorithms (their steps are point-to-point like a ring's).
+models::NcclAlgorithm nccl_algorithm(const std::string& algorithm) {
+  if (algorithm == "tree") return models::NcclAlgorithm::kTree;
+  if (algorithm == "nvls") return models::NcclAlgorithm::kNvls;
+  if (algorithm == "nvls_tree") return models::NcclAlgorithm::kNvlsTree;
+  return models::NcclAlgorithm::kRing;
+}
+
+std::string tandem_name(models::NcclAlgorithm algorithm) {
+  switch (algorithm) {
+    case models::NcclAlgorithm::kTree: return "tree";
+    case models::NcclAlgorithm::kNvls: return "nvls";
+    case models::NcclAlgorithm::kNvlsTree: return "nvls_tree";
+    default: return "ring";
+  }
+}
+
 }  // namespace
 
 Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
@@ -43,42 +61,52 @@ Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
 
 Choice Tuner::choose(Collective collective, int64_t bytes) const {
   if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) {
-    return {"direct", Protocol::kSimple, 1};
+    return {"direct", Protocol::kSimple, 1, 1};
   }
-  // NCCL's tuner over the algorithms tandem simulates: nvls only inside one node (NVLS across
-  // nodes needs NVLSTree / CollNet, which tandem does not model).
+  // NCCL's tuner over the algorithms tandem simulates: ring, tree, NVLS inside one node, NVLS Tree
+  // across nodes (CollNet and PAT are left out: docs/simulator.md).
   std::optional<models::NcclPrediction> best;
-  for (models::NcclAlgorithm a : {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing, models::NcclAlgorithm::kNvls}) {
-    if (a == models::NcclAlgorithm::kNvls && nodes_ > 1) continue;
+  for (models::NcclAlgorithm a : {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing,
+                                  models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree}) {
     for (models::NcclProtocol p : models::all_nccl_protocols()) {
       const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), a, p);
       if (t && (!best || *t < best->time_us)) best = models::NcclPrediction{a, p, *t};
     }
   }
-  if (!best) return {"ring", Protocol::kSimple, 1};
-  const std::string algorithm = best->algorithm == models::NcclAlgorithm::kTree   ? "tree"
-                                : best->algorithm == models::NcclAlgorithm::kNvls ? "nvls"
-                                                                                   : "ring";
-  return {algorithm, to_protocol(best->protocol), tiles_for(algorithm, bytes)};
+  if (!best) return {"ring", Protocol::kSimple, 1, 1};
+  const std::string algorithm = tandem_name(best->algorithm);
+  return {algorithm, to_protocol(best->protocol), tiles_for(algorithm, bytes),
+          model_.runtime_channels(best->algorithm, best->protocol, static_cast<uint64_t>(bytes))};
 }
 
-Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm) const {
-  if (algorithm == "nvls") return {algorithm, Protocol::kSimple, 1};  // NVLS is Simple-only
-  const Algorithm core = parse_algorithm(algorithm);
-  if (!supports(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
-  // The protocol NCCL would use with this algorithm forced; algorithms NCCL does not have take the
-  // ring's choice (their steps are point-to-point like a ring's).
-  const models::NcclAlgorithm nccl = core == Algorithm::kTree ? models::NcclAlgorithm::kTree : models::NcclAlgorithm::kRing;
-  Protocol protocol = Protocol::kSimple;
-  std::optional<double> best;
-  for (models::NcclProtocol p : models::all_nccl_protocols()) {
-    const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), nccl, p);
-    if (t && (!best || *t < *best)) {
-      best = t;
-      protocol = to_protocol(p);
+Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
+                         const std::string& protocol) const {
+  if (algorithm != "nvls" && algorithm != "nvls_tree") {
+    const Algorithm core = parse_algorithm(algorithm);
+    if (!supports(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
+  }
+  const models::NcclAlgorithm nccl = nccl_algorithm(algorithm);
+  // The protocol NCCL would use with this algorithm forced (or the one asked for).
+  std::optional<models::NcclProtocol> chosen;
+  if (protocol != "auto") {
+    const Protocol asked = parse_protocol(protocol);
+    for (models::NcclProtocol p : models::all_nccl_protocols()) {
+      if (to_protocol(p) == asked) chosen = p;
+    }
+  } else {
+    std::optional<double> best;
+    for (models::NcclProtocol p : models::all_nccl_protocols()) {
+      const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), nccl, p);
+      if (t && (!best || *t < *best)) {
+        best = t;
+        chosen = p;
+      }
     }
   }
-  return {algorithm, protocol, tiles_for(algorithm, bytes)};
+  const models::NcclProtocol p = chosen.value_or(models::NcclProtocol::kSimple);
+  const bool nccl_has_it = algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree";
+  const int channels = nccl_has_it ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
+  return {algorithm, to_protocol(p), tiles_for(algorithm, bytes), channels};
 }
 
 }  // namespace tandem::sim

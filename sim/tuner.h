@@ -12,9 +12,10 @@
 namespace tandem::sim {
 
 struct Choice {
-  std::string algorithm;  // a core algorithm name or "nvls"
+  std::string algorithm;  // a core algorithm name, "nvls" or "nvls_tree"
   Protocol protocol = Protocol::kSimple;
   uint32_t tiles = 1;     // pipelining depth for the schedule
+  int channels = 1;       // NCCL's runtime channels for this pick (ring and tree schedules run them)
 };
 
 class Tuner {
@@ -23,7 +24,9 @@ class Tuner {
   Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node);
 
   Choice choose(Collective collective, int64_t bytes) const;
-  Choice choose_for(Collective collective, int64_t bytes, const std::string& algorithm) const;
+  // `algorithm` forced (NCCL_ALGO); `protocol` too unless "auto" (NCCL_PROTO).
+  Choice choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
+                    const std::string& protocol = "auto") const;
 
  private:
   models::NcclCostModel model_;

@@ -13,24 +13,27 @@
 namespace tandem::algorithms {
 namespace {
 
-// The ring order: the layout's preferred order, or 0..n-1.
-std::vector<int> ring_members(const RankLayout& layout, int nranks) {
-  if (layout.ring_order.empty()) {
+// Channel c's ring order: the layout's order for that channel, or 0..n-1.
+std::vector<int> ring_members(const RankLayout& layout, int nranks, int channel) {
+  const std::vector<int>* ring = layout.ring(channel);
+  if (ring == nullptr) {
     std::vector<int> order(static_cast<size_t>(nranks));
     std::iota(order.begin(), order.end(), 0);
     return order;
   }
-  if (layout.ring_order.size() != static_cast<size_t>(nranks)) {
-    fail(ErrorCode::kInvalidArgument, "ring order has {} ranks, expected {}", layout.ring_order.size(), nranks);
+  if (ring->size() != static_cast<size_t>(nranks)) {
+    fail(ErrorCode::kInvalidArgument, "ring order of channel {} has {} ranks, expected {}", channel, ring->size(),
+         nranks);
   }
   std::vector<bool> seen(static_cast<size_t>(nranks), false);
-  for (int r : layout.ring_order) {
+  for (int r : *ring) {
     if (r < 0 || r >= nranks || seen[static_cast<size_t>(r)]) {
-      fail(ErrorCode::kInvalidArgument, "ring order is not a permutation of 0..{} (rank {})", nranks - 1, r);
+      fail(ErrorCode::kInvalidArgument, "ring order of channel {} is not a permutation of 0..{} (rank {})", channel,
+           nranks - 1, r);
     }
     seen[static_cast<size_t>(r)] = true;
   }
-  return layout.ring_order;
+  return *ring;
 }
 
 // The members rotated so that `first` leads.
@@ -48,9 +51,10 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
   const int channels = params.channels;
   if (channels < 1) fail(ErrorCode::kInvalidArgument, "ring needs at least 1 channel, got {}", channels);
   if (params.pipeline_chunks < 1) fail(ErrorCode::kInvalidArgument, "pipeline_chunks must be at least 1");
-  const std::vector<int> members = ring_members(layout, n);
   const auto g = static_cast<uint32_t>(n);
   const auto C = static_cast<uint32_t>(channels);
+  std::vector<std::vector<int>> rings;  // per channel
+  for (uint32_t c = 0; c < C; ++c) rings.push_back(ring_members(layout, n, static_cast<int>(c)));
   constexpr auto kIn = BufferKind::kInput;
   constexpr auto kOut = BufferKind::kOutput;
 
@@ -59,7 +63,7 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
       if (form == ScheduleForm::kSymmetric && n > 1) {
         // Position 0's program; position p runs it with chunks rotated by p inside each channel's
         // window of g chunks, and the ring neighbours at offsets +1 and -1 (= g-1).
-        ScheduleBuilder b = ScheduleBuilder::symmetric(spec.collective, Algorithm::kRing, members, g, C * g, params);
+        ScheduleBuilder b = ScheduleBuilder::symmetric(spec.collective, Algorithm::kRing, rings, g, C * g, params);
         for (uint32_t c = 0; c < C; ++c) {
           const uint32_t base = c * g;
           auto in = [&](uint32_t j) { return slots(kIn, base + j); };
@@ -74,8 +78,8 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
         const uint32_t base = c * g;
         auto in = [&](uint32_t j) { return slots(kIn, base + j); };
         auto out = [&](uint32_t j) { return slots(kOut, base + j); };
-        ring_reduce_scatter(b, static_cast<int>(c), members, in, out, out);
-        ring_all_gather(b, static_cast<int>(c), members, out);
+        ring_reduce_scatter(b, static_cast<int>(c), rings[c], in, out, out);
+        ring_all_gather(b, static_cast<int>(c), rings[c], out);
       }
       return std::move(b).finish();
     }
@@ -83,6 +87,7 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
       // Segment j is block members[j]... of rank j: the block the owner keeps is its own rank's.
       ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, C, params);
       for (uint32_t c = 0; c < C; ++c) {
+        const std::vector<int>& members = rings[c];
         auto own = [&](uint32_t j) { return slots(kIn, static_cast<uint32_t>(members[j]) * C + c); };
         auto partial = [&](uint32_t) { return slots(BufferKind::kScratch, c); };
         auto final = [&](uint32_t) { return slots(kOut, c); };
@@ -93,6 +98,7 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
     case Collective::kAllGather: {
       ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, C, params);
       for (uint32_t c = 0; c < C; ++c) {
+        const std::vector<int>& members = rings[c];
         auto data = [&](uint32_t j) { return slots(kOut, static_cast<uint32_t>(members[j]) * C + c); };
         auto first = [&](uint32_t) { return slots(kIn, c); };
         for (uint32_t p = 0; p < g; ++p) b.copy(members[p], static_cast<int>(c), slots(kIn, c), data(p));
@@ -105,9 +111,9 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
       //   root --c0,c1,..--> m1 --c0,c1,..--> m2 ... (every member forwards chunk i once it has it)
       const uint32_t k = C * static_cast<uint32_t>(params.pipeline_chunks);
       ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, k, params);
-      const std::vector<int> chain = rotated(members, spec.root);
       for (uint32_t i = 0; i < k; ++i) {
         const int lane = static_cast<int>(i % C);
+        const std::vector<int> chain = rotated(rings[i % C], spec.root);
         b.copy(chain[0], lane, slots(kIn, i), slots(kOut, i));
         for (uint32_t p = 0; p + 1 < g; ++p) {
           b.transfer(lane, chain[p], p == 0 ? slots(kIn, i) : slots(kOut, i), chain[p + 1], slots(kOut, i));
@@ -119,10 +125,10 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
       // A chain that ends at the root: root+1 -> root+2 -> ... -> root, partial sums in scratch.
       const uint32_t k = C * static_cast<uint32_t>(params.pipeline_chunks);
       ScheduleBuilder b(spec.collective, Algorithm::kRing, n, spec.root, k, params);
-      std::vector<int> chain = rotated(members, spec.root);
-      std::rotate(chain.begin(), chain.begin() + 1, chain.end());  // the root is last
       for (uint32_t i = 0; i < k; ++i) {
         const int lane = static_cast<int>(i % C);
+        std::vector<int> chain = rotated(rings[i % C], spec.root);
+        std::rotate(chain.begin(), chain.begin() + 1, chain.end());  // the root is last
         if (g == 1) b.copy(chain[0], lane, slots(kIn, i), slots(kOut, i));
         for (uint32_t p = 0; p + 1 < g; ++p) {
           const SlotRange sent = p == 0 ? slots(kIn, i) : slots(BufferKind::kScratch, i);

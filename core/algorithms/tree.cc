@@ -20,11 +20,16 @@ namespace {
 // Upper bound on AlgoParams::pipeline_chunks: each chunk is a few ops per rank and lane, and a
 // schedule of millions of ops is a caller's mistake rather than a useful pipeline.
 constexpr int kMaxPipelineChunks = 1024;
+// NCCL's MAXCHANNELS (src/include/device.h).
+constexpr int kMaxChannels = 64;
 
-// Tree 0 uses lanes 0 (up) and 1 (down), tree 1 lanes 2 and 3.
+// Channels: NCCL runs tree 0 on the first half of its channels and tree 1 (the mirror) on the
+// second half (graph/connect.cc connectTrees). Channel c has an up lane (2c) and a down lane (2c+1).
 constexpr int kTreeCount = 2;
-int up_lane(int tree) { return 2 * tree; }
-int down_lane(int tree) { return 2 * tree + 1; }
+int up_lane(int channel) { return 2 * channel; }
+int down_lane(int channel) { return 2 * channel + 1; }
+// The channels a tree schedule runs: params.channels rounded up to a whole pair (one per tree).
+int tree_channels(const AlgoParams& params) { return std::max(kTreeCount, (params.channels + 1) / 2 * 2); }
 
 // One member's links in one tree; -1 means "none".
 struct TreeLinks {
@@ -85,32 +90,44 @@ TreeLinks second_tree(int n, int r) {
   return links;
 }
 
-// The links of every rank in tree `tree`. The trees above run over nodes; each node joins them
-// through its first rank (its head), and the node's other ranks hang below the head as a chain,
-// as NCCL's intra-node chains do. Tree 0 over 3 nodes of 4 ranks (node tree: 0 -> 2 -> 1):
+// The links of every rank in tree `tree` on channel `channel`. The trees above run over nodes;
+// each node joins them through its head, and the node's other ranks hang below the head as a
+// chain, as NCCL's intra-node chains do (graph/search.cc NCCL_TOPO_PATTERN_TREE: "all NIC traffic
+// going to/from the same GPU"). Channel c's head is local rank h = c mod (channels per tree) mod
+// ranks_per_node and its chain runs h, h+1, ..., h-1 (mod ranks_per_node), so that the channels of
+// a tree spread their network traffic over the node's GPUs and NICs. Tree 0, channel 1, over 3
+// nodes of 4 ranks (node tree: 0 -> 2 -> 1):
 //
-//    node 0:   0 - 1 - 2 - 3
+//    node 0:   1 - 2 - 3 - 0
 //              |
-//    node 2:   8 - 9 - 10 - 11
+//    node 2:   9 - 10 - 11 - 8
 //              |
-//    node 1:   4 - 5 - 6 - 7
+//    node 1:   5 - 6 - 7 - 4
 //
 // With one rank per node this is the plain tree over ranks; with one node it is a single chain.
 // A head reduces its node-tree children first, then its chain child: at most 3 children, as
 // NCCL_MAX_TREE_ARITY allows.
-std::vector<TreeLinks> rank_tree(int nranks, int ranks_per_node, int tree) {
+std::vector<TreeLinks> rank_tree(int nranks, int ranks_per_node, int tree, int head_local) {
   const int node_count = (nranks + ranks_per_node - 1) / ranks_per_node;
   std::vector<TreeLinks> ranks(static_cast<size_t>(nranks));
   for (int node = 0; node < node_count; ++node) {
-    const int head = node * ranks_per_node;
-    const int end = std::min(head + ranks_per_node, nranks);
+    const int base = node * ranks_per_node;
+    const int size = std::min(ranks_per_node, nranks - base);
+    // The node's chain, head first; a short last node keeps the head inside it.
+    std::vector<int> chain;
+    for (int i = 0; i < size; ++i) chain.push_back(base + (head_local % size + i) % size);
+    const auto head_of = [&](int v) {
+      const int b = v * ranks_per_node;
+      const int n = std::min(ranks_per_node, nranks - b);
+      return b + head_local % n;
+    };
     const TreeLinks node_links = tree == 0 ? binary_tree(node_count, node) : second_tree(node_count, node);
-    TreeLinks& head_links = ranks[head];
-    head_links.parent = node_links.parent < 0 ? -1 : node_links.parent * ranks_per_node;
-    for (int child : node_links.children) head_links.children.push_back(child * ranks_per_node);
-    for (int r = head; r < end; ++r) {
-      if (r > head) ranks[r].parent = r - 1;
-      if (r + 1 < end) ranks[r].children.push_back(r + 1);
+    TreeLinks& head_links = ranks[static_cast<size_t>(chain[0])];
+    head_links.parent = node_links.parent < 0 ? -1 : head_of(node_links.parent);
+    for (int child : node_links.children) head_links.children.push_back(head_of(child));
+    for (size_t i = 0; i < chain.size(); ++i) {
+      if (i > 0) ranks[static_cast<size_t>(chain[i])].parent = chain[i - 1];
+      if (i + 1 < chain.size()) ranks[static_cast<size_t>(chain[i])].children.push_back(chain[i + 1]);
     }
   }
   return ranks;
@@ -128,6 +145,9 @@ void check_arguments(const CollectiveSpec& spec, const RankLayout& layout, const
   if (layout.ranks_per_node < 1) {
     fail(ErrorCode::kInvalidArgument, "tree: ranks_per_node must be at least 1, got {}", layout.ranks_per_node);
   }
+  if (params.channels < 1 || params.channels > kMaxChannels) {
+    fail(ErrorCode::kInvalidArgument, "tree: channels must be in [1, {}], got {}", kMaxChannels, params.channels);
+  }
   if (params.pipeline_chunks < 1 || params.pipeline_chunks > kMaxPipelineChunks) {
     fail(ErrorCode::kInvalidArgument, "tree: pipeline_chunks must be in [1, {}], got {}", kMaxPipelineChunks,
          params.pipeline_chunks);
@@ -136,50 +156,62 @@ void check_arguments(const CollectiveSpec& spec, const RankLayout& layout, const
 
 }  // namespace
 
-// Chunks of the block, P = params.pipeline_chunks:
+// Chunks of the block, P = params.pipeline_chunks, C = tree_channels(params), channel c owning
+// chunks [c*P, (c+1)*P):
 //
-//    | tree 0: chunks 0 .. P-1 | tree 1: chunks P .. 2P-1 |
+//    | ch 0: tree 0 | ... | ch C/2-1: tree 0 | ch C/2: tree 1 | ... | ch C-1: tree 1 |
 //
-// Chunk c of tree t, on each rank:
-//    up   (lane 2t):   Output[c] = Input[c] (+) child 0 (+) child 1 (+) ...; send Output[c] to parent
-//                      (a leaf sends Input[c]; the root keeps the full sum)
-//    down (lane 2t+1): receive Output[c] from parent (not the root); send Output[c] to each child
-// The down receive overwrites the partial sum the up phase left in Output[c]; the builder orders
-// it after the up send of that chunk (and, in place, after a leaf's send of Input[c]).
+// Chunk x of channel c, on each rank:
+//    up   (lane 2c):   Output[x] = Input[x] (+) child 0 (+) child 1 (+) ...; send Output[x] to parent
+//                      (a leaf sends Input[x]; the root keeps the full sum)
+//    down (lane 2c+1): receive Output[x] from parent (not the root); send Output[x] to each child
+// The down receive overwrites the partial sum the up phase left in Output[x]; the builder orders
+// it after the up send of that chunk (and, in place, after a leaf's send of Input[x]).
 Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
   check_arguments(spec, layout, params);
   const int nranks = spec.nranks;
-  const uint32_t per_tree = static_cast<uint32_t>(params.pipeline_chunks);
-  ScheduleBuilder builder(spec.collective, Algorithm::kTree, nranks, spec.root, kTreeCount * per_tree, params);
+  const int channels = tree_channels(params);
+  const int per_tree = channels / kTreeCount;
+  const uint32_t P = static_cast<uint32_t>(params.pipeline_chunks);
+  const uint32_t chunks = static_cast<uint32_t>(channels) * P;
+  ScheduleBuilder builder(spec.collective, Algorithm::kTree, nranks, spec.root, chunks, params);
   if (nranks == 1) {
-    builder.copy(0, 0, slots(BufferKind::kInput, 0, kTreeCount * per_tree),
-                 slots(BufferKind::kOutput, 0, kTreeCount * per_tree));
+    builder.copy(0, 0, slots(BufferKind::kInput, 0, chunks), slots(BufferKind::kOutput, 0, chunks));
     return std::move(builder).finish();
   }
 
-  std::array<std::vector<TreeLinks>, kTreeCount> trees;
-  for (int t = 0; t < kTreeCount; ++t) trees[t] = rank_tree(nranks, layout.ranks_per_node, t);
+  std::vector<std::vector<TreeLinks>> trees;  // per channel
+  for (int c = 0; c < channels; ++c) {
+    const int tree = c / per_tree;
+    const int head = c % per_tree % layout.ranks_per_node;
+    // Channels of one tree with the same head share one tree: build it once.
+    if (c % per_tree >= layout.ranks_per_node) {
+      trees.push_back(trees[static_cast<size_t>(c - layout.ranks_per_node)]);
+    } else {
+      trees.push_back(rank_tree(nranks, layout.ranks_per_node, tree, head));
+    }
+  }
 
   // Each rank's ops in the order it runs them: chunk by chunk, up before down.
   for (int r = 0; r < nranks; ++r) {
-    for (uint32_t i = 0; i < per_tree; ++i) {
-      for (int t = 0; t < kTreeCount; ++t) {
-        const TreeLinks& links = trees[t][r];
-        const uint32_t c = static_cast<uint32_t>(t) * per_tree + i;
-        const SlotRange input = slots(BufferKind::kInput, c);
-        const SlotRange output = slots(BufferKind::kOutput, c);
+    for (uint32_t i = 0; i < P; ++i) {
+      for (int c = 0; c < channels; ++c) {
+        const TreeLinks& links = trees[static_cast<size_t>(c)][static_cast<size_t>(r)];
+        const uint32_t x = static_cast<uint32_t>(c) * P + i;
+        const SlotRange input = slots(BufferKind::kInput, x);
+        const SlotRange output = slots(BufferKind::kOutput, x);
         SlotRange partial = input;
         for (int child : links.children) {
-          builder.recv_reduce(r, up_lane(t), child, partial, output);
+          builder.recv_reduce(r, up_lane(c), child, partial, output);
           partial = output;
         }
-        if (links.parent >= 0) builder.send(r, up_lane(t), links.parent, partial);
+        if (links.parent >= 0) builder.send(r, up_lane(c), links.parent, partial);
       }
-      for (int t = 0; t < kTreeCount; ++t) {
-        const TreeLinks& links = trees[t][r];
-        const SlotRange output = slots(BufferKind::kOutput, static_cast<uint32_t>(t) * per_tree + i);
-        if (links.parent >= 0) builder.recv(r, down_lane(t), links.parent, output);
-        for (int child : links.children) builder.send(r, down_lane(t), child, output);
+      for (int c = 0; c < channels; ++c) {
+        const TreeLinks& links = trees[static_cast<size_t>(c)][static_cast<size_t>(r)];
+        const SlotRange output = slots(BufferKind::kOutput, static_cast<uint32_t>(c) * P + i);
+        if (links.parent >= 0) builder.recv(r, down_lane(c), links.parent, output);
+        for (int child : links.children) builder.send(r, down_lane(c), child, output);
       }
     }
   }
@@ -187,3 +219,12 @@ Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const 
 }
 
 }  // namespace tandem::algorithms
+
+namespace tandem {
+
+int nccl_tree_parent(int n, int r, int tree) {
+  if (n < 1 || r < 0 || r >= n) fail(ErrorCode::kInvalidArgument, "nccl_tree_parent: member {} of {}", r, n);
+  return (tree == 0 ? algorithms::binary_tree(n, r) : algorithms::second_tree(n, r)).parent;
+}
+
+}  // namespace tandem

@@ -152,6 +152,9 @@ def main():
     recoveries = [a.get("data-outcome") for _, a in dom.with_class("recovery-marker")]
     check(recoveries == ["aborted"], f"one recovery marker: the abort ({recoveries})")
     check(len(dom.with_class("slice")) >= 2 * 64, "every rank has its completed attempts as slices")
+    waiting = [t for t in dom.text if "iteration 2 attempt 0" in t and "(failed)" in t]
+    check(len(waiting) == 63, f"63 ranks wait in iteration 2 until the watchdog ({len(waiting)} failed slices)")
+    check(not any(t.startswith("rank 5 iteration 2") for t in dom.text), "rank 5 has no slice in iteration 2")
     iterations = [a for t, a in dom.elements if t == "tr" and "iteration" in (a.get("class") or "")]
     check(len(iterations) == 3, f"the table has the 3 iterations that ran ({len(iterations)})")
     check("rank 5 never joined nccl:all_reduce #3" in text, "the flight-recorder verdict is on the page")

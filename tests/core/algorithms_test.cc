@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -71,7 +72,8 @@ TEST(Algorithms, LargeRingAndTree) {
   }
   // A ring over a rail-aligned order is checked like any other.
   RankLayout layout = RankLayout::nodes(4, 8);
-  for (int i = 0; i < 32; ++i) layout.ring_order.push_back((i % 4) * 8 + i / 4);
+  layout.rings.emplace_back();
+  for (int i = 0; i < 32; ++i) layout.rings[0].push_back((i % 4) * 8 + i / 4);
   EXPECT_NO_THROW(build_checked_schedule({Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 32}, layout,
                                          Algorithm::kRing, {2, 1, Algorithm::kRing}));
 }
@@ -81,7 +83,8 @@ TEST(Algorithms, SymmetricRingMatchesTheExplicitRing) {
     for (int channels : {1, 2}) {
       RankLayout layout = RankLayout::flat(n);
       // A non-identity ring order: stride 5 where it is a permutation, else reversed.
-      for (int i = 0; i < n; ++i) layout.ring_order.push_back(std::gcd(5, n) == 1 ? i * 5 % n : n - 1 - i);
+      layout.rings.emplace_back();
+      for (int i = 0; i < n; ++i) layout.rings[0].push_back(std::gcd(5, n) == 1 ? i * 5 % n : n - 1 - i);
       const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, n};
       const AlgoParams params{channels, 1, Algorithm::kRing};
       const Schedule symmetric =
@@ -173,6 +176,115 @@ TEST(Algorithms, DefaultAlgorithmIsSupported) {
         const CollectiveSpec spec{c, count, DataType::kF32, ReduceOp::kSum, 0, layout.nranks};
         EXPECT_TRUE(supports(default_algorithm(spec, layout), c)) << name(c);
       }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// NCCL's rings on 2 nodes x 8 GPUs, as its log prints them (nccl-tests #319, search channels 0-3):
+// each channel leaves node 0 on the GPU it enters node 1 on.
+TEST(NcclRings, MatchNcclsLogOnTwoNodes) {
+  const std::vector<std::vector<int>> rings = nccl_rings(2, 8);
+  ASSERT_EQ(rings.size(), 8u);
+  EXPECT_EQ(rings[0], (std::vector<int>{0, 7, 6, 5, 4, 3, 2, 1, 9, 10, 11, 12, 13, 14, 15, 8}));
+  EXPECT_EQ(rings[1], (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 0, 8, 15, 14, 13, 12, 11, 10, 9}));
+  EXPECT_EQ(rings[2], (std::vector<int>{2, 1, 0, 7, 6, 5, 4, 3, 11, 12, 13, 14, 15, 8, 9, 10}));
+  EXPECT_EQ(rings[3], (std::vector<int>{3, 4, 5, 6, 7, 0, 1, 2, 10, 9, 8, 15, 14, 13, 12, 11}));
+}
+
+// On any even node count every hop between nodes stays on one local index (one rail), and over the
+// 8 search channels each GPU of a node sends the network hop exactly once: every NIC carries
+// traffic. With an odd node count only the hop back to node 0 changes rails.
+TEST(NcclRings, EveryNicCarriesTrafficAndHopsStayOnTheirRail) {
+  for (int nodes : {2, 3, 4, 5, 16}) {
+    for (int m : {2, 4, 8}) {
+      const auto rings = nccl_rings(nodes, m);
+      std::vector<int> exits(static_cast<size_t>(m), 0);
+      for (const auto& ring : rings) {
+        const auto n = static_cast<int>(ring.size());
+        ASSERT_EQ(n, nodes * m);
+        std::vector<int> sorted = ring;
+        std::sort(sorted.begin(), sorted.end());
+        for (int i = 0; i < n; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+        for (int i = 0; i < n; ++i) {
+          const int a = ring[static_cast<size_t>(i)];
+          const int b = ring[static_cast<size_t>((i + 1) % n)];
+          if (a / m == b / m) continue;
+          if (a / m == 0 || nodes == 1) ++exits[static_cast<size_t>(a % m)];
+          const bool closing = b / m == 0;
+          if (!closing || nodes % 2 == 0) {
+            EXPECT_EQ(a % m, b % m) << nodes << "x" << m << ": " << a << " -> " << b;
+          }
+        }
+      }
+      if (nodes > 1) {
+        for (int g = 0; g < m; ++g) EXPECT_EQ(exits[static_cast<size_t>(g)], 1) << nodes << "x" << m << " GPU " << g;
+      }
+    }
+  }
+}
+
+// Channel rings of their own per lane: the symmetric form (one template, an order per lane) equals
+// the explicit form op for op, and both pass the checks; the lane-order checks refuse a template
+// whose lanes share chunks.
+TEST(NcclRings, SymmetricChannelRingsMatchTheExplicitRing) {
+  for (auto [nodes, m] : {std::pair{2, 8}, std::pair{3, 4}, std::pair{4, 2}}) {
+    const RankLayout layout = RankLayout::nccl(nodes, m);
+    const int n = nodes * m;
+    const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, n};
+    const AlgoParams params{2 * m, 1, Algorithm::kRing};
+    const Schedule symmetric = build_checked_schedule(spec, layout, Algorithm::kRing, params, ScheduleForm::kSymmetric);
+    ASSERT_EQ(symmetric.symmetry.lane_orders.size(), static_cast<size_t>(2 * m));
+    Schedule expanded = expand(symmetric);
+    validate(expanded);
+    symbolic_check(expanded);
+    const Schedule explicit_form = build_checked_schedule(spec, layout, Algorithm::kRing, params);
+    for (int r = 0; r < n; ++r) {
+      for (size_t l = 0; l < explicit_form.ranks[r].lanes.size(); ++l) {
+        const auto& a = explicit_form.ranks[r].lanes[l].ops;
+        const auto& b = expanded.ranks[r].lanes[l].ops;
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          ASSERT_TRUE(a[i].kind == b[i].kind && a[i].peer == b[i].peer && a[i].src == b[i].src && a[i].dst == b[i].dst)
+              << nodes << "x" << m << " rank " << r << " lane " << l << " op " << i;
+        }
+      }
+    }
+    // Lane 1 made to use lane 0's chunks: refused.
+    Schedule bad = symmetric;
+    for (Op& op : bad.ranks[0].lanes[1].ops) {
+      if (op.src.count > 0) op.src.first %= static_cast<uint32_t>(n);
+      if (op.dst.count > 0) op.dst.first %= static_cast<uint32_t>(n);
+    }
+    EXPECT_THROW(validate(bad), Error);
+  }
+}
+
+// NCCL's trees over nodes with 16 channels: channel c's chain starts on local GPU c mod 8, so
+// tree traffic leaves each node on every GPU (and NIC); every (channels, layout) passes the checks.
+TEST(NcclTrees, ChannelsSpreadTheHeadsOverTheNode) {
+  const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 32};
+  const Schedule tree = build_checked_schedule(spec, RankLayout::nodes(4, 8), Algorithm::kTree, {16, 1, Algorithm::kRing});
+  std::set<int> senders;  // local GPUs that send to another node
+  for (int r = 0; r < 32; ++r) {
+    for (const Lane& lane : tree.ranks[static_cast<size_t>(r)].lanes) {
+      for (const Op& op : lane.ops) {
+        if (op.kind == OpKind::kSend && op.peer / 8 != r / 8) senders.insert(r % 8);
+      }
+    }
+  }
+  EXPECT_EQ(senders.size(), 8u);
+  for (int channels : {1, 2, 3, 8, 16}) {
+    for (auto [nodes, m] : {std::pair{1, 8}, std::pair{3, 4}, std::pair{5, 2}, std::pair{2, 8}}) {
+      const CollectiveSpec s{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, nodes * m};
+      EXPECT_NO_THROW(build_checked_schedule(s, RankLayout::nodes(nodes, m), Algorithm::kTree,
+                                             {channels, 2, Algorithm::kRing}))
+          << channels << " channels, " << nodes << "x" << m;
     }
   }
 }

@@ -247,9 +247,10 @@ TEST(BuildCluster, ScalableUnitsAtSuperPodScale) {
   const RankLayout layout = topo.layout(true);
   const auto start = std::chrono::steady_clock::now();
   std::map<size_t, int> hops;
-  for (size_t i = 0; i < layout.ring_order.size(); ++i) {
-    const int src = layout.ring_order[i];
-    const int dst = layout.ring_order[(i + 1) % layout.ring_order.size()];
+  const std::vector<int>& ring = layout.rings.at(0);
+  for (size_t i = 0; i < ring.size(); ++i) {
+    const int src = ring[i];
+    const int dst = ring[(i + 1) % ring.size()];
     ++hops[topo.route(src, dst).hops.size()];
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -491,21 +492,20 @@ TEST(ClusterSpec, ValidationNamesTheField) {
   EXPECT_THROW(parse_fabric("torus"), Error);
 }
 
-// Every consecutive pair of the ring (the closing pair included) that crosses nodes joins two GPUs
-// with the same local index, i.e. the same rail. Returns the count of pairs that do not.
-int cross_rail_hops(const RankLayout& layout) {
-  const int m = layout.ranks_per_node;
-  const size_t n = layout.ring_order.size();
+// The pairs of consecutive ranks of `ring` (the closing pair included) that cross nodes between
+// GPUs of different local index, i.e. different rails.
+int cross_rail_hops(const std::vector<int>& ring, int m) {
+  const size_t n = ring.size();
   int bad = 0;
   for (size_t i = 0; i < n; ++i) {
-    const int a = layout.ring_order[i];
-    const int b = layout.ring_order[(i + 1) % n];
+    const int a = ring[i];
+    const int b = ring[(i + 1) % n];
     if (a / m != b / m && a % m != b % m) ++bad;
   }
   return bad;
 }
 
-TEST(Layout, RailAlignedRingOrder) {
+TEST(Layout, RailAlignedLayoutHasNcclsChannelRings) {
   for (int nodes : {1, 2, 3, 4, 5, 7, 8}) {
     for (int gpus : {1, 2, 3, 4, 8}) {
       ClusterSpec spec = spec_of("dgx-h100", nodes);
@@ -515,34 +515,39 @@ TEST(Layout, RailAlignedRingOrder) {
       const RankLayout layout = topo.layout(true);
       EXPECT_EQ(layout.nranks, nodes * gpus);
       EXPECT_EQ(layout.ranks_per_node, gpus);
-      ASSERT_EQ(layout.ring_order.size(), static_cast<size_t>(nodes * gpus));
-      std::vector<int> sorted = layout.ring_order;
-      std::sort(sorted.begin(), sorted.end());
-      for (int r = 0; r < nodes * gpus; ++r) ASSERT_EQ(sorted[static_cast<size_t>(r)], r);
-      // Each node's ranks are contiguous in the ring, in node order.
-      for (int i = 0; i < nodes * gpus; ++i) EXPECT_EQ(layout.ring_order[static_cast<size_t>(i)] / gpus, i / gpus);
-      // m == 2 with an odd node count cannot close on one rail; everything else can.
-      const int expected_bad = gpus == 2 && nodes % 2 == 1 && nodes > 1 ? 1 : 0;
-      EXPECT_EQ(cross_rail_hops(layout), expected_bad) << nodes << " nodes x " << gpus;
+      if (nodes * gpus == 1) continue;
+      ASSERT_EQ(layout.rings.size(), static_cast<size_t>(gpus));  // one per search channel
+      for (size_t s = 0; s < layout.rings.size(); ++s) {
+        const std::vector<int>& ring = layout.rings[s];
+        ASSERT_EQ(ring.size(), static_cast<size_t>(nodes * gpus));
+        std::vector<int> sorted = ring;
+        std::sort(sorted.begin(), sorted.end());
+        for (int r = 0; r < nodes * gpus; ++r) ASSERT_EQ(sorted[static_cast<size_t>(r)], r);
+        // Each node's ranks are contiguous in the ring, in node order.
+        for (int i = 0; i < nodes * gpus; ++i) EXPECT_EQ(ring[static_cast<size_t>(i)] / gpus, i / gpus);
+        // A channel with a partner (s ^ 1) keeps every hop on one rail but, with an odd node count,
+        // the hop back to node 0 (NCCL's rings do the same).
+        if ((s ^ 1) >= static_cast<size_t>(gpus)) continue;
+        const int expected_bad = nodes % 2 == 1 && nodes > 1 && gpus > 1 ? 1 : 0;
+        EXPECT_EQ(cross_rail_hops(ring, gpus), expected_bad) << nodes << " nodes x " << gpus << ", channel " << s;
+      }
     }
   }
-  // 8 x 8 is exactly the snake; every inter-node hop stays under one rail leaf (4 hops, no spine).
+  // 8 x 8: channel 0 as NCCL builds it; every inter-node hop of every channel stays under one rail
+  // leaf (4 hops, no spine).
   const Topology topo = build_cluster(spec_of("dgx-h100", 8));
   const RankLayout layout = topo.layout(true);
-  EXPECT_EQ(std::vector<int>(layout.ring_order.begin(), layout.ring_order.begin() + 17),
-            (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 15, 14, 13, 12, 11, 10, 9, 8, 16}));
-  for (size_t i = 0; i < layout.ring_order.size(); ++i) {
-    const int a = layout.ring_order[i];
-    const int b = layout.ring_order[(i + 1) % layout.ring_order.size()];
-    EXPECT_EQ(topo.route(a, b).hops.size(), a / 8 == b / 8 ? 2u : 4u) << a << " -> " << b;
+  EXPECT_EQ(std::vector<int>(layout.rings[0].begin(), layout.rings[0].begin() + 17),
+            (std::vector<int>{0, 7, 6, 5, 4, 3, 2, 1, 9, 10, 11, 12, 13, 14, 15, 8, 16}));
+  for (const std::vector<int>& ring : layout.rings) {
+    for (size_t i = 0; i < ring.size(); ++i) {
+      const int a = ring[i];
+      const int b = ring[(i + 1) % ring.size()];
+      EXPECT_EQ(topo.route(a, b).hops.size(), a / 8 == b / 8 ? 2u : 4u) << a << " -> " << b;
+    }
   }
-  // Three nodes: the last node is entered on local 1.
-  const RankLayout three = build_cluster(spec_of("dgx-h100", 3)).layout(true);
-  EXPECT_EQ(std::vector<int>(three.ring_order.begin() + 8, three.ring_order.end()),
-            (std::vector<int>{15, 14, 13, 12, 11, 10, 8, 9, 17, 23, 22, 21, 20, 19, 18, 16}));
-
   const RankLayout plain = topo.layout(false);
-  EXPECT_TRUE(plain.ring_order.empty());
+  EXPECT_TRUE(plain.rings.empty());
   EXPECT_EQ(plain.nranks, 64);
   EXPECT_EQ(plain.ranks_per_node, 8);
 }
