@@ -483,7 +483,12 @@ class SimLoop : public LoopBackend {
     }
     const sim::Tuner tuner(setup_.scenario.variants[0].cluster, setup_.topology.node_count(), setup_.per_node);
     p.choice = tuner.choose_for(p.spec.collective, setup_.loop.size_bytes, std::string(name(setup_.loop.algorithm)));
-    p.schedule = build_checked_schedule(p.spec, layout, setup_.loop.algorithm, AlgoParams{}, ScheduleForm::kExplicit);
+    // NCCL's channels for ring and tree: together they use every NIC of a node.
+    AlgoParams params;
+    if (setup_.loop.algorithm == Algorithm::kRing || setup_.loop.algorithm == Algorithm::kTree) {
+      params.channels = p.choice.channels;
+    }
+    p.schedule = build_checked_schedule(p.spec, layout, setup_.loop.algorithm, params, ScheduleForm::kExplicit);
     for (int r = 0; r < m; ++r) {
       for (const Lane& lane : p.schedule.ranks[static_cast<size_t>(r)].lanes) {
         for (const Op& op : lane.ops) {

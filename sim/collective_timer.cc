@@ -127,7 +127,10 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     const int64_t count =
         half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype)) : count_for(collective, bytes, n, dtype);
     const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
-    const Schedule& schedule = shape.regular ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), true)
+    // NCCL's channels for ring and tree (every NIC of a node carries a share across nodes).
+    const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;
+    const Schedule& schedule = shape.regular ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true),
+                                                            true, channels)
                                              : irregular_schedule(spec, core, shape.per_node, instances.front());
     SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
     request.concurrent.assign(instances.begin() + 1, instances.end());
@@ -146,13 +149,15 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
 }
 
 const Schedule& CollectiveTimer::schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
-                                              bool symmetric) {
+                                              bool symmetric, int channels) {
   // Schedules count chunks, not elements: one per shape serves every size.
-  const auto key = std::make_tuple(spec.collective, algorithm, layout.nranks, layout.ranks_per_node, symmetric);
+  const auto key = std::make_tuple(spec.collective, algorithm, layout.nranks, layout.ranks_per_node, symmetric, channels);
   auto it = schedules_.find(key);
   if (it == schedules_.end()) {
+    AlgoParams params;
+    params.channels = channels;
     it = schedules_
-             .emplace(key, build_checked_schedule(spec, layout, algorithm, {},
+             .emplace(key, build_checked_schedule(spec, layout, algorithm, params,
                                                   symmetric ? ScheduleForm::kSymmetric : ScheduleForm::kExplicit))
              .first;
   }

@@ -49,7 +49,8 @@ class CollectiveTimer {
                         const std::string& algorithm);
 
  private:
-  const Schedule& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout, bool symmetric);
+  const Schedule& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout, bool symmetric,
+                               int channels = 1);
 
   const Schedule& irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
                                      const std::vector<int>& gpus);
@@ -59,7 +60,7 @@ class CollectiveTimer {
   models::Topology topology_;
   Simulator simulator_;
   std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;
-  std::map<std::tuple<Collective, Algorithm, int, int, bool>, Schedule> schedules_;
+  std::map<std::tuple<Collective, Algorithm, int, int, bool, int>, Schedule> schedules_;
   std::deque<Schedule> irregular_;  // one per irregular placement timed (results are cached)
 };
 
