@@ -409,7 +409,8 @@ struct TimingQuery {
 std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, const std::vector<TimingQuery>& queries) {
   if (queries.empty()) return {};
   const std::string text = sim::run_isolated([&] {
-    sim::CollectiveTimer timer(options.cluster, options.network);
+    // Explicit schedules, as tandem run's collective loops simulate them.
+    sim::CollectiveTimer timer(options.cluster, options.network, true);
     json out = json::array();
     for (const TimingQuery& q : queries) {
       models::CommGroup group{"replay", 1, 1, {q.ranks}};

@@ -72,8 +72,13 @@ Shape shape_of(const std::vector<int>& gpus, int gpus_per_node) {
 
 }  // namespace
 
-CollectiveTimer::CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network)
-    : cluster_(cluster), network_(network), topology_(models::build_cluster(cluster)), simulator_(topology_, cluster, network) {}
+CollectiveTimer::CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network,
+                                 bool explicit_schedules)
+    : cluster_(cluster),
+      network_(network),
+      explicit_schedules_(explicit_schedules),
+      topology_(models::build_cluster(cluster)),
+      simulator_(topology_, cluster, network) {}
 
 CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, const models::CommGroup& group,
                                        const std::string& algorithm) {
@@ -130,8 +135,8 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     // NCCL's channels for ring and tree (every NIC of a node carries a share across nodes).
     const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;
     const Schedule& schedule = shape.regular ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true),
-                                                            true, channels)
-                                             : irregular_schedule(spec, core, shape.per_node, instances.front());
+                                                            !explicit_schedules_, channels)
+                                             : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
     SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
     request.concurrent.assign(instances.begin() + 1, instances.end());
     result = simulator_.run(request);
@@ -171,7 +176,7 @@ const Schedule& CollectiveTimer::schedule_for(const CollectiveSpec& spec, Algori
 // hops stay on NVLink or on one rail; a flat layout where the algorithm refuses the partly filled
 // nodes. The simulator places each rank on its real GPU.
 const Schedule& CollectiveTimer::irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
-                                                    const std::vector<int>& gpus) {
+                                                    const std::vector<int>& gpus, int channels) {
   RankLayout layout = RankLayout::flat(spec.nranks);
   layout.ranks_per_node = std::clamp(per_node, 1, spec.nranks);
   std::vector<int> nodes;  // in order of appearance
@@ -194,8 +199,9 @@ const Schedule& CollectiveTimer::irregular_schedule(const CollectiveSpec& spec, 
   }
   // The schedule depends on the ring order: not cached by shape alone.
   try {
-    return irregular_.emplace_back(
-        build_checked_schedule(spec, layout, algorithm, {}, ScheduleForm::kExplicit));
+    AlgoParams params;
+    params.channels = channels;
+    return irregular_.emplace_back(build_checked_schedule(spec, layout, algorithm, params, ScheduleForm::kExplicit));
   } catch (const Error&) {
     return schedule_for(spec, algorithm, RankLayout::flat(spec.nranks), false);
   }

@@ -37,7 +37,11 @@ struct CollectiveTiming {
 class CollectiveTimer {
  public:
   // Builds the topology and the SimGrid platform: at most one timer (or Simulator) per process.
-  CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network);
+  // With `explicit_schedules`, every collective runs its explicit schedule (rings op by op), as
+  // `tandem run`'s collective loops do: a replay of such a run gives back its times. Without,
+  // rings on regular placements run their rank-symmetric rounds (cheap at any scale; with NCCL's
+  // 16 channels up to ~25% slower than op by op at mid sizes, docs/simulator.md).
+  CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network, bool explicit_schedules = false);
 
   // `bytes` (nccl-tests' size) of `collective` on `group`, whose instances list the GPUs of each
   // instance in the group's rank order. `algorithm`: "auto" (NCCL's tuner), a core algorithm name
@@ -53,10 +57,11 @@ class CollectiveTimer {
                                int channels = 1);
 
   const Schedule& irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
-                                     const std::vector<int>& gpus);
+                                     const std::vector<int>& gpus, int channels);
 
   models::ClusterSpec cluster_;
   NetworkModel network_;
+  bool explicit_schedules_ = false;
   models::Topology topology_;
   Simulator simulator_;
   std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;

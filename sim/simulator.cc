@@ -811,8 +811,11 @@ SimResult Simulator::run(const SimRequest& request) {
     return result;
   }
   // Trees (every edge busy at once in steady state) replay analytically after one contention
-  // round; faults need the op-by-op simulation.
-  if (s.zone != nullptr && !schedule.symmetric() && schedule.algorithm == Algorithm::kTree && !s.faults_active()) {
+  // round, degraded links included (the round runs on SimGrid's links at their set bandwidth);
+  // detours around dead links and stragglers need the op-by-op simulation.
+  const bool stragglers = std::any_of(s.gpu_slowdown.begin(), s.gpu_slowdown.end(), [](double f) { return f != 1.0; });
+  if (s.zone != nullptr && !schedule.symmetric() && schedule.algorithm == Algorithm::kTree && s.dead_links.empty() &&
+      !stragglers) {
     result.compressed = true;
     result.seconds = s.run_replayed(
         schedule, placements, [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); }, tiles,

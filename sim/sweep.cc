@@ -12,6 +12,7 @@
 
 #include "core/algorithms.h"
 #include "core/error.h"
+#include "sim/protocol.h"
 #include "sim/tuner.h"
 
 namespace tandem::sim {
@@ -81,17 +82,34 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
         const Algorithm algorithm = parse_algorithm(choice.algorithm);
         AlgoParams params = request.params;
         if (algorithm == Algorithm::kRing || algorithm == Algorithm::kTree) params.channels = choice.channels;
-        auto key = std::make_tuple(point.collective, algorithm, point.root, params.channels);
+        // A ring all_gather / reduce_scatter of S bytes is one half of a ring all_reduce of S bytes
+        // (N - 1 steps of S / N each, on the same channel rings): timed as half of that all_reduce's
+        // rank-symmetric rounds plus the base latency once, as training steps time them
+        // (sim/collective_timer.cc; tests/sim/simulator_test.cc checks it against the explicit
+        // schedules). The explicit ring would be simulated op by op, n x channels actors.
+        const bool half_ring = !request.explicit_schedules && algorithm == Algorithm::kRing &&
+                               (point.collective == Collective::kAllGather ||
+                                point.collective == Collective::kReduceScatter);
+        CollectiveSpec run_spec = spec;
+        if (half_ring) {
+          run_spec.collective = Collective::kAllReduce;
+          run_spec.count = point.bytes / static_cast<int64_t>(size_bytes(point.dtype));
+        }
+        auto key = std::make_tuple(run_spec.collective, algorithm, point.root, params.channels);
         auto it = schedules.find(key);
         if (it == schedules.end()) {
           it = schedules
-                   .emplace(key, build_checked_schedule(spec, layout, algorithm, params,
+                   .emplace(key, build_checked_schedule(run_spec, layout, algorithm, params,
                                                     request.explicit_schedules ? ScheduleForm::kExplicit
                                                                                : ScheduleForm::kSymmetric))
                    .first;
         }
-        SimRequest run{&it->second, spec, gpu_of_rank, choice.protocol, choice.tiles};
+        SimRequest run{&it->second, run_spec, gpu_of_rank, choice.protocol, choice.tiles};
         sim = simulator.run(run);
+        if (half_ring) {
+          const double base = request.network.protocol_effects ? protocol_base_latency_s(choice.protocol, algorithm) : 0.0;
+          sim.seconds = base + (sim.seconds - base) / 2;
+        }
       }
       out.ok = true;
       out.seconds = sim.seconds;

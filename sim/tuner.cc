@@ -8,10 +8,17 @@
 namespace tandem::sim {
 namespace {
 
-// Pipelining of chains and trees: NCCL moves a tree's data in chunks of about this size, so a big
-// message becomes a pipeline whose fill is a small part of the time; capped to keep simulations short.
+// Pipelining of chains and trees. Trees follow NCCL (enqueue.cc, computeColl for NCCL_ALGO_TREE):
+// each channel's share is cut into chunks of 512 KiB, halved down to 128 KiB while a channel would
+// get fewer than depth x 8 of them, so the pipeline's fill (depth hops) stays a small part of the
+// time; depth = ranks per node - 1 + log2(nodes). Recursive doubling pipelines whole-message
+// pieces of 512 KiB. Capped to keep simulations short (the tree replay costs ops x tiles).
+constexpr int64_t kTreeChunkBytes = 512 << 10;
+constexpr int64_t kTreeMinChunkBytes = 128 << 10;
+constexpr int64_t kTreeChunksPerDepth = 8;
 constexpr int64_t kPipelineChunkBytes = 512 << 10;
 constexpr uint32_t kMaxTiles = 64;
+constexpr uint32_t kMaxTreeTiles = 256;
 
 Protocol to_protocol(models::NcclProtocol p) {
   switch (p) {
@@ -31,8 +38,16 @@ models::ClusterSpec participating(models::ClusterSpec cluster, int nodes, int gp
   return cluster;
 }
 
-uint32_t tiles_for(const std::string& algorithm, int64_t bytes) {
-  if (algorithm != "tree" && algorithm != "recursive_doubling") return 1;
+uint32_t tiles_for(const std::string& algorithm, int64_t bytes, int channels, int nodes, int gpus_per_node) {
+  if (algorithm == "tree") {
+    int64_t depth = gpus_per_node - 1;
+    for (int span = 1; span < nodes; span *= 2) ++depth;
+    const int64_t per_channel = bytes / std::max(1, channels);
+    int64_t chunk = kTreeChunkBytes;
+    while (per_channel / chunk < depth * kTreeChunksPerDepth && chunk > kTreeMinChunkBytes) chunk /= 2;
+    return static_cast<uint32_t>(std::clamp<int64_t>((per_channel + chunk - 1) / chunk, 1, kMaxTreeTiles));
+  }
+  if (algorithm != "recursive_doubling") return 1;
   return static_cast<uint32_t>(std::clamp<int64_t>(bytes / kPipelineChunkBytes, 1, kMaxTiles));
 }
 
@@ -57,7 +72,7 @@ std::string tandem_name(models::NcclAlgorithm algorithm) {
 }  // namespace
 
 Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
-    : model_(participating(cluster, nodes, gpus_per_node)), nodes_(nodes) {}
+    : model_(participating(cluster, nodes, gpus_per_node)), nodes_(nodes), gpus_per_node_(gpus_per_node) {}
 
 Choice Tuner::choose(Collective collective, int64_t bytes) const {
   if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) {
@@ -75,8 +90,9 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
   }
   if (!best) return {"ring", Protocol::kSimple, 1, 1};
   const std::string algorithm = tandem_name(best->algorithm);
-  return {algorithm, to_protocol(best->protocol), tiles_for(algorithm, bytes),
-          model_.runtime_channels(best->algorithm, best->protocol, static_cast<uint64_t>(bytes))};
+  const int channels = model_.runtime_channels(best->algorithm, best->protocol, static_cast<uint64_t>(bytes));
+  return {algorithm, to_protocol(best->protocol), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_),
+          channels};
 }
 
 Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
@@ -106,7 +122,7 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
   const models::NcclProtocol p = chosen.value_or(models::NcclProtocol::kSimple);
   const bool nccl_has_it = algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree";
   const int channels = nccl_has_it ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
-  return {algorithm, to_protocol(p), tiles_for(algorithm, bytes), channels};
+  return {algorithm, to_protocol(p), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
 
 }  // namespace tandem::sim

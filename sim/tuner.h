@@ -31,6 +31,7 @@ class Tuner {
  private:
   models::NcclCostModel model_;
   int nodes_;
+  int gpus_per_node_;
 };
 
 }  // namespace tandem::sim

@@ -95,7 +95,7 @@ TEST_F(ReplayCli, ASimulatedRunReplayedWithItsAlgorithmGivesBackTheRecordedTimes
     EXPECT_EQ(op.at("bytes"), 64 << 20);
     EXPECT_EQ(op.at("algorithm"), "ring");
     const double predicted = op.at("predicted_us"), recorded = op.at("recorded_us");
-    EXPECT_GT(recorded, 1000);  // 64 MiB over 8 nodes: milliseconds, not zero
+    EXPECT_GT(recorded, 300);  // 64 MiB over 8 nodes on 16 channel rings: ~0.5 ms, not zero
     EXPECT_NEAR(predicted / recorded, 1.0, 0.01) << op.dump();
   }
   const json& stuck = op_at(r, 2);
@@ -115,9 +115,13 @@ TEST_F(ReplayCli, ASimulatedRunReplayedWithItsAlgorithmGivesBackTheRecordedTimes
   EXPECT_DOUBLE_EQ(by_action["shrink"].at("watchdog_s").get<double>(), 0.1);
   const double stuck_at = stuck.at("start_us");
   EXPECT_NEAR(by_action["abort"].at("end_us").get<double>(), stuck_at + 1e5, 1.0);
-  // The survivors' ring: about the 64-rank time (63 ranks, same rails), not zero, not a flat ring.
+  // The survivors' rings: NCCL's channel rings without rank 5, so the channels that left node 0
+  // through GPU 5 leave through a neighbour, whose NIC then carries twice its share: slower than
+  // the 64-rank time, at most ~2x, never faster (and not a flat ring across spines).
   const double rerun = by_action["shrink"].at("rerun_us");
-  EXPECT_NEAR(rerun / op_at(r, 0).at("predicted_us").get<double>(), 1.0, 0.05);
+  const double rerun_ratio = rerun / op_at(r, 0).at("predicted_us").get<double>();
+  EXPECT_GE(rerun_ratio, 1.0);
+  EXPECT_LE(rerun_ratio, 2.0);
   EXPECT_NEAR(by_action["shrink"].at("end_us").get<double>(), stuck_at + 1e5 + rerun, 1.0);
 }
 

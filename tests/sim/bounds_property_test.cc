@@ -216,8 +216,13 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
                        result.algorithm, name(result.protocol), result.seconds * 1e6, bound.time_s * 1e6,
                        in_network ? " (with in-network reduction)" : "");
 
-    // 2. NCCL's cost model, on large sizes.
+    // 2. NCCL's cost model, on large sizes. Trees on 2 nodes are NCCL's special case: each byte
+    //    crosses the network once each way, so tree busbw reaches up to ~2x the NICs' (sjeaugey,
+    //    NVIDIA/nccl#946), which the tuner's bandwidth table only partly credits (bwIntra for
+    //    nNodes <= 2); the simulator follows the links there, and the measured 2-node row M5 of
+    //    bench/data/multinode_calibration.csv checks it instead.
     if (point.bytes < kLargeBytes) continue;
+    if (spec.nodes == 2 && (result.algorithm == "tree" || result.algorithm == "nvls_tree")) continue;
     const std::optional<models::NcclPrediction> predicted = model_prediction(model, point, bytes);
     if (!predicted) continue;
     const double ratio = result.seconds * 1e6 / predicted->time_us;

@@ -58,11 +58,12 @@ TEST(Training, Llama70bOn64H100FsdpAndTensorPipeline) {
     EXPECT_LT(r.achieved_mfu, 0.4);  // never above the kernels' own MFU
     EXPECT_NEAR(r.tokens_per_s_per_gpu * r.step_s * 64, 64.0 * 8192, 1e-3);
   }
-  // FSDP's per-layer all_gather of 1.71 GB runs over the NICs: busbw close to 400G's ~47 GB/s.
+  // FSDP's per-layer all_gather of 1.71 GB runs over NCCL's 16 channel rings, 2 per NIC: busbw
+  // close to 8 NICs x 400G's ~47 GB/s (at most 8 x 50).
   const CollectiveTiming& gather = find(results[0], "fsdp", Collective::kAllGather);
   EXPECT_EQ(gather.ranks, 64);
-  EXPECT_GT(gather.busbw_GBps, 40);
-  EXPECT_LT(gather.busbw_GBps, 50);
+  EXPECT_GT(gather.busbw_GBps, 320);
+  EXPECT_LT(gather.busbw_GBps, 400);
   // TP all_gathers stay on NVLink: far faster than the network.
   const CollectiveTiming& tp_gather = find(results[1], "tp", Collective::kAllGather);
   EXPECT_EQ(tp_gather.ranks, 8);
@@ -75,14 +76,15 @@ TEST(Training, Llama70bOn64H100FsdpAndTensorPipeline) {
 }
 
 TEST(Training, FasterNicsShortenANetworkBoundStep) {
-  // FSDP over 16 nodes with one sequence per GPU: the gathers outgrow the compute, so the NIC speed
-  // shows in the step time; 800G behind PCIe Gen5 buys what the PCIe link allows (< 2x).
+  // FSDP over 16 nodes with one sequence per GPU on slow NICs: the gathers outgrow the compute, so
+  // the NIC speed shows in the step time (with NCCL's channel rings on all 8 NICs, 200G already
+  // hides them behind the compute: 8 x 25 GB/s).
   models::TrainingConfig c = llama70b({"fsdp", 1, 1, models::Sharding::kFsdp, 0}, 128);
   c.seq_len = 2048;
   c.recompute = true;
   double step[2] = {0, 0};
   int i = 0;
-  for (double gbps : {200.0, 800.0}) {
+  for (double gbps : {25.0, 100.0}) {
     TrainingRequest request;
     request.cluster = h100s(16, gbps);
     request.configs = {c};

@@ -46,4 +46,27 @@ inline std::vector<RankLayout> sweep_layouts(Algorithm algorithm, int n) {
   return result;
 }
 
+// NCCL's multi-node structure for the executor sweeps: whole nodes with NCCL's channel rings
+// (RankLayout::nccl: each channel its own ring, leaving a node on a GPU of its own) and 2 channels
+// per rank of a node (NCCL's doubled search channels), 2..4 nodes x 2..8 ranks. Ring and tree run
+// with them; the other algorithms have no channels.
+struct NodeCase {
+  RankLayout layout;
+  AlgoParams params;
+  std::string name;
+};
+inline std::vector<NodeCase> nccl_node_cases() {
+  std::vector<NodeCase> cases;
+  for (int nodes : {2, 3, 4}) {
+    for (int per_node : {2, 4, 8}) {
+      AlgoParams params;
+      params.channels = 2 * per_node;
+      cases.push_back({RankLayout::nccl(nodes, per_node), params,
+                       std::to_string(nodes) + "x" + std::to_string(per_node) + " nodes, " +
+                           std::to_string(params.channels) + " channels"});
+    }
+  }
+  return cases;
+}
+
 }  // namespace tandem::testing

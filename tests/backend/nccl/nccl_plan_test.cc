@@ -189,6 +189,42 @@ TEST_P(NcclPlanSweep, SimulatedPlanMatchesHost) {
 
 INSTANTIATE_TEST_SUITE_P(AllAlgorithms, NcclPlanSweep, ::testing::ValuesIn(sweep_params()), param_name);
 
+// The plan lowers NCCL's multi-node structure like any schedule: channel rings (a ring order per
+// channel, symmetric form included) and channel trees on 2..4 nodes x 2..8 ranks, each rank's
+// simulated plan against the host executor.
+class NcclPlanNodeSweep : public NcclPlanSweep {};
+
+TEST_F(NcclPlanNodeSweep, ChannelRingsAndTreesMatchHost) {
+  for (const tandem::testing::NodeCase& node_case : tandem::testing::nccl_node_cases()) {
+    const int n = node_case.layout.nranks;
+    for (const auto& [algorithm, collective] :
+         {std::pair{Algorithm::kRing, Collective::kAllReduce}, std::pair{Algorithm::kRing, Collective::kAllGather},
+          std::pair{Algorithm::kRing, Collective::kReduceScatter}, std::pair{Algorithm::kTree, Collective::kAllReduce}}) {
+      AlgoParams params = node_case.params;
+      if (algorithm == Algorithm::kTree) params.pipeline_chunks = 2;
+      CollectiveSpec spec{.collective = collective, .root = n / 2, .nranks = n};
+      std::vector<Schedule> forms;
+      forms.push_back(build_checked_schedule(spec, node_case.layout, algorithm, params));
+      Schedule symmetric = build_checked_schedule(spec, node_case.layout, algorithm, params, ScheduleForm::kSymmetric);
+      if (symmetric.symmetric()) forms.push_back(std::move(symmetric));
+      for (const Schedule& schedule : forms) {
+        const std::string form = node_case.name + (schedule.symmetric() ? " symmetric" : " explicit");
+        for (int64_t count : {int64_t{7}, int64_t{1000}}) {
+          for (bool in_place : {false, true}) {
+            if (in_place && !buffer_geometry(collective, n).in_place_supported) continue;
+            spec.dtype = DataType::kI32;
+            spec.op = ReduceOp::kSum;
+            spec.count = count;
+            run_case(schedule, spec, 2, in_place, form);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(failures_, 0) << failures_ << " of " << cases_ << " cases failed";
+  total_cases += cases_;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structure: a ring all_reduce of n ranks is 2(n - 1) groups of one send and one receive per rank.
 
