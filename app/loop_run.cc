@@ -436,7 +436,10 @@ class SimLoop : public LoopBackend {
       }
     }
     apply_slowdowns(active);
-    result.seconds = simulate(prepared);
+    // Nothing slows or reroutes this attempt: it is the fault-free collective, simulated once per
+    // set of ranks, not again (op by op, a 16-channel ring simulated again differs by up to ~2%,
+    // docs/simulator.md, which would show as a cost where no fault hit).
+    result.seconds = sim_.faults_active() ? simulate(prepared) : fault_free_seconds(plan.ranks);
     clear_slowdowns(active);
     return result;
   }

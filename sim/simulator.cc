@@ -97,7 +97,9 @@ class TopologyZone : public routing::NetZoneImpl {
   // While set, routes report no latency: the op-by-op executor applies latency as a delay line.
   bool latency_off = false;
 
-  // Protocol latency added to every message's route latency (per hop class) until changed.
+  // NCCL's per-hop protocol latency (per hop class) until changed. It is the whole cost of one
+  // step of its protocol on that hardware, wire included, so a message pays it or its route's
+  // latency, whichever is larger (a long route across spines), not both.
   double extra_nvlink_s = 0;
   double extra_network_s = 0;
 
@@ -119,7 +121,7 @@ class TopologyZone : public routing::NetZoneImpl {
     return it->second;
   }
   double message_latency(const Cached& route) const {
-    return route.latency_s + (route.network ? extra_network_s : extra_nvlink_s);
+    return std::max(route.latency_s, route.network ? extra_network_s : extra_nvlink_s);
   }
   RouteFn route_;
   std::vector<int> host_of_point_;
@@ -536,7 +538,7 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
         const int b = order[static_cast<size_t>((p + offset) % n)];
         const int ga = gpu_of_rank[static_cast<size_t>(a)];
         const int gb = gpu_of_rank[static_cast<size_t>(b)];
-        latency[static_cast<size_t>(p)] = topology.route(ga, gb).latency_s + hop_latency(a, b);
+        latency[static_cast<size_t>(p)] = std::max(topology.route(ga, gb).latency_s, hop_latency(a, b));
         transfer[static_cast<size_t>(p)] = snapshot.transfer(ga, gb, static_cast<double>(round_bytes[l]) * wire);
       }
       std::fill(received.begin(), received.end(), 0.0);
@@ -696,7 +698,7 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
       const int ga = gpu_of_rank[static_cast<size_t>(c.from)];
       const int gb = gpu_of_rank[static_cast<size_t>(c.to)];
       c.free = 0;
-      c.latency = topology.route(ga, gb).latency_s + hop_latency(c.from, c.to);
+      c.latency = std::max(topology.route(ga, gb).latency_s, hop_latency(c.from, c.to));
     }
     std::vector<double> reference(connections.size());
     for (size_t c = 0; c < connections.size(); ++c) {
@@ -822,7 +824,7 @@ SimResult Simulator::run(const SimRequest& request) {
         wire, hop_latency, base_latency, result);
     return result;
   }
-  // NCCL's per-hop protocol latency rides on every message (added to the route's latency).
+  // NCCL's per-hop protocol latency rides on every message (the larger of it and the route's).
   const double extra_nvlink = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
   const double extra_network = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
   if (s.zone != nullptr) {

@@ -96,7 +96,9 @@ TEST_F(ReplayCli, ASimulatedRunReplayedWithItsAlgorithmGivesBackTheRecordedTimes
     EXPECT_EQ(op.at("algorithm"), "ring");
     const double predicted = op.at("predicted_us"), recorded = op.at("recorded_us");
     EXPECT_GT(recorded, 300);  // 64 MiB over 8 nodes on 16 channel rings: ~0.5 ms, not zero
-    EXPECT_NEAR(predicted / recorded, 1.0, 0.01) << op.dump();
+    // 3%: op by op, the same 16-channel ring simulated again later in a run takes up to ~2% more
+    // or less (many flows end within SimGrid's rounding of each other; docs/simulator.md).
+    EXPECT_NEAR(predicted / recorded, 1.0, 0.03) << op.dump();
   }
   const json& stuck = op_at(r, 2);
   EXPECT_EQ(stuck.at("state"), "stuck");
