@@ -112,13 +112,19 @@ void check_row(const Row& row) {
   }
 }
 
-Row single_node_row(const std::vector<std::string>& f, const std::string& where) {
+// The columns both formats start with: id, system, gpus, nodes.
+Row row_start(const std::vector<std::string>& f, const std::string& where) {
   Row row;
   row.where = where;
   row.id = f[0];
   row.system = f[1];
   row.gpus = parse_number<int>(f[2], "gpus", where);
   row.nodes = parse_number<int>(f[3], "nodes", where);
+  return row;
+}
+
+Row single_node_row(const std::vector<std::string>& f, const std::string& where) {
+  Row row = row_start(f, where);
   row.gpus_per_node = row.nodes > 0 ? row.gpus / row.nodes : 0;
   row.collective = f[4];
   row.algorithm = f[5];
@@ -132,12 +138,7 @@ Row single_node_row(const std::vector<std::string>& f, const std::string& where)
 }
 
 Row multinode_row(const std::vector<std::string>& f, const std::string& where) {
-  Row row;
-  row.where = where;
-  row.id = f[0];
-  row.system = f[1];
-  row.gpus = parse_number<int>(f[2], "gpus", where);
-  row.nodes = parse_number<int>(f[3], "nodes", where);
+  Row row = row_start(f, where);
   row.gpus_per_node = parse_number<int>(f[4], "gpus_per_node", where);
   row.nics_per_node = parse_optional<int>(f[5], "nics_per_node", where);
   row.nic_gbps = parse_optional<double>(f[6], "nic_gbps", where);

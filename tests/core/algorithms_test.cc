@@ -4,6 +4,7 @@
 
 #include <numeric>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/algorithms.h"
@@ -13,6 +14,23 @@
 
 namespace tandem {
 namespace {
+
+// Every rank's lanes of `a` and `b` hold the same ops (kind, peer, slots), in order.
+void expect_same_programs(const Schedule& a, const Schedule& b, const std::string& what) {
+  ASSERT_EQ(a.ranks.size(), b.ranks.size()) << what;
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    ASSERT_EQ(a.ranks[r].lanes.size(), b.ranks[r].lanes.size()) << what << " rank " << r;
+    for (size_t l = 0; l < a.ranks[r].lanes.size(); ++l) {
+      const auto& x = a.ranks[r].lanes[l].ops;
+      const auto& y = b.ranks[r].lanes[l].ops;
+      ASSERT_EQ(x.size(), y.size()) << what << " rank " << r << " lane " << l;
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_TRUE(x[i].kind == y[i].kind && x[i].peer == y[i].peer && x[i].src == y[i].src && x[i].dst == y[i].dst)
+            << what << " rank " << r << " lane " << l << " op " << i;
+      }
+    }
+  }
+}
 
 using testing::rank_counts;
 
@@ -97,18 +115,7 @@ TEST(Algorithms, SymmetricRingMatchesTheExplicitRing) {
       EXPECT_EQ(expanded.num_rounds, symmetric.num_rounds);
       EXPECT_EQ(expanded.op_count(), symmetric.op_count());
       // The same programs, op for op.
-      for (int r = 0; r < n; ++r) {
-        for (size_t l = 0; l < explicit_form.ranks[r].lanes.size(); ++l) {
-          const auto& a = explicit_form.ranks[r].lanes[l].ops;
-          const auto& b = expanded.ranks[r].lanes[l].ops;
-          ASSERT_EQ(a.size(), b.size());
-          for (size_t i = 0; i < a.size(); ++i) {
-            EXPECT_TRUE(a[i].kind == b[i].kind && a[i].peer == b[i].peer && a[i].src == b[i].src &&
-                        a[i].dst == b[i].dst)
-                << "n=" << n << " rank " << r << " lane " << l << " op " << i;
-          }
-        }
-      }
+      expect_same_programs(explicit_form, expanded, "n=" + std::to_string(n));
     }
   }
 }
@@ -244,17 +251,7 @@ TEST(NcclRings, SymmetricChannelRingsMatchTheExplicitRing) {
     validate(expanded);
     symbolic_check(expanded);
     const Schedule explicit_form = build_checked_schedule(spec, layout, Algorithm::kRing, params);
-    for (int r = 0; r < n; ++r) {
-      for (size_t l = 0; l < explicit_form.ranks[r].lanes.size(); ++l) {
-        const auto& a = explicit_form.ranks[r].lanes[l].ops;
-        const auto& b = expanded.ranks[r].lanes[l].ops;
-        ASSERT_EQ(a.size(), b.size());
-        for (size_t i = 0; i < a.size(); ++i) {
-          ASSERT_TRUE(a[i].kind == b[i].kind && a[i].peer == b[i].peer && a[i].src == b[i].src && a[i].dst == b[i].dst)
-              << nodes << "x" << m << " rank " << r << " lane " << l << " op " << i;
-        }
-      }
-    }
+    expect_same_programs(explicit_form, expanded, std::to_string(nodes) + "x" + std::to_string(m));
     // Lane 1 made to use lane 0's chunks: refused.
     Schedule bad = symmetric;
     for (Op& op : bad.ranks[0].lanes[1].ops) {
