@@ -38,7 +38,8 @@ std::string busbw_formula(Collective collective) {
 
 std::string picked(const PointResult& point) {
   if (point.protocol.empty()) return point.algorithm_used;
-  return fmt::format("{}/{}", point.algorithm_used, point.protocol);
+  if (point.channels <= 0) return fmt::format("{}/{}", point.algorithm_used, point.protocol);
+  return fmt::format("{}/{} {}ch", point.algorithm_used, point.protocol, point.channels);
 }
 
 // The two cells of one algorithm for one point.
@@ -366,6 +367,7 @@ nlohmann::json results_json(const Scenario& scenario, const ScenarioResults& res
     if (point.status == PointStatus::kOk || point.status == PointStatus::kWrongData) {
       entry["algorithm_used"] = point.algorithm_used;
       entry["protocol"] = point.protocol;
+      if (point.channels > 0) entry["channels"] = point.channels;
       entry["time_us"] = point.time_us;
       entry["algbw_GBps"] = point.algbw_GBps;
       entry["busbw_GBps"] = point.busbw_GBps;

@@ -229,6 +229,7 @@ std::vector<PointResult> collect_sim_results(const Scenario& scenario, const Clu
       if (result.ok) {
         point.algorithm_used = result.algorithm;
         point.protocol = sim::name(result.protocol);
+        point.channels = result.channels;
         point.time_us = result.seconds * 1e6;
         point.algbw_GBps = result.algbw_GBps;
         point.busbw_GBps = result.busbw_GBps;

@@ -42,6 +42,7 @@ struct PointResult {
   std::string reason;          // why n/a, skipped or wrong
   std::string algorithm_used;  // what ran (auto resolved)
   std::string protocol;        // sim: LL, LL128 or Simple; empty on host
+  int channels = 0;            // sim: NCCL channels it ran on; 0 on host
   double time_us = 0;
   double algbw_GBps = 0;
   double busbw_GBps = 0;
