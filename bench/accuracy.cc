@@ -14,7 +14,8 @@
 // small-size latency row (time_us) within 25%. Exits 0 when every simulated row meets its aim, 1
 // when one misses it, 2 on an error (a file that does not read, a row the simulator refuses).
 //
-//   build/release/bench/tandem_accuracy [CSV...]    (run from the repository root; no CSV: both files)
+//   build/release/bench/tandem_accuracy [--csv OUT] [CSV...]   (run from the repository root; no CSV:
+//   both files; --csv also writes every simulated row to OUT)
 //
 // A CSV argument may be in either format; the header says which.
 #include <algorithm>
@@ -285,8 +286,20 @@ std::string asked_text(const Row& row) {
 }
 
 int run(int argc, char** argv) {
-  std::vector<std::string> paths(argv + 1, argv + argc);
+  std::vector<std::string> paths;
+  std::string csv_path;  // --csv FILE: every simulated row as CSV too (the accuracy notebook reads it)
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--csv") {
+      if (i + 1 >= argc) fail(ErrorCode::kInvalidArgument, "--csv needs a file name");
+      csv_path = argv[++i];
+    } else {
+      paths.push_back(arg);
+    }
+  }
   if (paths.empty()) paths.assign(std::begin(kDefaultFiles), std::end(kDefaultFiles));
+  std::string csv = "id,system,gpus,nodes,collective,asked,size_bytes,metric,predicted,value_low,value_high,error,"
+                    "algorithm,protocol,channels\n";
   std::vector<Row> rows;
   for (const std::string& path : paths) {
     std::vector<Row> more = read_rows(path);
@@ -325,6 +338,9 @@ int run(int argc, char** argv) {
     }
     fmt::print("{:>10.2f} {:>15} {:>6.1f}%{} {} {} {}ch\n", predicted, range_text(row), 100 * error, miss ? "!" : " ",
                result.algorithm, name(result.protocol), result.channels);
+    csv += fmt::format("{},\"{}\",{},{},{},{},{},{},{:.6g},{},{},{:.6g},{},{},{}\n", row.id, row.system, row.gpus,
+                       row.nodes, row.collective, asked_text(row), row.bytes, row.metric, predicted, row.low, row.high,
+                       error, result.algorithm, name(result.protocol), result.channels);
   }
 
   fmt::print("\n{} rows: {} simulated, {} skipped, {} failed to simulate\n", rows.size(), simulated, skipped, errors);
@@ -333,6 +349,11 @@ int run(int argc, char** argv) {
   }
   fmt::print("{} rows miss their aim (bandwidth rows {:.0f}%, latency rows {:.0f}%; marked !)\n", misses,
              100 * kBandwidthAim, 100 * kLatencyAim);
+  if (!csv_path.empty()) {
+    std::ofstream out(csv_path);
+    out << csv;
+    if (!out) fail(ErrorCode::kIo, "cannot write {}", csv_path);
+  }
   if (errors > 0) return 2;
   return misses == 0 ? 0 : 1;
 }
