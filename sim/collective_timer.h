@@ -40,7 +40,7 @@ class CollectiveTimer {
   // With `explicit_schedules`, every collective runs its explicit schedule (rings op by op), as
   // `tandem run`'s collective loops do: a replay of such a run gives back its times. Without,
   // rings on regular placements run their rank-symmetric rounds (cheap at any scale; with NCCL's
-  // 16 channels up to ~25% slower than op by op at mid sizes, docs/simulator.md).
+  // 16 channels up to ~27% slower than op by op at mid sizes, docs/simulator.md).
   CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network, bool explicit_schedules = false);
 
   // `bytes` (nccl-tests' size) of `collective` on `group`, whose instances list the GPUs of each
