@@ -8,25 +8,11 @@
 #include <fmt/format.h>
 
 #include "core/schedule.h"
+#include "core/schedule_dag.h"
 
 namespace tandem::detail {
 
-// Numbers every op of a schedule: gid = lane_base[rank][lane] + index.
-struct OpIndex {
-  std::vector<std::vector<uint32_t>> lane_base;
-  uint32_t total = 0;
-
-  explicit OpIndex(const Schedule& schedule) {
-    lane_base.resize(schedule.ranks.size());
-    for (size_t r = 0; r < schedule.ranks.size(); ++r) {
-      for (const Lane& lane : schedule.ranks[r].lanes) {
-        lane_base[r].push_back(total);
-        total += static_cast<uint32_t>(lane.ops.size());
-      }
-    }
-  }
-  uint32_t gid(size_t rank, uint32_t lane, uint32_t index) const { return lane_base[rank][lane] + index; }
-};
+using tandem::OpIndex;
 
 // "rank 3 lane 0 op 7 (send to 4)"
 inline std::string op_location(int rank, uint32_t lane, uint32_t index, const Op& op) {
@@ -76,26 +62,9 @@ class SlotStorage {
   uint32_t input_, output_, scratch_;
 };
 
-struct OpLoc {
-  int rank = 0;
-  uint32_t lane = 0;
-  uint32_t index = 0;
-};
-
-// The dependency graph of a bounds-checked schedule: issue order, deps and send -> recv edges.
-struct Dag {
-  static constexpr uint32_t kNone = ~0u;
-  explicit Dag(const Schedule& schedule) : index(schedule) {}
-
-  OpIndex index;
-  std::vector<OpLoc> loc;                // per gid
-  std::vector<uint32_t> matched_send;    // per gid: the send a receive matches, kNone otherwise
-  std::vector<uint32_t> order;           // a topological order of all ops
-};
-
-// Matches sends and receives per (src, dst, lane) in FIFO order and orders the graph
-// topologically. Throws Error(kInvalidSchedule) for an unmatched or mis-sized message or a cycle.
-Dag build_dag(const Schedule& schedule);
+using tandem::build_dag;
+using tandem::Dag;
+using tandem::OpLoc;
 
 // Symmetric schedules: the structure of the Symmetry itself (one program, `order` a permutation,
 // chunk counts multiples of the rotation group). Throws Error(kInvalidSchedule).

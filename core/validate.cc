@@ -239,7 +239,7 @@ detail::Dag build_dag_with_rounds(const Schedule& s, std::vector<uint32_t>& roun
 
 }  // namespace
 
-detail::Dag detail::build_dag(const Schedule& s) {
+Dag build_dag(const Schedule& s) {
   std::vector<uint32_t> rounds;
   return build_dag_with_rounds(s, rounds);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/algorithms.h"
+#include "core/schedule_dag.h"
 #include "core/error.h"
 #include "sim/protocol.h"
 
@@ -434,7 +435,7 @@ class Snapshot {
   }
   size_t pairs() const { return pairs_.size(); }
 
-  // `capacity(link, forward)`: bytes per second of one direction of a topology link.
+  // `capacity(link)`: bytes per second of one direction of topology link `link`.
   void run(const models::Topology& topology, const std::function<double(uint32_t)>& capacity) {
     // Flows (one per pair) and the directed links they cross.
     std::vector<Pair*> flows;
@@ -493,7 +494,6 @@ class Snapshot {
   struct Pair {
     double bytes = 0;
     int flows = 0;
-    double latency_s = 0;
     double seconds = 0;
   };
   static uint64_t key(int a, int b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
@@ -595,119 +595,45 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
 // tile, in one topological order of its ops, with the op-by-op simulation's semantics: a send
 // queues its message on its connection (which moves one message after the other, then delays it by
 // the route's and protocol's latency) and the lane goes on; a receive waits for its message; a copy
-// or reduce takes its HBM traffic's time. O(ops x tiles) arithmetic after one SimGrid round.
+// or reduce takes its HBM traffic's time. O(ops x tiles) arithmetic after one contention round.
 double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                      const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
                                      uint32_t tiles, double wire, const std::function<double(int, int)>& hop_latency,
                                      double base_latency, SimResult& result) {
-  const int n = schedule.nranks;
-  // Ops numbered rank by rank, lane by lane.
-  std::vector<size_t> lane_base;  // per (rank, lane): first op id
-  std::vector<uint32_t> lanes_of_rank_base(static_cast<size_t>(n) + 1, 0);
-  size_t total_ops = 0;
-  for (int r = 0; r < n; ++r) {
-    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
-    lanes_of_rank_base[static_cast<size_t>(r) + 1] = lanes_of_rank_base[static_cast<size_t>(r)] + static_cast<uint32_t>(lanes.size());
-    for (const Lane& lane : lanes) {
-      lane_base.push_back(total_ops);
-      total_ops += lane.ops.size();
-    }
-  }
-  auto op_id = [&](int r, uint32_t lane, uint32_t index) {
-    return lane_base[lanes_of_rank_base[static_cast<size_t>(r)] + lane] + index;
-  };
-  // Connections (from, to, lane) and the send each receive matches (FIFO per connection).
-  struct ConnectionState {
+  // Ops numbered, each receive's matching send and one topological order: the graph validate()
+  // builds (core/schedule_dag.h).
+  const Dag dag = build_dag(schedule);
+  const size_t total_ops = dag.index.total;
+  // A connection per (rank, peer, lane) that sends; its sends go one after the other.
+  struct Connection {
     int from = 0, to = 0;
-    double free = 0;
-    double latency = 0;
-    double reference_bytes = -1;
-    double reference_transfer = 0;
-    std::deque<size_t> sends;  // send op ids in issue order (filled once)
   };
   std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
-  std::vector<ConnectionState> connections;
+  std::vector<Connection> connections;
   std::vector<size_t> connection_of_send(total_ops, SIZE_MAX);
-  std::vector<size_t> matched_send(total_ops, SIZE_MAX);
-  for (int r = 0; r < n; ++r) {
-    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
-    for (uint32_t l = 0; l < lanes.size(); ++l) {
-      for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) {
-        const Op& op = lanes[l].ops[i];
-        if (op.kind != OpKind::kSend) continue;
-        auto [it, fresh] = connection_of.emplace(std::make_tuple(r, op.peer, l), connections.size());
-        if (fresh) connections.push_back({r, op.peer});
-        connections[it->second].sends.push_back(op_id(r, l, i));
-        connection_of_send[op_id(r, l, i)] = it->second;
-      }
+  std::vector<double> first_bytes;  // wire bytes of each connection's first message (tile 0)
+  for (uint32_t gid = 0; gid < total_ops; ++gid) {
+    const OpLoc& at = dag.loc[gid];
+    const Op& op = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane].ops[at.index];
+    if (op.kind != OpKind::kSend) continue;
+    const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), connections.size());
+    if (fresh) {
+      connections.push_back({at.rank, op.peer});
+      first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
     }
+    connection_of_send[gid] = it->second;
   }
-  std::vector<size_t> predecessors(total_ops, 0);
-  std::vector<std::vector<size_t>> successors(total_ops);
-  for (int r = 0; r < n; ++r) {
-    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
-    for (uint32_t l = 0; l < lanes.size(); ++l) {
-      for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) {
-        const size_t id = op_id(r, l, i);
-        const Op& op = lanes[l].ops[i];
-        auto edge = [&](size_t from) {
-          successors[from].push_back(id);
-          ++predecessors[id];
-        };
-        if (i > 0) edge(id - 1);
-        for (size_t d = 0; d < lanes[l].dep_count(i); ++d) {
-          const OpRef dep = lanes[l].deps_of(i)[d];
-          if (dep.lane != l) edge(op_id(r, dep.lane, dep.index));
-        }
-        if (op.is_recv()) {
-          auto it = connection_of.find(std::make_tuple(op.peer, r, l));
-          if (it == connection_of.end() || connections[it->second].sends.empty()) {
-            fail(ErrorCode::kInvalidSchedule, "simulator: rank {} lane {} op {} receives a message nobody sends", r, l, i);
-          }
-          matched_send[id] = connections[it->second].sends.front();
-          connections[it->second].sends.pop_front();
-          edge(matched_send[id]);
-        }
-      }
-    }
-  }
-  std::vector<size_t> order;
-  order.reserve(total_ops);
-  for (size_t id = 0; id < total_ops; ++id) {
-    if (predecessors[id] == 0) order.push_back(id);
-  }
-  for (size_t k = 0; k < order.size(); ++k) {
-    for (size_t next : successors[order[k]]) {
-      if (--predecessors[next] == 0) order.push_back(next);
-    }
-  }
-  if (order.size() != total_ops) fail(ErrorCode::kInvalidSchedule, "simulator: the schedule's ops wait on each other in a cycle");
-  successors = {};
-
-  // Where each op lives, for the sweep.
-  struct Where {
-    int rank;
-    uint32_t lane, index;
-  };
-  std::vector<Where> where(total_ops);
-  for (int r = 0; r < n; ++r) {
-    const auto& lanes = schedule.ranks[static_cast<size_t>(r)].lanes;
-    for (uint32_t l = 0; l < lanes.size(); ++l) {
-      for (uint32_t i = 0; i < lanes[l].ops.size(); ++i) where[op_id(r, l, i)] = {r, l, i};
-    }
+  // Lanes numbered like ops: slot = rank's first lane + lane.
+  std::vector<uint32_t> first_lane(static_cast<size_t>(schedule.nranks) + 1, 0);
+  for (int r = 0; r < schedule.nranks; ++r) {
+    first_lane[static_cast<size_t>(r) + 1] =
+        first_lane[static_cast<size_t>(r)] + static_cast<uint32_t>(schedule.ranks[static_cast<size_t>(r)].lanes.size());
   }
 
   double total = 0;
   const double hbm = hbm_Bps();
   // Contention over all placements at once, as the compressed rings take it.
   Snapshot snapshot;
-  std::vector<double> first_bytes(connections.size(), 0);
-  for (size_t id = 0; id < total_ops; ++id) {
-    const size_t c = connection_of_send[id];
-    if (c == SIZE_MAX || first_bytes[c] > 0) continue;
-    const Where& w = where[id];
-    first_bytes[c] = static_cast<double>(bytes_of(schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane].ops[w.index].src, 0)) * wire;
-  }
   for (const std::vector<int>& gpu_of_rank : placements) {
     for (size_t c = 0; c < connections.size(); ++c) {
       snapshot.add(gpu_of_rank[static_cast<size_t>(connections[c].from)], gpu_of_rank[static_cast<size_t>(connections[c].to)],
@@ -730,22 +656,22 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
   std::vector<Step> steps;
   std::vector<size_t> step_deps;
   steps.reserve(total_ops);
-  for (const size_t id : order) {
-    const Where& w = where[id];
+  for (const uint32_t id : dag.order) {
+    const OpLoc& w = dag.loc[id];
     const Lane& lane = schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane];
     const Op& op = lane.ops[w.index];
-    Step step{op.kind, lanes_of_rank_base[static_cast<size_t>(w.rank)] + w.lane, static_cast<uint32_t>(step_deps.size()),
+    Step step{op.kind, first_lane[static_cast<size_t>(w.rank)] + w.lane, static_cast<uint32_t>(step_deps.size()),
               0, id, 0, 0, 0};
     for (size_t d = 0; d < lane.dep_count(w.index); ++d) {
       const OpRef dep = lane.deps_of(w.index)[d];
-      if (dep.lane != w.lane) step_deps.push_back(op_id(w.rank, dep.lane, dep.index));
+      if (dep.lane != w.lane) step_deps.push_back(dag.index.gid(static_cast<size_t>(w.rank), dep.lane, dep.index));
     }
     step.deps_end = static_cast<uint32_t>(step_deps.size());
     const SlotRange& range = op.kind == OpKind::kSend ? op.src : op.dst;
     step.chunk_first = range.first;
     step.chunk_count = range.count;
     if (op.kind == OpKind::kSend) step.link = connection_of_send[id];
-    if (op.is_recv()) step.link = matched_send[id];
+    if (op.is_recv()) step.link = dag.matched_send[id];
     steps.push_back(step);
   }
   const uint32_t k = schedule.chunks_per_block;
@@ -766,7 +692,7 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
       // Seconds per payload byte under the round's contention (wire bytes over payload included).
       if (first_bytes[c] > 0) per_byte[c] = snapshot.transfer(ga, gb, first_bytes[c]) / first_bytes[c] * wire;
     }
-    lane_end.assign(lane_base.size(), base_latency);
+    lane_end.assign(first_lane.back(), base_latency);
     double finish = 0;
     for (uint32_t t = 0; t < tiles; ++t) {
       const double* tile_bytes = sub_bytes.data() + static_cast<size_t>(t) * k;
