@@ -122,7 +122,7 @@ BenchPlan make_plan(const BenchOptions& options) {
     }
     plan.root = options.root;
   }
-  if (plan.algorithm != Algorithm::kAuto && !supports(plan.algorithm, plan.collective)) {
+  if (plan.algorithm != Algorithm::kAuto && !implements(plan.algorithm, plan.collective)) {
     fail(ErrorCode::kUnsupported, "{}", unsupported_message(plan.algorithm, plan.collective));
   }
   plan.min_bytes = parse_size_bytes(options.min_bytes, "-b/--minbytes");
@@ -445,7 +445,7 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls (sim) or auto")
+                   algorithm_names() + ", nvls, nvls_tree (sim) or auto")
       ->capture_default_str();
   command
       ->add_option("-d,--datatype", options->dtype,

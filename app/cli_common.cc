@@ -3,13 +3,15 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
+
+#include "core/algorithms.h"
 
 namespace tandem::app {
 
@@ -85,6 +87,14 @@ Algorithm parse_algorithm_name(std::string_view text) {
   std::string name = normalized(text);
   if (name == "auto") return Algorithm::kAuto;
   return parse_algorithm(name);
+}
+
+std::string algorithm_names() {
+  std::string names;
+  for (const AlgorithmInfo& info : algorithm_registry()) {
+    names += (names.empty() ? "" : ", ") + std::string(name(info.algorithm));
+  }
+  return names;
 }
 
 double parse_duration_s(std::string_view text, std::string_view option) {

@@ -35,6 +35,8 @@ Collective parse_collective_name(std::string_view text);
 
 // Algorithm names as core spells them, '-' accepted for '_'; "auto" gives Algorithm::kAuto.
 Algorithm parse_algorithm_name(std::string_view text);
+// "ring, tree, ..., hierarchical": the registry's algorithms, for --algo's help.
+std::string algorithm_names();
 
 // A duration as a user types it: "30s", "100ms", "250us", "2m", or a plain number of seconds.
 // Throws Error(kInvalidArgument) naming `option` for anything else or a negative value.

@@ -7,8 +7,10 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include "app/cli_common.h"
@@ -34,8 +36,26 @@ struct ScheduleOptions {
   std::string inter_node = "ring";
   bool json = false;
   bool symmetric = false;
+  bool list = false;
   std::string check_file;
 };
+
+// The registry as a table: each algorithm, the collectives it builds, its parameters, what it is.
+void print_algorithms() {
+  fmt::print("{:<20} {:<62} {}\n", "algorithm", "collectives", "parameters");
+  for (const AlgorithmInfo& info : algorithm_registry()) {
+    std::string collectives;
+    for (Collective c : info.collectives) collectives += (collectives.empty() ? "" : ", ") + std::string(name(c));
+    std::vector<std::string> parameters;
+    if (info.uses_channels) parameters.push_back(fmt::format("--channels 1..{}", kMaxAlgorithmChannels));
+    if (info.uses_pipeline_chunks) parameters.push_back(fmt::format("--pipeline-chunks 1..{}", kMaxPipelineChunks));
+    if (info.needs_whole_nodes) parameters.push_back("whole nodes");
+    if (info.has_symmetric_form) parameters.push_back("--symmetric");
+    std::string row = fmt::format("{:<20} {:<62} {}", name(info.algorithm), collectives, fmt::join(parameters, " "));
+    row.erase(row.find_last_not_of(' ') + 1);
+    fmt::print("{}\n{:<20} {}\n", row, "", info.summary);
+  }
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -82,7 +102,7 @@ void build_and_print(const ScheduleOptions& options) {
   if (params.inter_node == Algorithm::kAuto) {
     fail(ErrorCode::kInvalidArgument, "--inter-node needs a named algorithm, not auto");
   }
-  if (!supports(algorithm, spec.collective)) {
+  if (!implements(algorithm, spec.collective)) {
     fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
   }
 
@@ -106,20 +126,18 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--collective", options->collective,
                       "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
                       "(nccl-tests names such as allreduce also work)");
-  command
-      ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, or auto")
+  command->add_option("--algo", options->algorithm, algorithm_names() + ", or auto (--list: what each implements)")
       ->capture_default_str();
   command->add_option("--nranks", options->nranks, "number of ranks")->check(CLI::Range(1, 1 << 20));
   command->add_option("--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
   command->add_option("--channels", options->channels, "parallel rings, each on its own lane")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, kMaxAlgorithmChannels));
   command
       ->add_option("--pipeline-chunks", options->pipeline_chunks,
                    "chunks a message is cut into so tree / chain hops overlap")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(1, kMaxPipelineChunks));
   command->add_option("--ranks-per-node", options->ranks_per_node,
                       "ranks per node (hierarchical algorithms); default: 1, a flat layout");
   command->add_option("--inter-node", options->inter_node, "hierarchical: the algorithm between nodes")
@@ -128,9 +146,16 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
                     "build the rank-symmetric form where the algorithm has one (ring all_reduce): one program "
                     "for every rank; --json then writes that form");
   command->add_flag("--json", options->json, "print the schedule as JSON (schedule_to_json) instead of text");
+  command->add_flag("--list", options->list,
+                    "list the algorithms: the collectives each builds, its parameters and what it is");
   command->add_option("--check", options->check_file,
                       "load a JSON schedule, validate and symbolically check it; prints 'ok: ...' or the error");
   command->callback([options, command, &status] {
+    if (options->list) {
+      print_algorithms();
+      status.exit_code = kExitSuccess;
+      return;
+    }
     if (!options->check_file.empty()) {
       for (const char* name : {"--collective", "--algo", "--nranks", "--root", "--channels", "--pipeline-chunks",
                                "--ranks-per-node", "--inter-node", "--symmetric", "--json"}) {

@@ -82,7 +82,7 @@ const ClusterVariant* Scenario::find_variant(std::string_view variant_name) cons
 bool algorithm_applies(std::string_view algorithm, Collective collective) {
   if (algorithm == "auto") return true;
   if (algorithm == "nvls") return collective == Collective::kAllReduce;
-  return supports(parse_algorithm_name(algorithm), collective);
+  return implements(parse_algorithm_name(algorithm), collective);
 }
 
 std::string not_applicable_reason(std::string_view algorithm, Collective collective) {

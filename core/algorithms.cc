@@ -1,6 +1,9 @@
 #include "core/algorithms.h"
 
+#include <algorithm>
+#include <array>
 #include <string>
+#include <vector>
 
 #include "core/algorithms/internal.h"
 #include "core/error.h"
@@ -8,28 +11,139 @@
 
 namespace tandem {
 
-bool supports(Algorithm algorithm, Collective collective) {
-  using C = Collective;
-  switch (algorithm) {
-    case Algorithm::kRing:
-      return collective == C::kAllReduce || collective == C::kReduceScatter || collective == C::kAllGather ||
-             collective == C::kBroadcast || collective == C::kReduce;
-    case Algorithm::kTree: return collective == C::kAllReduce;
-    case Algorithm::kRecursiveDoubling:
-      return collective == C::kAllReduce || collective == C::kAllGather || collective == C::kBroadcast ||
-             collective == C::kReduce;
-    case Algorithm::kHalvingDoubling: return collective == C::kAllReduce || collective == C::kReduceScatter;
-    case Algorithm::kDirect: return true;
-    case Algorithm::kHierarchical: return collective == C::kAllReduce || collective == C::kAllGather;
-    case Algorithm::kAuto: return true;
+namespace {
+
+using C = Collective;
+
+// The registry. Each builder is a pure function from a spec and a layout to an unvalidated
+// schedule; build_schedule checks the arguments every builder shares before calling it, so the
+// builders check only what is theirs (ring orders, inter-node algorithm).
+using Builder = Schedule (*)(const CollectiveSpec&, const RankLayout&, const AlgoParams&, ScheduleForm);
+
+template <Schedule (*build)(const CollectiveSpec&, const RankLayout&, const AlgoParams&)>
+Schedule explicit_only(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params, ScheduleForm) {
+  return build(spec, layout, params);
+}
+
+constexpr std::array kRingCollectives = {C::kAllReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast, C::kReduce};
+constexpr std::array kTreeCollectives = {C::kAllReduce};
+constexpr std::array kDoublingCollectives = {C::kAllReduce, C::kAllGather, C::kBroadcast, C::kReduce};
+constexpr std::array kHalvingCollectives = {C::kAllReduce, C::kReduceScatter};
+constexpr std::array kDirectCollectives = {C::kAllReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast,
+                                           C::kReduce,    C::kAllToAll,      C::kSendRecv};
+constexpr std::array kHierarchicalCollectives = {C::kAllReduce, C::kAllGather};
+
+struct Entry {
+  AlgorithmInfo info;
+  Builder build;
+};
+
+const std::array<Entry, 6>& entries() {
+  static const std::array<Entry, 6> kEntries = {{
+      {{.algorithm = Algorithm::kRing,
+        .summary = "NCCL's ring: one ring per channel over the layout's channel rings, pipelined steps",
+        .collectives = kRingCollectives,
+        .uses_channels = true,
+        .uses_pipeline_chunks = true,
+        .has_symmetric_form = true},
+       algorithms::build_ring},
+      {{.algorithm = Algorithm::kTree,
+        .summary =
+            "NCCL's double binary tree over nodes, a chain inside each node, two mirrored trees per channel pair",
+        .collectives = kTreeCollectives,
+        .uses_channels = true,
+        .uses_pipeline_chunks = true},
+       explicit_only<algorithms::build_tree>},
+      {{.algorithm = Algorithm::kRecursiveDoubling,
+        .summary = "recursive doubling (binomial trees for broadcast / reduce): log2(n) latency-bound steps",
+        .collectives = kDoublingCollectives,
+        .uses_pipeline_chunks = true},
+       explicit_only<algorithms::build_recursive_doubling>},
+      {{.algorithm = Algorithm::kHalvingDoubling,
+        .summary = "Rabenseifner's recursive halving (reduce_scatter) then doubling (all_gather)",
+        .collectives = kHalvingCollectives,
+        .uses_pipeline_chunks = true},
+       explicit_only<algorithms::build_halving_doubling>},
+      {{.algorithm = Algorithm::kDirect,
+        .summary = "every rank exchanges with every peer directly (NCCL's p2p all_to_all and send/recv)",
+        .collectives = kDirectCollectives},
+       explicit_only<algorithms::build_direct>},
+      {{.algorithm = Algorithm::kHierarchical,
+        .summary = "reduce_scatter inside each node, rings between nodes per local rank, all_gather inside",
+        .collectives = kHierarchicalCollectives,
+        .uses_channels = true,
+        .needs_whole_nodes = true},
+       explicit_only<algorithms::build_hierarchical>},
+  }};
+  return kEntries;
+}
+
+const Entry& entry(Algorithm algorithm) {
+  for (const Entry& e : entries()) {
+    if (e.info.algorithm == algorithm) return e;
   }
-  return false;
+  fail(ErrorCode::kInvalidArgument, "algorithm '{}' has no schedule of its own (it is resolved per call)",
+       name(algorithm));
+}
+
+// The arguments every builder shares, checked against the entry's limits.
+void check_arguments(const AlgorithmInfo& info, const CollectiveSpec& spec, const RankLayout& layout,
+                     const AlgoParams& params) {
+  const std::string_view algorithm = name(info.algorithm);
+  if (spec.nranks < 1) fail(ErrorCode::kInvalidArgument, "{}: need at least 1 rank, got {}", algorithm, spec.nranks);
+  if (layout.nranks != spec.nranks) {
+    fail(ErrorCode::kInvalidArgument, "{}: layout has {} ranks but the collective has {}", algorithm, layout.nranks,
+         spec.nranks);
+  }
+  if (layout.ranks_per_node < 1) {
+    fail(ErrorCode::kInvalidArgument, "{}: ranks_per_node must be at least 1, got {}", algorithm,
+         layout.ranks_per_node);
+  }
+  if (spec.root < 0 || spec.root >= spec.nranks) {
+    fail(ErrorCode::kInvalidArgument, "{}: root {} is not a rank of {}", algorithm, spec.root, spec.nranks);
+  }
+  if (info.uses_channels && (params.channels < 1 || params.channels > kMaxAlgorithmChannels)) {
+    fail(ErrorCode::kInvalidArgument, "{}: channels must be in [1, {}], got {}", algorithm, kMaxAlgorithmChannels,
+         params.channels);
+  }
+  if (info.uses_pipeline_chunks && (params.pipeline_chunks < 1 || params.pipeline_chunks > kMaxPipelineChunks)) {
+    fail(ErrorCode::kInvalidArgument, "{}: pipeline_chunks must be in [1, {}], got {}", algorithm, kMaxPipelineChunks,
+         params.pipeline_chunks);
+  }
+  if (info.needs_whole_nodes && spec.nranks % layout.ranks_per_node != 0) {
+    fail(ErrorCode::kInvalidArgument, "{} needs whole nodes: {} ranks are not a multiple of {} per node", algorithm,
+         spec.nranks, layout.ranks_per_node);
+  }
+}
+
+}  // namespace
+
+bool AlgorithmInfo::implements(Collective collective) const {
+  return std::find(collectives.begin(), collectives.end(), collective) != collectives.end();
+}
+
+std::span<const AlgorithmInfo> algorithm_registry() {
+  static const std::vector<AlgorithmInfo> kInfos = [] {
+    std::vector<AlgorithmInfo> infos;
+    for (const Entry& e : entries()) infos.push_back(e.info);
+    return infos;
+  }();
+  return kInfos;
+}
+
+const AlgorithmInfo& algorithm_info(Algorithm algorithm) {
+  const size_t index = static_cast<size_t>(&entry(algorithm) - entries().data());
+  return algorithm_registry()[index];
+}
+
+bool implements(Algorithm algorithm, Collective collective) {
+  return algorithm == Algorithm::kAuto || algorithm_info(algorithm).implements(collective);
 }
 
 std::string unsupported_message(Algorithm algorithm, Collective collective) {
   std::string choices;
-  for (Algorithm a : all_algorithms()) {
-    if (supports(a, collective)) choices += (choices.empty() ? "" : ", ") + std::string(name(a));
+  for (const AlgorithmInfo& info : algorithm_registry()) {
+    if (info.implements(collective)) choices += (choices.empty() ? "" : ", ") + std::string(name(info.algorithm));
   }
   return fmt::format("algorithm '{}' does not implement {}; algorithms for {}: {}", name(algorithm), name(collective),
                      name(collective), choices);
@@ -37,25 +151,13 @@ std::string unsupported_message(Algorithm algorithm, Collective collective) {
 
 Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
                         const AlgoParams& params, ScheduleForm form) {
-  if (spec.nranks < 1) fail(ErrorCode::kInvalidArgument, "need at least 1 rank, got {}", spec.nranks);
-  if (layout.nranks != spec.nranks) {
-    fail(ErrorCode::kInvalidArgument, "layout has {} ranks but the collective has {}", layout.nranks, spec.nranks);
-  }
-  if (spec.root < 0 || spec.root >= spec.nranks) {
-    fail(ErrorCode::kInvalidArgument, "root {} out of range [0, {})", spec.root, spec.nranks);
-  }
   if (algorithm == Algorithm::kAuto) algorithm = default_algorithm(spec, layout);
-  if (!supports(algorithm, spec.collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
-  switch (algorithm) {
-    case Algorithm::kRing: return algorithms::build_ring(spec, layout, params, form);
-    case Algorithm::kTree: return algorithms::build_tree(spec, layout, params);
-    case Algorithm::kRecursiveDoubling: return algorithms::build_recursive_doubling(spec, layout, params);
-    case Algorithm::kHalvingDoubling: return algorithms::build_halving_doubling(spec, layout, params);
-    case Algorithm::kDirect: return algorithms::build_direct(spec, layout, params);
-    case Algorithm::kHierarchical: return algorithms::build_hierarchical(spec, layout, params);
-    case Algorithm::kAuto: break;
+  const Entry& e = entry(algorithm);
+  if (!e.info.implements(spec.collective)) {
+    fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
   }
-  fail(ErrorCode::kUnsupported, "no builder for algorithm '{}'", name(algorithm));
+  check_arguments(e.info, spec, layout, params);
+  return e.build(spec, layout, params, form);
 }
 
 Schedule build_checked_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
@@ -74,7 +176,8 @@ Algorithm default_algorithm(const CollectiveSpec& spec, const RankLayout& layout
   const bool small = bytes <= kLatencyBoundBytes;
   switch (spec.collective) {
     case Collective::kAllToAll:
-    case Collective::kSendRecv: return Algorithm::kDirect;
+    case Collective::kSendRecv:
+      return Algorithm::kDirect;
     case Collective::kAllReduce:
       if (small) return Algorithm::kRecursiveDoubling;
       if (layout.ranks_per_node > 1 && layout.node_count() > 1 && layout.nranks % layout.ranks_per_node == 0) {
@@ -82,9 +185,12 @@ Algorithm default_algorithm(const CollectiveSpec& spec, const RankLayout& layout
       }
       return Algorithm::kRing;
     case Collective::kBroadcast:
-    case Collective::kReduce: return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
-    case Collective::kReduceScatter: return small ? Algorithm::kHalvingDoubling : Algorithm::kRing;
-    case Collective::kAllGather: return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
+    case Collective::kReduce:
+      return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
+    case Collective::kReduceScatter:
+      return small ? Algorithm::kHalvingDoubling : Algorithm::kRing;
+    case Collective::kAllGather:
+      return small ? Algorithm::kRecursiveDoubling : Algorithm::kRing;
   }
   return Algorithm::kRing;
 }

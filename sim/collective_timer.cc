@@ -90,7 +90,7 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
   const bool named = algorithm != "auto" && (algorithm == "nvls" ? collective == Collective::kAllReduce
-                                                                 : supports(parse_algorithm(algorithm), collective));
+                                                                 : implements(parse_algorithm(algorithm), collective));
   const Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
   // Rings run round by round (cheap at any scale); anything else op by op, one actor per rank.
   const bool round_by_round = shape.regular && choice.algorithm == "ring";

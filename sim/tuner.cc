@@ -99,7 +99,7 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
                          const std::string& protocol) const {
   if (algorithm != "nvls" && algorithm != "nvls_tree") {
     const Algorithm core = parse_algorithm(algorithm);
-    if (!supports(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
+    if (!implements(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
   }
   const models::NcclAlgorithm nccl = nccl_algorithm(algorithm);
   // The protocol NCCL would use with this algorithm forced (or the one asked for).

@@ -30,10 +30,6 @@ namespace {
 
 constexpr int kLane = 0;
 
-// Upper bound on AlgoParams::pipeline_chunks (broadcast and reduce cut the block into that many
-// chunks; each is a few ops per rank).
-constexpr int kMaxPipelineChunks = 1024;
-
 // The fold of n ranks onto p = 2^k virtual ranks (see the top of this file).
 class Fold {
  public:
@@ -77,25 +73,6 @@ SlotRange blocks_of(const Fold& fold, VirtualRange range, BufferKind buffer, uin
 
 SlotRange block(int index, BufferKind buffer, uint32_t chunks_per_block) {
   return slots(buffer, u32(index) * chunks_per_block, chunks_per_block);
-}
-
-void check_arguments(std::string_view algorithm, const CollectiveSpec& spec, const RankLayout& layout,
-                     const AlgoParams& params) {
-  if (spec.nranks < 1) {
-    fail(ErrorCode::kInvalidArgument, "{}: nranks must be at least 1, got {}", algorithm, spec.nranks);
-  }
-  if (layout.nranks != spec.nranks) {
-    fail(ErrorCode::kInvalidArgument, "{}: layout has {} ranks but the collective has {}", algorithm, layout.nranks,
-         spec.nranks);
-  }
-  if (params.pipeline_chunks < 1 || params.pipeline_chunks > kMaxPipelineChunks) {
-    fail(ErrorCode::kInvalidArgument, "{}: pipeline_chunks must be in [1, {}], got {}", algorithm, kMaxPipelineChunks,
-         params.pipeline_chunks);
-  }
-  const bool rooted = spec.collective == Collective::kBroadcast || spec.collective == Collective::kReduce;
-  if (rooted && (spec.root < 0 || spec.root >= spec.nranks)) {
-    fail(ErrorCode::kInvalidArgument, "{}: root {} is not a rank of {}", algorithm, spec.root, spec.nranks);
-  }
 }
 
 // all_reduce: every step exchanges the whole vector with partner v ^ mask and adds it.
@@ -387,38 +364,29 @@ Schedule reduce_scatter_halving(const CollectiveSpec& spec, const AlgoParams& pa
 
 }  // namespace
 
-Schedule build_recursive_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+Schedule build_recursive_doubling(const CollectiveSpec& spec, const RankLayout& /*layout*/, const AlgoParams& params) {
   switch (spec.collective) {
     case Collective::kAllReduce:
-      check_arguments("recursive_doubling", spec, layout, params);
       return all_reduce_doubling(spec, params);
     case Collective::kAllGather:
-      check_arguments("recursive_doubling", spec, layout, params);
       return all_gather_doubling(spec, params);
     case Collective::kBroadcast:
-      check_arguments("recursive_doubling", spec, layout, params);
       return broadcast_binomial(spec, params);
     case Collective::kReduce:
-      check_arguments("recursive_doubling", spec, layout, params);
       return reduce_binomial(spec, params);
     default:
-      fail(ErrorCode::kUnsupported,
-           "recursive_doubling does not implement {}; it implements all_reduce, all_gather, broadcast, reduce",
-           name(spec.collective));
+      fail(ErrorCode::kUnsupported, "recursive_doubling does not implement {}", name(spec.collective));
   }
 }
 
-Schedule build_halving_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+Schedule build_halving_doubling(const CollectiveSpec& spec, const RankLayout& /*layout*/, const AlgoParams& params) {
   switch (spec.collective) {
     case Collective::kAllReduce:
-      check_arguments("halving_doubling", spec, layout, params);
       return all_reduce_halving_doubling(spec, params);
     case Collective::kReduceScatter:
-      check_arguments("halving_doubling", spec, layout, params);
       return reduce_scatter_halving(spec, params);
     default:
-      fail(ErrorCode::kUnsupported, "halving_doubling does not implement {}; it implements all_reduce, reduce_scatter",
-           name(spec.collective));
+      fail(ErrorCode::kUnsupported, "halving_doubling does not implement {}", name(spec.collective));
   }
 }
 

@@ -22,15 +22,10 @@ namespace tandem::algorithms {
 Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
   const int n = spec.nranks;
   const int m = layout.ranks_per_node;
-  if (m < 1 || n % m != 0) {
-    fail(ErrorCode::kInvalidArgument, "hierarchical needs whole nodes: {} ranks are not a multiple of {} per node", n,
-         m);
-  }
   if (params.inter_node != Algorithm::kRing) {
     fail(ErrorCode::kUnsupported, "hierarchical composes rings between nodes; inter-node '{}' is not implemented",
          name(params.inter_node));
   }
-  if (params.channels < 1) fail(ErrorCode::kInvalidArgument, "hierarchical needs at least 1 channel");
   const int nodes = n / m;
   const auto um = static_cast<uint32_t>(m);
   const auto un = static_cast<uint32_t>(nodes);
@@ -55,9 +50,7 @@ Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout
     case Collective::kAllReduce: {
       const uint32_t width = un * C;  // chunks per intra-node segment
       ScheduleBuilder b(spec.collective, Algorithm::kHierarchical, n, spec.root, um * width, params);
-      auto segment = [&](BufferKind buffer) {
-        return [=](uint32_t l) { return SlotRange{buffer, l * width, width}; };
-      };
+      auto segment = [&](BufferKind buffer) { return [=](uint32_t l) { return SlotRange{buffer, l * width, width}; }; };
       for (int v = 0; v < nodes; ++v) {
         ring_reduce_scatter(b, kIntraLane, node_members(v), segment(kIn), segment(kOut), segment(kOut));
       }
@@ -80,19 +73,24 @@ Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout
       for (int r = 0; r < n; ++r) b.copy(r, kInterLane, SlotRange{kIn, 0, C}, block(r));
       for (int l = 0; l < m; ++l) {
         const std::vector<int> rail = rail_members(l);
-        ring_all_gather(b, kInterLane, rail, [&](uint32_t j) { return block(rail[j]); },
-                        [&](uint32_t) { return SlotRange{kIn, 0, C}; });
+        ring_all_gather(
+            b, kInterLane, rail, [&](uint32_t j) { return block(rail[j]); },
+            [&](uint32_t) {
+              return SlotRange{kIn, 0, C};
+            });
       }
       for (int v = 0; v < nodes; ++v) {
         const std::vector<int> members = node_members(v);
         for (int src_node = 0; src_node < nodes; ++src_node) {
           // Member l holds block src_node*m + l; gather that node's blocks inside node v.
-          ring_all_gather(b, kIntraLane, members, [&](uint32_t l) { return block(src_node * m + static_cast<int>(l)); });
+          ring_all_gather(b, kIntraLane, members,
+                          [&](uint32_t l) { return block(src_node * m + static_cast<int>(l)); });
         }
       }
       return std::move(b).finish();
     }
-    default: break;
+    default:
+      break;
   }
   fail(ErrorCode::kUnsupported, "hierarchical does not implement {}", name(spec.collective));
 }

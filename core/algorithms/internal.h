@@ -1,6 +1,8 @@
-// Builders of the individual algorithms (used by core/algorithms.cc only). Each is a pure
-// function from a spec and a layout to an unvalidated schedule; it throws Error(kUnsupported)
-// for a collective it does not implement.
+// Builders of the individual algorithms (registered in core/algorithms.cc, which is the only
+// caller). Each is a pure function from a spec and a layout to an unvalidated schedule. The
+// registry's build_schedule has already checked what every builder shares (rank counts, root,
+// channels and pipeline chunks in range, whole nodes where the entry needs them, a collective the
+// entry lists); a builder checks only arguments of its own.
 #pragma once
 
 #include "core/builder.h"

@@ -45,12 +45,9 @@ std::vector<int> rotated(std::vector<int> members, int first) {
 
 }  // namespace
 
-Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params,
-                    ScheduleForm form) {
+Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params, ScheduleForm form) {
   const int n = spec.nranks;
   const int channels = params.channels;
-  if (channels < 1) fail(ErrorCode::kInvalidArgument, "ring needs at least 1 channel, got {}", channels);
-  if (params.pipeline_chunks < 1) fail(ErrorCode::kInvalidArgument, "pipeline_chunks must be at least 1");
   const auto g = static_cast<uint32_t>(n);
   const auto C = static_cast<uint32_t>(channels);
   std::vector<std::vector<int>> rings;  // per channel
@@ -138,7 +135,8 @@ Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const 
       }
       return std::move(b).finish();
     }
-    default: break;
+    default:
+      break;
   }
   fail(ErrorCode::kUnsupported, "ring does not implement {}", name(spec.collective));
 }

@@ -17,12 +17,6 @@
 namespace tandem::algorithms {
 namespace {
 
-// Upper bound on AlgoParams::pipeline_chunks: each chunk is a few ops per rank and lane, and a
-// schedule of millions of ops is a caller's mistake rather than a useful pipeline.
-constexpr int kMaxPipelineChunks = 1024;
-// NCCL's MAXCHANNELS (src/include/device.h).
-constexpr int kMaxChannels = 64;
-
 // Channels: NCCL runs tree 0 on the first half of its channels and tree 1 (the mirror) on the
 // second half (graph/connect.cc connectTrees). Channel c has an up lane (2c) and a down lane (2c+1).
 constexpr int kTreeCount = 2;
@@ -133,27 +127,6 @@ std::vector<TreeLinks> rank_tree(int nranks, int ranks_per_node, int tree, int h
   return ranks;
 }
 
-void check_arguments(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
-  if (spec.collective != Collective::kAllReduce) {
-    fail(ErrorCode::kUnsupported, "tree does not implement {}; it implements all_reduce only", name(spec.collective));
-  }
-  if (spec.nranks < 1) fail(ErrorCode::kInvalidArgument, "tree: nranks must be at least 1, got {}", spec.nranks);
-  if (layout.nranks != spec.nranks) {
-    fail(ErrorCode::kInvalidArgument, "tree: layout has {} ranks but the collective has {}", layout.nranks,
-         spec.nranks);
-  }
-  if (layout.ranks_per_node < 1) {
-    fail(ErrorCode::kInvalidArgument, "tree: ranks_per_node must be at least 1, got {}", layout.ranks_per_node);
-  }
-  if (params.channels < 1 || params.channels > kMaxChannels) {
-    fail(ErrorCode::kInvalidArgument, "tree: channels must be in [1, {}], got {}", kMaxChannels, params.channels);
-  }
-  if (params.pipeline_chunks < 1 || params.pipeline_chunks > kMaxPipelineChunks) {
-    fail(ErrorCode::kInvalidArgument, "tree: pipeline_chunks must be in [1, {}], got {}", kMaxPipelineChunks,
-         params.pipeline_chunks);
-  }
-}
-
 }  // namespace
 
 // Chunks of the block, P = params.pipeline_chunks, C = tree_channels(params), channel c owning
@@ -168,7 +141,6 @@ void check_arguments(const CollectiveSpec& spec, const RankLayout& layout, const
 // The down receive overwrites the partial sum the up phase left in Output[x]; the builder orders
 // it after the up send of that chunk (and, in place, after a leaf's send of Input[x]).
 Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
-  check_arguments(spec, layout, params);
   const int nranks = spec.nranks;
   const int channels = tree_channels(params);
   const int per_tree = channels / kTreeCount;

@@ -1,5 +1,6 @@
 // Runs the built `tandem` binary (TANDEM_BINARY) and checks what a user sees: stdout, stderr and
 // the exit code.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "core/algorithms.h"
 #include "tests/support/cli_runner.h"
 
 namespace {
@@ -246,6 +248,33 @@ TEST(Cli, ScheduleUsageErrors) {
   expect_usage_error(run_tandem("schedule --collective all_to_all --algo ring --nranks 4"), "all_to_all");
   expect_usage_error(run_tandem("schedule --collective broadcast --nranks 4 --root 7"), "--root");
   expect_usage_error(run_tandem("schedule --check x.json --nranks 4"), "--check");
+  expect_usage_error(run_tandem("schedule --collective all_reduce --nranks 4 --channels 65"), "--channels");
+}
+
+// schedule --list prints the registry: every algorithm with the collectives it builds.
+TEST(Cli, ScheduleListsTheRegistry) {
+  Outcome list = run_tandem("schedule --list");
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  for (const tandem::AlgorithmInfo& info : tandem::algorithm_registry()) {
+    bool found = false;
+    for (const std::string& line : lines_of(list.out)) {
+      if (line.rfind(std::string(tandem::name(info.algorithm)) + " ", 0) != 0) continue;
+      found = true;
+      // The collectives column: names separated by ", ", up to the run of spaces before parameters.
+      std::string column = line.substr(line.find_first_not_of(' ', tandem::name(info.algorithm).size()));
+      column = column.substr(0, column.find("  "));
+      std::vector<std::string> listed;
+      for (size_t start = 0; start < column.size();) {
+        const size_t end = std::min(column.find(", ", start), column.size());
+        listed.push_back(column.substr(start, end - start));
+        start = end + 2;
+      }
+      std::vector<std::string> expected;
+      for (tandem::Collective c : info.collectives) expected.emplace_back(tandem::name(c));
+      EXPECT_EQ(listed, expected) << line;
+    }
+    EXPECT_TRUE(found) << tandem::name(info.algorithm) << "\n" << list.out;
+  }
 }
 
 // bench --backend sim prints the same table from simulation: busbw = algbw x 2(n-1)/n, #wrong N/A,

@@ -1,5 +1,6 @@
 // Every algorithm x collective it implements x rank counts x chunking, built, validated and
 // symbolically checked (out of place and in place): the postcondition proven without data.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -55,7 +56,7 @@ TEST(Algorithms, SymbolicSweep) {
   int cases = 0;
   for (Algorithm a : all_algorithms()) {
     for (Collective c : all_collectives()) {
-      if (!supports(a, c)) continue;
+      if (!implements(a, c)) continue;
       for (int n : rank_counts()) {
         for (const RankLayout& layout : layouts(a, n)) {
           for (int chunking : {1, 2, 3}) {
@@ -176,12 +177,91 @@ TEST(Algorithms, UnsupportedPairsAreClearErrors) {
                Error);
 }
 
+// The registry says what each builder builds: every listed collective builds, and every collective
+// it does not list is refused up front with the algorithms that do implement it.
+TEST(AlgorithmRegistry, ListsExactlyWhatEachBuilderBuilds) {
+  ASSERT_EQ(algorithm_registry().size(), all_algorithms().size());
+  for (size_t i = 0; i < all_algorithms().size(); ++i) {
+    EXPECT_EQ(algorithm_registry()[i].algorithm, all_algorithms()[i]);
+  }
+  for (const AlgorithmInfo& info : algorithm_registry()) {
+    EXPECT_FALSE(info.summary.empty()) << name(info.algorithm);
+    EXPECT_EQ(&algorithm_info(info.algorithm), &info);
+    for (Collective c : all_collectives()) {
+      const CollectiveSpec spec{c, 64, DataType::kF32, ReduceOp::kSum, 0, 4};
+      const RankLayout layout = RankLayout::nodes(2, 2);
+      if (info.implements(c)) {
+        EXPECT_NO_THROW(build_checked_schedule(spec, layout, info.algorithm)) << name(info.algorithm) << " " << name(c);
+        continue;
+      }
+      try {
+        build_schedule(spec, layout, info.algorithm);
+        ADD_FAILURE() << name(info.algorithm) << " built " << name(c) << ", which the registry does not list";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("algorithms for"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_THROW(algorithm_info(Algorithm::kAuto), Error);
+  EXPECT_TRUE(implements(Algorithm::kAuto, Collective::kAllToAll));
+}
+
+// The limits every builder shares are checked once, by the registry, for every algorithm.
+TEST(AlgorithmRegistry, SharedLimitsAreCheckedForEveryAlgorithm) {
+  auto expect_invalid = [](const CollectiveSpec& spec, const RankLayout& layout, Algorithm a, const AlgoParams& params,
+                           const std::string& what) {
+    try {
+      build_schedule(spec, layout, a, params);
+      ADD_FAILURE() << name(a) << " accepted " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << name(a) << " " << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(name(a)), std::string::npos) << e.what();
+    }
+  };
+  for (const AlgorithmInfo& info : algorithm_registry()) {
+    const Algorithm a = info.algorithm;
+    const Collective c = info.collectives.front();
+    const CollectiveSpec spec{c, 64, DataType::kF32, ReduceOp::kSum, 0, 4};
+    const RankLayout layout = RankLayout::nodes(2, 2);
+    expect_invalid({c, 64, DataType::kF32, ReduceOp::kSum, 0, 0}, RankLayout::flat(0), a, {}, "0 ranks");
+    expect_invalid(spec, RankLayout::flat(3), a, {}, "a layout of 3 ranks");
+    expect_invalid({c, 64, DataType::kF32, ReduceOp::kSum, 4, 4}, layout, a, {}, "root 4 of 4");
+    expect_invalid({c, 64, DataType::kF32, ReduceOp::kSum, -1, 4}, layout, a, {}, "root -1");
+    for (int bad : {0, -1, kMaxAlgorithmChannels + 1}) {
+      AlgoParams params;
+      params.channels = bad;
+      if (info.uses_channels) {
+        expect_invalid(spec, layout, a, params, fmt::format("{} channels", bad));
+      } else {
+        EXPECT_NO_THROW(build_schedule(spec, layout, a, params)) << name(a) << " ignores channels";
+      }
+    }
+    for (int bad : {0, kMaxPipelineChunks + 1}) {
+      AlgoParams params;
+      params.pipeline_chunks = bad;
+      if (info.uses_pipeline_chunks) {
+        expect_invalid(spec, layout, a, params, fmt::format("{} pipeline chunks", bad));
+      } else {
+        EXPECT_NO_THROW(build_schedule(spec, layout, a, params)) << name(a) << " ignores pipeline chunks";
+      }
+    }
+    const CollectiveSpec six{c, 64, DataType::kF32, ReduceOp::kSum, 0, 6};
+    if (info.needs_whole_nodes) {
+      RankLayout partial;  // 1.5 nodes of 4
+      partial.nranks = 6;
+      partial.ranks_per_node = 4;
+      expect_invalid(six, partial, a, {}, "6 ranks on nodes of 4");
+    }
+  }
+}
+
 TEST(Algorithms, DefaultAlgorithmIsSupported) {
   for (Collective c : all_collectives()) {
     for (int64_t count : {int64_t{1}, int64_t{1} << 24}) {
       for (const RankLayout& layout : {RankLayout::flat(8), RankLayout::nodes(2, 4)}) {
         const CollectiveSpec spec{c, count, DataType::kF32, ReduceOp::kSum, 0, layout.nranks};
-        EXPECT_TRUE(supports(default_algorithm(spec, layout), c)) << name(c);
+        EXPECT_TRUE(implements(default_algorithm(spec, layout), c)) << name(c);
       }
     }
   }
@@ -266,7 +346,8 @@ TEST(NcclRings, SymmetricChannelRingsMatchTheExplicitRing) {
 // tree traffic leaves each node on every GPU (and NIC); every (channels, layout) passes the checks.
 TEST(NcclTrees, ChannelsSpreadTheHeadsOverTheNode) {
   const CollectiveSpec spec{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, 32};
-  const Schedule tree = build_checked_schedule(spec, RankLayout::nodes(4, 8), Algorithm::kTree, {16, 1, Algorithm::kRing});
+  const Schedule tree =
+      build_checked_schedule(spec, RankLayout::nodes(4, 8), Algorithm::kTree, {16, 1, Algorithm::kRing});
   std::set<int> senders;  // local GPUs that send to another node
   for (int r = 0; r < 32; ++r) {
     for (const Lane& lane : tree.ranks[static_cast<size_t>(r)].lanes) {
@@ -279,8 +360,8 @@ TEST(NcclTrees, ChannelsSpreadTheHeadsOverTheNode) {
   for (int channels : {1, 2, 3, 8, 16}) {
     for (auto [nodes, m] : {std::pair{1, 8}, std::pair{3, 4}, std::pair{5, 2}, std::pair{2, 8}}) {
       const CollectiveSpec s{Collective::kAllReduce, 0, DataType::kF32, ReduceOp::kSum, 0, nodes * m};
-      EXPECT_NO_THROW(build_checked_schedule(s, RankLayout::nodes(nodes, m), Algorithm::kTree,
-                                             {channels, 2, Algorithm::kRing}))
+      EXPECT_NO_THROW(
+          build_checked_schedule(s, RankLayout::nodes(nodes, m), Algorithm::kTree, {channels, 2, Algorithm::kRing}))
           << channels << " channels, " << nodes << "x" << m;
     }
   }

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "core/algorithms.h"
-#include "core/algorithms/internal.h"
+#include "core/builder.h"
 #include "core/error.h"
 #include "core/validate.h"
 #include "tests/support/rank_counts.h"
@@ -139,7 +139,7 @@ TEST(TreeTest, RejectsOtherCollectivesAndBadParameters) {
   for (Collective c : {Collective::kReduceScatter, Collective::kAllGather, Collective::kBroadcast, Collective::kReduce,
                        Collective::kAllToAll}) {
     try {
-      algorithms::build_tree(spec_for(c, 4), RankLayout::flat(4), {});
+      build_schedule(spec_for(c, 4), RankLayout::flat(4), Algorithm::kTree, {});
       ADD_FAILURE() << "tree built " << name(c);
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
@@ -147,14 +147,14 @@ TEST(TreeTest, RejectsOtherCollectivesAndBadParameters) {
   }
   for (int chunks : {0, -1, 1 << 20}) {
     try {
-      algorithms::build_tree(spec_for(Collective::kAllReduce, 4), RankLayout::flat(4), pipelined(chunks));
+      build_schedule(spec_for(Collective::kAllReduce, 4), RankLayout::flat(4), Algorithm::kTree, pipelined(chunks));
       ADD_FAILURE() << "tree accepted pipeline_chunks " << chunks;
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
     }
   }
   try {
-    algorithms::build_tree(spec_for(Collective::kAllReduce, 4), RankLayout::flat(3), {});
+    build_schedule(spec_for(Collective::kAllReduce, 4), RankLayout::flat(3), Algorithm::kTree, {});
     ADD_FAILURE() << "tree accepted a layout of the wrong size";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
@@ -215,14 +215,14 @@ TEST(RecursiveDoublingTest, RoundsAreLogarithmic) {
 TEST(RecursiveDoublingTest, RejectsOtherCollectives) {
   for (Collective c : {Collective::kReduceScatter, Collective::kAllToAll, Collective::kSendRecv}) {
     try {
-      algorithms::build_recursive_doubling(spec_for(c, 4), RankLayout::flat(4), {});
+      build_schedule(spec_for(c, 4), RankLayout::flat(4), Algorithm::kRecursiveDoubling, {});
       ADD_FAILURE() << "recursive doubling built " << name(c);
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
     }
   }
   try {
-    algorithms::build_recursive_doubling(spec_for(Collective::kBroadcast, 4, 4), RankLayout::flat(4), {});
+    build_schedule(spec_for(Collective::kBroadcast, 4, 4), RankLayout::flat(4), Algorithm::kRecursiveDoubling, {});
     ADD_FAILURE() << "recursive doubling accepted root 4 of 4 ranks";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
@@ -264,7 +264,7 @@ TEST(HalvingDoublingTest, ReduceScatterSendsLessThanAllReduce) {
 TEST(HalvingDoublingTest, RejectsOtherCollectives) {
   for (Collective c : {Collective::kAllGather, Collective::kBroadcast, Collective::kReduce, Collective::kAllToAll}) {
     try {
-      algorithms::build_halving_doubling(spec_for(c, 4), RankLayout::flat(4), {});
+      build_schedule(spec_for(c, 4), RankLayout::flat(4), Algorithm::kHalvingDoubling, {});
       ADD_FAILURE() << "halving doubling built " << name(c);
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
@@ -275,7 +275,8 @@ TEST(HalvingDoublingTest, RejectsOtherCollectives) {
 // The checks above would pass vacuously if the checker accepted anything: a schedule with one
 // transfer dropped (send and receive both removed, so it stays structurally valid) must fail.
 TEST(HalvingDoublingTest, CheckerCatchesADroppedTransfer) {
-  Schedule schedule = algorithms::build_halving_doubling(spec_for(Collective::kAllReduce, 4), RankLayout::flat(4), {});
+  Schedule schedule =
+      build_schedule(spec_for(Collective::kAllReduce, 4), RankLayout::flat(4), Algorithm::kHalvingDoubling, {});
   ScheduleBuilder builder(Collective::kAllReduce, Algorithm::kHalvingDoubling, 4, 0, schedule.chunks_per_block);
   // Rebuild rank by rank, skipping the last exchange between ranks 0 and 2 (the doubling's mask 2).
   for (int r = 0; r < 4; ++r) {

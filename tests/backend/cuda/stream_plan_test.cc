@@ -111,7 +111,7 @@ std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> params;
   for (Algorithm algorithm : all_algorithms()) {
     for (Collective collective : all_collectives()) {
-      if (supports(algorithm, collective)) params.emplace_back(algorithm, collective);
+      if (implements(algorithm, collective)) params.emplace_back(algorithm, collective);
     }
   }
   return params;

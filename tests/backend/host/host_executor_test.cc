@@ -228,7 +228,7 @@ TEST(HostExecutorTest, TilesAlignmentChannelsAndPipelineChunks) {
   int cases = 0;
   for (Algorithm algorithm : all_algorithms()) {
     for (Collective collective : all_collectives()) {
-      if (!supports(algorithm, collective)) continue;
+      if (!implements(algorithm, collective)) continue;
       for (int n : {3, 4}) {
         const RankLayout layout = algorithm == Algorithm::kHierarchical
                                       ? RankLayout::nodes(n == 4 ? 2 : 1, n == 4 ? 2 : 3)

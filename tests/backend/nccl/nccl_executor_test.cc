@@ -163,7 +163,7 @@ TEST_F(NcclGpu, ScheduleAndNativeMatchTheReference) {
   for (int n = 1; n <= std::min(gpus(), 8); ++n) {
     for (const Algorithm algorithm : {Algorithm::kRing, Algorithm::kTree}) {
       for (const Collective collective : all_collectives()) {
-        if (!supports(algorithm, collective)) continue;
+        if (!implements(algorithm, collective)) continue;
         for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
           if (op != ReduceOp::kSum && !is_reduction(collective)) continue;
           const CollectiveSpec spec{

@@ -79,7 +79,7 @@ std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> params;
   for (Algorithm algorithm : all_algorithms()) {
     for (Collective collective : all_collectives()) {
-      if (!supports(algorithm, collective)) continue;
+      if (!implements(algorithm, collective)) continue;
       for (int n : kRankCounts) params.emplace_back(algorithm, collective, n);
     }
   }
