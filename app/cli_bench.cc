@@ -206,10 +206,10 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     if (buffer_geometry(plan.collective, nranks).in_place_supported) row.in_place = row.out_of_place;
     fmt::print("{}", format_row(row));
     rows.push_back(row);
-    notes.push_back(fmt::format("{}/{}", r.algorithm, name(r.protocol)));
+    notes.push_back(fmt::format("{}/{} {}ch", r.algorithm, name(r.protocol), r.channels));
   }
   fmt::print("{}", format_footer(rows));
-  // Which algorithm and protocol ran, per run of equal choices.
+  // Which algorithm, protocol and channel count ran, per run of equal choices.
   std::string choices;
   for (size_t begin = 0, i = 1; i <= notes.size(); ++i) {
     if (i < notes.size() && notes[i] == notes[begin]) continue;
