@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -98,29 +100,43 @@ std::string algorithm_names() {
 }
 
 double parse_duration_s(std::string_view text, std::string_view option) {
-  constexpr std::array<std::pair<std::string_view, double>, 6> kUnits{
-      {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1.0}, {"m", 60.0}, {"min", 60.0}, {"h", 3600.0}}};
-  size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
-    ++digits;
+  constexpr std::array<std::pair<std::string_view, double>, 8> kUnits{{{"ns", 1e-9},
+                                                                       {"us", 1e-6},
+                                                                       {"ms", 1e-3},
+                                                                       {"s", 1.0},
+                                                                       {"m", 60.0},
+                                                                       {"min", 60.0},
+                                                                       {"h", 3600.0},
+                                                                       {"d", 86400.0}}};
+  // The number: digits with an optional fraction and exponent ("1.5", "2e3"), no sign.
+  size_t end = 0;
+  const auto digits = [&] {
+    const size_t start = end;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    return end > start;
+  };
+  bool number = digits();
+  if (end < text.size() && text[end] == '.') {
+    ++end;
+    number = digits() || number;
   }
-  const std::string_view unit = text.substr(digits);
-  double scale = digits > 0 && unit.empty() ? 1.0 : 0.0;
+  if (number && end + 1 < text.size() && (text[end] == 'e' || text[end] == 'E') &&
+      std::isdigit(static_cast<unsigned char>(text[end + 1]))) {
+    ++end;
+    digits();
+  }
+  const std::string_view unit = text.substr(end);
+  double scale = number && unit.empty() ? 1.0 : 0.0;
   for (const auto& [name, factor] : kUnits) {
-    if (unit == name) scale = factor;
+    if (number && unit == name) scale = factor;
   }
-  double value = 0;
-  try {
-    size_t used = 0;
-    value = digits > 0 ? std::stod(std::string(text.substr(0, digits)), &used) : 0;
-    if (used != digits) scale = 0;
-  } catch (const std::exception&) {
-    scale = 0;
+  const double value = scale > 0 ? std::strtod(std::string(text.substr(0, end)).c_str(), nullptr) * scale : 0.0;
+  if (scale == 0 || !std::isfinite(value) || value > kMaxDuration_s) {
+    fail(ErrorCode::kInvalidArgument,
+         "{} '{}': expected a duration such as 250us, 100ms, 30s, 2m, 1.5h or 1d (at most {:g} days)", option, text,
+         kMaxDuration_s / 86400);
   }
-  if (scale == 0 || digits == 0) {
-    fail(ErrorCode::kInvalidArgument, "{} '{}': expected a duration such as 30s, 100ms, 250us or 2m", option, text);
-  }
-  return value * scale;
+  return value;
 }
 
 RankLayout make_layout(int nranks, int ranks_per_node) {

@@ -38,8 +38,10 @@ Algorithm parse_algorithm_name(std::string_view text);
 // "ring, tree, ..., hierarchical": the registry's algorithms, for --algo's help.
 std::string algorithm_names();
 
-// A duration as a user types it: "30s", "100ms", "250us", "2m", or a plain number of seconds.
-// Throws Error(kInvalidArgument) naming `option` for anything else or a negative value.
+// A duration as a user types it: a non-negative number with a unit, ns, us, ms, s, m or min, h, d
+// ("250us", "1.5h", "2e3s"), or a plain number of seconds; at most kMaxDuration_s (a year: longer
+// is a typo, not a plan). Throws Error(kInvalidArgument) naming `option` for anything else.
+inline constexpr double kMaxDuration_s = 365.0 * 86400;
 double parse_duration_s(std::string_view text, std::string_view option);
 
 // Rank layout for `nranks` ranks. ranks_per_node == 0 means "not given": RankLayout::flat, a flat

@@ -60,29 +60,6 @@ struct ReliabilityOptions {
   bool nodes_given = false;
 };
 
-// "90", "90s", "30m", "2h", "1.5d": seconds. Throws naming the flag.
-double parse_duration_s(const std::string& text, std::string_view flag) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    fail(ErrorCode::kInvalidArgument, "{} {}: expected auto, young, daly or a duration such as 90s, 30m, 2h", flag,
-         text);
-  }
-  const std::string unit = text.substr(used);
-  double scale = 0;
-  if (unit.empty() || unit == "s") scale = 1;
-  if (unit == "m" || unit == "min") scale = 60;
-  if (unit == "h") scale = 3600;
-  if (unit == "d") scale = 86400;
-  if (scale == 0 || !(value > 0) || !std::isfinite(value)) {
-    fail(ErrorCode::kInvalidArgument, "{} {}: expected auto, young, daly or a positive duration such as 90s, 30m, 2h",
-         flag, text);
-  }
-  return value * scale;
-}
-
 models::RecoveryPolicies parse_policies(const std::string& text) {
   models::RecoveryPolicies policies;
   size_t begin = 0;
@@ -156,7 +133,12 @@ double interval_s(const ReliabilityOptions& options, double write_s, double mtbf
   if (options.checkpoint_interval == "auto" || options.checkpoint_interval == "daly") {
     return models::daly_interval_s(write_s, mtbf_s);
   }
-  return parse_duration_s(options.checkpoint_interval, "--checkpoint-interval");
+  const double interval = parse_duration_s(options.checkpoint_interval, "--checkpoint-interval");
+  if (!(interval > 0)) {
+    fail(ErrorCode::kInvalidArgument, "--checkpoint-interval {}: expected auto, young, daly or a positive duration",
+         options.checkpoint_interval);
+  }
+  return interval;
 }
 
 struct Column {

@@ -24,6 +24,7 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "core/flight_recorder.h"
+#include "core/torch_names.h"
 #include "models/cluster.h"
 #include "sim/simulator.h"
 #include "sim/sweep.h"
@@ -34,25 +35,6 @@ namespace {
 
 using nlohmann::json;
 using Status = AttemptResult::Status;
-
-// PyTorch's dtype names (c10::toString(ScalarType)), as dumps carry them.
-std::string torch_dtype(DataType dtype) {
-  switch (dtype) {
-    case DataType::kF32:
-      return "Float";
-    case DataType::kF16:
-      return "Half";
-    case DataType::kBF16:
-      return "BFloat16";
-    case DataType::kF64:
-      return "Double";
-    case DataType::kI32:
-      return "Int";
-    case DataType::kI64:
-      return "Long";
-  }
-  return "Float";
-}
 
 // What every backend shares: the cluster, the ranks' GPUs, the fault injector.
 struct LoopSetup {
@@ -600,8 +582,8 @@ class Recorders {
       const int64_t out = issued.count == spec.count ? counts.output_elements : issued.count;
       entry.input_sizes = {{in}};
       entry.output_sizes = {{out}};
-      entry.input_dtypes = {torch_dtype(issued.dtype)};
-      entry.output_dtypes = {torch_dtype(issued.dtype)};
+      entry.input_dtypes = {std::string(torch_dtype_name(issued.dtype))};
+      entry.output_dtypes = {std::string(torch_dtype_name(issued.dtype))};
       entry.time_created_ns = now_ns;
       entry.timeout_ms = std::llround(setup_.scenario.recovery.watchdog_s * 1e3);
       entry.thread_id = std::to_string(r);
@@ -749,9 +731,13 @@ json to_json(const LoopResults& r) {
   }
   json slices = json::array();
   for (const RankSlice& x : r.slices) slices.push_back({x.rank, x.iteration, x.attempt, x.start_s, x.end_s, x.ok});
-  return {{"backend", name(r.backend)},   {"ranks", r.ranks},
-          {"aborted", r.aborted},         {"iterations", iterations},
-          {"dump_prefix", r.dump_prefix}, {"dump_reasons", r.dump_reasons}, {"slices", slices}};
+  return {{"backend", name(r.backend)},
+          {"ranks", r.ranks},
+          {"aborted", r.aborted},
+          {"iterations", iterations},
+          {"dump_prefix", r.dump_prefix},
+          {"dump_reasons", r.dump_reasons},
+          {"slices", slices}};
 }
 
 LoopResults loop_from_json(const json& j) {

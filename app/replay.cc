@@ -12,6 +12,7 @@
 #include "app/scenario.h"
 #include "app/scenario_report.h"
 #include "core/error.h"
+#include "core/torch_names.h"
 #include "sim/collective_timer.h"
 #include "sim/sweep.h"
 
@@ -22,63 +23,7 @@ using nlohmann::json;
 
 // ---- what the dumps hold ----------------------------------------------------------------------
 
-// PyTorch's dtype names (c10::toString(ScalarType)) and their sizes.
-constexpr std::array<std::pair<std::string_view, int>, 22> kDtypeBytes{{
-    {"Float", 4},         {"Double", 8},         {"Half", 2},           {"BFloat16", 2},
-    {"Int", 4},           {"Long", 8},           {"Short", 2},          {"Char", 1},
-    {"Byte", 1},          {"Bool", 1},           {"ComplexHalf", 4},    {"ComplexFloat", 8},
-    {"ComplexDouble", 16}, {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1},    {"Float8_e4m3fnuz", 1},
-    {"Float8_e5m2fnuz", 1}, {"Float8_e8m0fnu", 1}, {"UInt16", 2},        {"UInt32", 4},
-    {"UInt64", 8},        {"Float4_e2m1fn_x2", 1},
-}};
-
-std::optional<int> dtype_bytes(std::string_view dtype) {
-  for (const auto& [name, bytes] : kDtypeBytes) {
-    if (name == dtype) return bytes;
-  }
-  return std::nullopt;
-}
-
 bool is_coalesced_marker(std::string_view type) { return type == "coalesced" || type.ends_with("_coalesced"); }
-
-enum class Sizes : uint8_t { kInput, kOutput };
-
-// The collectives the simulator has a model for, by the names ProcessGroupNCCL records, and which
-// tensors give nccl-tests' size (all_gather: the output, the total over ranks).
-struct OpModel {
-  std::string_view type;
-  Collective collective;
-  Sizes sizes;
-};
-constexpr std::array<OpModel, 20> kOpModels{{
-    {"all_reduce", Collective::kAllReduce, Sizes::kInput},
-    {"allreduce", Collective::kAllReduce, Sizes::kInput},
-    {"all_reduce_barrier", Collective::kAllReduce, Sizes::kInput},
-    {"barrier", Collective::kAllReduce, Sizes::kInput},
-    {"all_gather", Collective::kAllGather, Sizes::kOutput},
-    {"allgather", Collective::kAllGather, Sizes::kOutput},
-    {"_allgather_base", Collective::kAllGather, Sizes::kOutput},
-    {"all_gather_into_tensor", Collective::kAllGather, Sizes::kOutput},
-    {"reduce_scatter", Collective::kReduceScatter, Sizes::kInput},
-    {"_reduce_scatter_base", Collective::kReduceScatter, Sizes::kInput},
-    {"reduce_scatter_tensor", Collective::kReduceScatter, Sizes::kInput},
-    {"broadcast", Collective::kBroadcast, Sizes::kInput},
-    {"reduce", Collective::kReduce, Sizes::kInput},
-    {"all_to_all", Collective::kAllToAll, Sizes::kInput},
-    {"alltoall", Collective::kAllToAll, Sizes::kInput},
-    {"alltoall_base", Collective::kAllToAll, Sizes::kInput},
-    {"all_to_all_single", Collective::kAllToAll, Sizes::kInput},
-    {"send", Collective::kSendRecv, Sizes::kInput},
-    {"recv", Collective::kSendRecv, Sizes::kOutput},
-    {"recv_any_source", Collective::kSendRecv, Sizes::kOutput},
-}};
-
-const OpModel* op_model(std::string_view type) {
-  for (const OpModel& model : kOpModels) {
-    if (model.type == type) return &model;
-  }
-  return nullptr;
-}
 
 // The group-local peer of a p2p op, "nccl:send 0->1" -> 1, "nccl:recv 1<-0" -> 0.
 std::optional<int> p2p_peer(std::string_view profiling_name) {
@@ -105,7 +50,7 @@ struct OpKey {
 
 // One rank's record of an op: its entries (a coalesced group's several, its marker last).
 struct RankOp {
-  size_t op = 0;                       // index into the ops
+  size_t op = 0;  // index into the ops
   std::vector<const FrEntry*> entries;
 };
 
@@ -201,10 +146,10 @@ void check_membership(const std::vector<FrDump>& dumps) {
 
 struct Built {
   std::vector<ReplayOp> ops;
-  std::vector<std::vector<RankOp>> per_rank;   // per dump (rank order): its ops in record order
-  std::vector<std::vector<int64_t>> gaps_ns;   // per dump: recorded time before each of its ops
-  std::vector<int> rank_of;                    // per dump: its rank
-  std::map<int, size_t> dump_of;               // rank -> dump index
+  std::vector<std::vector<RankOp>> per_rank;  // per dump (rank order): its ops in record order
+  std::vector<std::vector<int64_t>> gaps_ns;  // per dump: recorded time before each of its ops
+  std::vector<int> rank_of;                   // per dump: its rank
+  std::map<int, size_t> dump_of;              // rank -> dump index
   // Per dump and (group, membership, stream): the oldest sequence number its ring buffer still
   // holds (older ops are unknown for that rank, not missing), when the buffer wrapped.
   std::vector<std::map<std::tuple<std::string, std::vector<int>, bool>, int64_t>> oldest;
@@ -277,7 +222,8 @@ void describe_ops(Built& built, int gpus) {
   for (const ReplayOp& op : built.ops) memberships[op.group].insert(op.group_ranks);
   for (size_t i = 0; i < built.ops.size(); ++i) {
     ReplayOp& op = built.ops[i];
-    op.label = memberships[op.group].size() == 1 ? op.group : fmt::format("{}[{}]", op.group, rank_ranges(op.group_ranks));
+    op.label =
+        memberships[op.group].size() == 1 ? op.group : fmt::format("{}[{}]", op.group, rank_ranges(op.group_ranks));
     const RankOp& first = *records[i].front();
     op.joined = recorders[i];
     op.profiling_name = first.entries.size() == 1 ? first.entries.front()->profiling_name
@@ -310,17 +256,17 @@ void describe_ops(Built& built, int gpus) {
     for (const FrEntry* e : first.entries) {
       const std::string_view type = fr_op_type(e->profiling_name);
       if (is_coalesced_marker(type)) continue;
-      const OpModel* model = op_model(type);
+      const TorchOp* model = torch_op(type);
       if (model == nullptr) {
         op.note = fmt::format("no model for '{}': not simulated (time 0)", e->profiling_name);
         collective.reset();
         break;
       }
-      const auto& dtypes = model->sizes == Sizes::kInput ? e->input_dtypes : e->output_dtypes;
+      const auto& dtypes = model->sized_by == TorchSizedBy::kInput ? e->input_dtypes : e->output_dtypes;
       op.dtype = dtypes.empty() ? "Float" : dtypes.front();
-      const std::optional<int> element = dtype_bytes(op.dtype);
+      const std::optional<int> element = torch_dtype_bytes(op.dtype);
       if (!element) op.note = fmt::format("unknown dtype '{}': taken as 4 bytes", op.dtype);
-      const int64_t elements = fr_numel(model->sizes == Sizes::kInput ? e->input_sizes : e->output_sizes);
+      const int64_t elements = fr_numel(model->sized_by == TorchSizedBy::kInput ? e->input_sizes : e->output_sizes);
       op.bytes += elements * element.value_or(4);
       if (collective && *collective != model->collective) {
         op.note = "a coalesced group of different collectives: timed as its first";
@@ -384,10 +330,9 @@ Replayed replay_logic(const Built& built, const std::vector<std::vector<std::str
     // Every member is here; with different ops (a desync) it cannot run.
     std::set<std::string> seen;
     for (size_t d : out.arrived[op]) seen.insert(signatures[d][out.position[d]]);
-    const bool all_recorded_complete =
-        std::all_of(out.arrived[op].begin(), out.arrived[op].end(), [&](size_t d) {
-          return built.per_rank[d][out.position[d]].entries.back()->state == FrState::kCompleted;
-        });
+    const bool all_recorded_complete = std::all_of(out.arrived[op].begin(), out.arrived[op].end(), [&](size_t d) {
+      return built.per_rank[d][out.position[d]].entries.back()->state == FrState::kCompleted;
+    });
     if (seen.size() > 1 || !all_recorded_complete) continue;  // stays where it is: desync or stalled
     out.order.push_back(op);
     for (size_t d : out.arrived[op]) {
@@ -478,7 +423,7 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
 
   // Where the ranks stop agreeing: ops some dumps reached but that never ran.
   std::set<size_t> done(logic.order.begin(), logic.order.end());
-  std::vector<size_t> blocked;  // ops a rank is stuck at
+  std::vector<size_t> blocked;          // ops a rank is stuck at
   std::map<size_t, size_t> blocked_at;  // dump -> op it waits in
   for (size_t d = 0; d < built.per_rank.size(); ++d) {
     if (logic.position[d] < built.per_rank[d].size()) {
@@ -568,9 +513,7 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
   std::vector<double> free_at(built.per_rank.size(), 0.0);
   std::vector<size_t> next(built.per_rank.size(), 0);
   std::vector<double> arrival_of(built.per_rank.size(), 0.0);
-  auto arrival = [&](size_t d) {
-    return free_at[d] + static_cast<double>(built.gaps_ns[d][next[d]]) / 1e9;
-  };
+  auto arrival = [&](size_t d) { return free_at[d] + static_cast<double>(built.gaps_ns[d][next[d]]) / 1e9; };
   for (size_t op : logic.order) {
     ReplayOp& o = ops[op];
     double start = 0;
@@ -633,19 +576,20 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
         if (&ranks != majority) info.culprits.insert(info.culprits.end(), ranks.begin(), ranks.end());
       }
       std::sort(info.culprits.begin(), info.culprits.end());
-      o.detail = fmt::format("every member reached {} #{} of group {} ({}), but {} with another op than {} (its type, "
-                             "sizes or dtype differ): a desync, which no recovery policy fixes",
-                             o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(info.culprits),
-                             ranks_phrase(*majority));
+      o.detail = fmt::format(
+          "every member reached {} #{} of group {} ({}), but {} with another op than {} (its type, "
+          "sizes or dtype differ): a desync, which no recovery policy fixes",
+          o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(info.culprits), ranks_phrase(*majority));
     } else {
       o.state = ReplayState::kStalled;
       std::vector<int> not_done;
       for (int r : info.waiting) {
         if (!std::binary_search(o.completed.begin(), o.completed.end(), r)) not_done.push_back(r);
       }
-      o.detail = fmt::format("every member reached {} #{} of group {} ({}), but it never completed on {}: stalled "
-                             "inside the collective (a link, a NIC, or a rank stuck in the kernel)",
-                             o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(not_done));
+      o.detail = fmt::format(
+          "every member reached {} #{} of group {} ({}), but it never completed on {}: stalled "
+          "inside the collective (a link, a NIC, or a rank stuck in the kernel)",
+          o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(not_done));
       if (o.completed.size() > 0) info.culprits = not_done;
     }
     if (auto t = timing(info.op, o.ranks)) {
@@ -684,8 +628,10 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
           [&](const AttemptPlan& plan) {
             AttemptResult a;
             if (plan.attempt == 0) {
-              a.status = o.state == ReplayState::kDesync ? AttemptResult::Status::kDesync : AttemptResult::Status::kStuck;
-              a.failed_ranks = o.state == ReplayState::kStuck || o.completed.size() > 0 ? first.culprits : std::vector<int>{};
+              a.status =
+                  o.state == ReplayState::kDesync ? AttemptResult::Status::kDesync : AttemptResult::Status::kStuck;
+              a.failed_ranks =
+                  o.state == ReplayState::kStuck || o.completed.size() > 0 ? first.culprits : std::vector<int>{};
               a.link_fault = o.state == ReplayState::kStalled;
               // A desync hangs in NCCL too (mismatched sizes never finish): the watchdog sees it.
               if (o.state == ReplayState::kDesync) a.seconds = watchdog;
@@ -707,18 +653,20 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
       rec.detected_s = o.start_s + watchdog;
       switch (outcome.outcome) {
         case Outcome::kRecoveredShrink:
-          rec.detail = fmt::format("the watchdog fires after {} s; the group is rebuilt without {} ({} on) and "
-                                   "{} #{} runs again in {:.1f} us",
-                                   watchdog, ranks_phrase(outcome.dropped_ranks),
-                                   count_text(o.ranks.size() - outcome.dropped_ranks.size()) +
-                                       (o.ranks.size() - outcome.dropped_ranks.size() == 1 ? " goes" : " go"), o.profiling_name,
-                                   o.sequence, rec.rerun_s * 1e6);
+          rec.detail = fmt::format(
+              "the watchdog fires after {} s; the group is rebuilt without {} ({} on) and "
+              "{} #{} runs again in {:.1f} us",
+              watchdog, ranks_phrase(outcome.dropped_ranks),
+              count_text(o.ranks.size() - outcome.dropped_ranks.size()) +
+                  (o.ranks.size() - outcome.dropped_ranks.size() == 1 ? " goes" : " go"),
+              o.profiling_name, o.sequence, rec.rerun_s * 1e6);
           break;
         case Outcome::kRecoveredReroute:
-          rec.detail = fmt::format("the watchdog fires after {} s; the communicator is rebuilt around the failed link "
-                                   "(which the dumps do not name; timed at the fault-free routes) and {} #{} runs "
-                                   "again in {:.1f} us",
-                                   watchdog, o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+          rec.detail = fmt::format(
+              "the watchdog fires after {} s; the communicator is rebuilt around the failed link "
+              "(which the dumps do not name; timed at the fault-free routes) and {} #{} runs "
+              "again in {:.1f} us",
+              watchdog, o.profiling_name, o.sequence, rec.rerun_s * 1e6);
           break;
         default: {
           std::string why;
@@ -728,25 +676,25 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
             why = o.state == ReplayState::kStuck ? "reroute cannot help: a rank never arrived, no link failed"
                                                  : "rerouting once did not help";
           } else if (action == RecoveryAction::kShrink) {
-            why = first.culprits.empty() ? "shrink has no rank to drop: every rank is in the op"
-                                         : "shrink did not help";
+            why =
+                first.culprits.empty() ? "shrink has no rank to drop: every rank is in the op" : "shrink did not help";
           } else {
             why = "the policy is to abort";
           }
-          rec.detail = o.state == ReplayState::kDesync
-                           ? fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts: {}",
-                                         watchdog, why)
-                           : fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts ({})",
-                                         watchdog, why);
+          rec.detail =
+              o.state == ReplayState::kDesync
+                  ? fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts: {}", watchdog, why)
+                  : fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts ({})", watchdog, why);
           break;
         }
       }
       result.recoveries.push_back(std::move(rec));
     }
   } else {
-    result.verdict = fmt::format("the replay ran to the end: {} ops of {} ranks, none stuck; predicted "
-                                 "communication {:.1f} us",
-                                 logic.order.size(), result.ranks, result.predicted_comm_s * 1e6);
+    result.verdict = fmt::format(
+        "the replay ran to the end: {} ops of {} ranks, none stuck; predicted "
+        "communication {:.1f} us",
+        logic.order.size(), result.ranks, result.predicted_comm_s * 1e6);
   }
 
   // Stuck ranks' slices: from their arrival to when the watchdog fires (or the replay's end).
@@ -793,8 +741,9 @@ std::string op_row(const ReplayOp& op) {
   return fmt::format("{:>10} {:>5} {:<28} {:>10} {:>6} {:<11} {:>13} {:>13} {:>6}  {}\n", op.label, op.sequence,
                      op.profiling_name.substr(0, 28), op.bytes > 0 ? format_size(op.bytes) : "-", op.ranks.size(),
                      name(op.state), predicted, recorded, ratio,
-                     op.algorithm.empty() ? op.note : fmt::format("{} {:.1f} GB/s{}", op.algorithm, op.busbw_GBps,
-                                                                    op.note.empty() ? "" : "; " + op.note));
+                     op.algorithm.empty() ? op.note
+                                          : fmt::format("{} {:.1f} GB/s{}", op.algorithm, op.busbw_GBps,
+                                                        op.note.empty() ? "" : "; " + op.note));
 }
 
 }  // namespace
@@ -802,8 +751,8 @@ std::string op_row(const ReplayOp& op) {
 std::string format_text(const ReplayResult& r, size_t max_ops) {
   std::string out;
   out += fmt::format("Replay of {} dumps (flight recorder {}, {}): {} group{}, {} entries, rank r on GPU r of {}\n",
-                     r.ranks, r.version, r.comm_lib_version.empty() ? "library unknown" : r.comm_lib_version,
-                     r.groups, r.groups == 1 ? "" : "s", r.entries, r.cluster);
+                     r.ranks, r.version, r.comm_lib_version.empty() ? "library unknown" : r.comm_lib_version, r.groups,
+                     r.groups == 1 ? "" : "s", r.entries, r.cluster);
   out += fmt::format("Verdict: {}\n\n", r.verdict);
   // The ops shown: the last `max_ops` up to the first divergence, and every blocked one.
   const size_t stop = r.first_divergence.value_or(r.ops.size());
@@ -909,12 +858,14 @@ json to_json(const ReplayResult& r) {
 }
 
 std::string ops_csv(const ReplayResult& r) {
-  std::string out = "group,sequence,p2p,op,dtype,bytes,ranks,state,predicted_us,recorded_us,algorithm,busbw_GBps,start_us\n";
+  std::string out =
+      "group,sequence,p2p,op,dtype,bytes,ranks,state,predicted_us,recorded_us,algorithm,busbw_GBps,start_us\n";
   for (const ReplayOp& op : r.ops) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{:.3f},{},{},{:.2f},{:.3f}\n", csv_field(op.group), op.sequence,
-                       op.p2p ? 1 : 0, csv_field(op.profiling_name), op.dtype, op.bytes, op.ranks.size(), name(op.state), op.predicted_s * 1e6,
-                       op.recorded_s ? fmt::format("{:.3f}", *op.recorded_s * 1e6) : "", op.algorithm, op.busbw_GBps,
-                       op.start_s * 1e6);
+    out +=
+        fmt::format("{},{},{},{},{},{},{},{},{:.3f},{},{},{:.2f},{:.3f}\n", csv_field(op.group), op.sequence,
+                    op.p2p ? 1 : 0, csv_field(op.profiling_name), op.dtype, op.bytes, op.ranks.size(), name(op.state),
+                    op.predicted_s * 1e6, op.recorded_s ? fmt::format("{:.3f}", *op.recorded_s * 1e6) : "",
+                    op.algorithm, op.busbw_GBps, op.start_s * 1e6);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/dtype_traits.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -89,6 +90,8 @@ inline uint16_t encode_bfloat16(float value) {
 float half_to_float(uint16_t bits) { return decode_half(bits); }
 uint16_t float_to_half(float value) { return encode_half(value); }
 float bfloat16_to_float(uint16_t bits) { return decode_bfloat16(bits); }
+void fail_unknown_dtype(int value) { fail(ErrorCode::kInvalidArgument, "unknown data type {}", value); }
+
 uint16_t float_to_bfloat16(float value) { return encode_bfloat16(value); }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,10 +100,6 @@ uint16_t float_to_bfloat16(float value) { return encode_bfloat16(value); }
 // ---------------------------------------------------------------------------------------------
 
 namespace {
-
-// Tags for the two 16-bit float types (stored as uint16_t).
-struct Half {};
-struct BFloat16 {};
 
 // How each element type is stored and computed with: load / store convert between the two.
 template <typename T>
@@ -124,26 +123,6 @@ struct Element<BFloat16> {
   static float load(uint16_t bits) { return decode_bfloat16(bits); }
   static uint16_t store(float value) { return encode_bfloat16(value); }
 };
-
-// Calls `function(T{})` with the element type (or tag) of `type`.
-template <typename Function>
-decltype(auto) dispatch(DataType type, Function&& function) {
-  switch (type) {
-    case DataType::kF32:
-      return function(float{});
-    case DataType::kF16:
-      return function(Half{});
-    case DataType::kBF16:
-      return function(BFloat16{});
-    case DataType::kF64:
-      return function(double{});
-    case DataType::kI32:
-      return function(int32_t{});
-    case DataType::kI64:
-      return function(int64_t{});
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown data type {}", static_cast<int>(type));
-}
 
 // Integer sum and product wrap around (two's complement, as NCCL's kernels do) instead of being
 // undefined behaviour: compute in the unsigned type.
@@ -235,7 +214,7 @@ I saturating_cast(double value) {
 }  // namespace
 
 double load_element(DataType type, const void* base, int64_t index) {
-  return dispatch(type, [&]<typename T>(T) -> double {
+  return visit_dtype(type, [&]<typename T>(T) -> double {
     using S = typename Element<T>::Storage;
     S value;
     std::memcpy(&value, static_cast<const std::byte*>(base) + index * static_cast<int64_t>(sizeof(S)), sizeof(S));
@@ -244,7 +223,7 @@ double load_element(DataType type, const void* base, int64_t index) {
 }
 
 void store_element(DataType type, void* base, int64_t index, double value) {
-  dispatch(type, [&]<typename T>(T) {
+  visit_dtype(type, [&]<typename T>(T) {
     using S = typename Element<T>::Storage;
     S stored;
     if constexpr (std::is_integral_v<T>) {
@@ -260,13 +239,13 @@ void store_element(DataType type, void* base, int64_t index, double value) {
 
 void reduce_elements(DataType type, ReduceOp op, const void* a, const void* b, void* dst, int64_t count) {
   if (count <= 0) return;
-  dispatch(type, [&]<typename T>(T) { reduce_typed<T>(op, a, b, dst, count); });
+  visit_dtype(type, [&]<typename T>(T) { reduce_typed<T>(op, a, b, dst, count); });
 }
 
 void divide_elements(DataType type, void* data, int64_t count, int divisor) {
   if (divisor <= 0) fail(ErrorCode::kInvalidArgument, "divide_elements: divisor {} is not positive", divisor);
   if (count <= 0) return;
-  dispatch(type, [&]<typename T>(T) {
+  visit_dtype(type, [&]<typename T>(T) {
     using E = Element<T>;
     using C = typename E::Compute;
     auto* values = static_cast<typename E::Storage*>(data);

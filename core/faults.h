@@ -35,26 +35,26 @@ enum class FaultKind : uint8_t {
   kDesync,       // the rank issues a different collective, count or dtype
   kCorrupt,      // one bit flips in a chunk the rank receives
 };
-std::string_view name(FaultKind kind);           // "link_down", "link_degrade", ...
+std::string_view name(FaultKind kind);              // "link_down", "link_degrade", ...
 FaultKind parse_fault_kind(std::string_view text);  // Error(kInvalidArgument) listing the kinds
 
 // When a fault hits. Every set condition must hold; none set = from the first collective on.
 struct FaultTrigger {
-  std::optional<double> at_s;            // the backend's clock, seconds since the run began
-  std::optional<int64_t> collective;     // the collective's sequence number (0-based, per run)
-  std::optional<int64_t> op;             // the op index in the rank's program (lanes in order)
-  std::optional<double> probability;     // per candidate collective, drawn from the plan's seed
+  std::optional<double> at_s;         // the backend's clock, seconds since the run began
+  std::optional<int64_t> collective;  // the collective's sequence number (0-based, per run)
+  std::optional<int64_t> op;          // the op index in the rank's program (lanes in order)
+  std::optional<double> probability;  // per candidate collective, drawn from the plan's seed
 };
 
 struct Fault {
   FaultKind kind = FaultKind::kTransient;
   FaultTrigger trigger;
-  int rank = -1;                         // rank faults: the rank (required)
-  std::string link;                      // link faults: the topology link's name (tandem topo)
-  int node = -1;                         // nic_down: the node ...
-  int nic = -1;                          // ... and its NIC (= rail)
-  double factor = 1.0;                   // link_degrade: bandwidth share (0, 1); straggler: slowdown > 1
-  std::optional<double> recover_after_s; // link_down / nic_down: back up after this long (a flap)
+  int rank = -1;                          // rank faults: the rank (required)
+  std::string link;                       // link faults: the topology link's name (tandem topo)
+  int node = -1;                          // nic_down: the node ...
+  int nic = -1;                           // ... and its NIC (= rail)
+  double factor = 1.0;                    // link_degrade: bandwidth share (0, 1); straggler: slowdown > 1
+  std::optional<double> recover_after_s;  // link_down / nic_down: back up after this long (a flap)
   // desync: what the rank issues instead (at least one set).
   std::optional<Collective> desync_collective;
   std::optional<int64_t> desync_count;
@@ -63,7 +63,7 @@ struct Fault {
   bool is_link_fault() const {
     return kind == FaultKind::kLinkDown || kind == FaultKind::kLinkDegrade || kind == FaultKind::kNicDown;
   }
-  std::string describe() const;          // "link_down n0-nic3<->leaf3 at collective 2, back after 5 ms"
+  std::string describe() const;  // "link_down n0-nic3<->leaf3 at collective 2, back after 5 ms"
 };
 
 struct FaultPlan {
@@ -77,13 +77,20 @@ enum class RankAction : uint8_t { kEnter, kHang, kCrash };
 
 // What happens to one transfer.
 struct TransferEffect {
-  bool fail = false;          // the transfer fails (transient, or a dead link without reroute)
-  bool stall = false;         // the transfer never completes (dead link and nobody notices)
+  bool fail = false;              // the transfer fails (transient, or a dead link without reroute)
+  bool stall = false;             // the transfer never completes (dead link and nobody notices)
   double bandwidth_factor = 1.0;  // < 1: degraded link on its route
   double delay_factor = 1.0;      // > 1: straggler on either end
-  bool corrupt = false;       // flip a bit in what the receiver gets
-  int fault_index = -1;       // the plan's fault responsible (the first one), for reports
+  bool corrupt = false;           // flip a bit in what the receiver gets
+  int fault_index = -1;           // the plan's fault responsible (the first one), for reports
 };
+
+// How every backend realises a transfer's effect, so that the same fault does the same thing on
+// each: a corrupt transfer has bit kCorruptBitMask of the middle byte of the received message
+// flipped; a slowed one (delay_factor / bandwidth_factor = f > 1) takes (f - 1) times longer than
+// it did, counting at least kMinSlowedTransfer_s, so that the slowdown shows on small messages too.
+inline constexpr uint8_t kCorruptBitMask = 0x10;
+inline constexpr double kMinSlowedTransfer_s = 20e-6;
 
 // Which transfers a link fault touches: does the route between two ranks cross `fault`'s link or
 // NIC? Supplied by whoever knows the topology (app, sim); core has no topology.

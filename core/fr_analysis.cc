@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/torch_names.h"
 
 namespace tandem {
 
@@ -87,7 +88,6 @@ bool is_coalesced_marker(const FrEntry& entry) {
   const std::string_view type = fr_op_type(entry.profiling_name);
   return type == "coalesced" || type.ends_with("_coalesced");
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Groups, members, units
@@ -514,17 +514,18 @@ std::string size_rule_broken(const FrEntry& op, size_t group_size) {
   const std::string_view type = fr_op_type(op.profiling_name);
   if (op.input_sizes.empty() || op.output_sizes.empty()) return "";
   const int64_t in = fr_numel(op.input_sizes), out = fr_numel(op.output_sizes), n = static_cast<int64_t>(group_size);
-  if ((type == "all_reduce" || type == "allreduce_coalesced" || type == "broadcast" || type == "reduce") &&
+  const TorchOp* torch = torch_op(type);
+  if (torch == nullptr) return "";
+  const Collective c = torch->collective;
+  if ((c == Collective::kAllReduce || c == Collective::kBroadcast || c == Collective::kReduce) &&
       op.input_sizes != op.output_sizes) {
     return fmt::format("input {} but output {} ({} needs equal sizes)", sizes_text(op.input_sizes),
                        sizes_text(op.output_sizes), type);
   }
-  if ((type == "all_gather" || type == "all_gather_base" || type == "all_gather_into_tensor_coalesced") &&
-      out != in * n) {
+  if (c == Collective::kAllGather && out != in * n) {
     return fmt::format("input numel {} and output numel {}, not {} x {} ranks", in, out, in, n);
   }
-  if ((type == "reduce_scatter" || type == "_reduce_scatter_base" || type == "reduce_scatter_tensor_coalesced") &&
-      in != out * n) {
+  if (c == Collective::kReduceScatter && in != out * n) {
     return fmt::format("input numel {}, not output numel {} x {} ranks", in, out, n);
   }
   return "";
@@ -855,7 +856,6 @@ std::string_view fr_op_type(std::string_view profiling_name) {
   if (colon != std::string_view::npos) profiling_name.remove_prefix(colon + 1);
   return profiling_name.substr(0, profiling_name.find(' '));
 }
-
 
 int64_t fr_numel(const std::vector<std::vector<int64_t>>& sizes) {
   int64_t total = 0;

@@ -19,8 +19,8 @@
 //     global timer) for (factor - 1) times the copy's expected time, after staging and before
 //     publishing the message. The expected time is the message's bytes over the device's
 //     device-to-device copy bandwidth (measured once, with a kBandwidthProbeBytes copy), at least
-//     kMinTransferSeconds, as the host backend does for small messages;
-//   - corrupt: one bit (kCorruptMask) of a staged byte is flipped before the message is published.
+//     kMinSlowedTransfer_s, as the host backend does for small messages;
+//   - corrupt: one bit (kCorruptBitMask) of a staged byte is flipped before the message is published.
 //     With RunContext::checksums the sender sums what it stages and the receiver what it reads
 //     (launch_checksum); a difference throws Error(kCorrupt) naming the message, after the run.
 #include "backend/cuda/cuda_executor.h"
@@ -48,11 +48,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr double kMinTransferSeconds = 20e-6;         // the host backend's floor for a slowed send
 constexpr size_t kBandwidthProbeBytes = size_t{64} << 20;
 constexpr auto kPollInterval = std::chrono::microseconds(50);  // while waiting for the stop event
-constexpr size_t kMinAllocationBytes = 256;           // allocate() never returns null, even for 0 bytes
-constexpr uint8_t kCorruptMask = 0x10;                // the bit the host backend flips too
+constexpr size_t kMinAllocationBytes = 256;                    // allocate() never returns null, even for 0 bytes
 
 // Device memory that grows to the largest request and is reused between runs.
 class DeviceArea {
@@ -196,7 +194,7 @@ struct CudaExecutor::Impl {
       const double factor = effect.delay_factor / effect.bandwidth_factor;
       if (factor > 1.0) {
         const double seconds =
-            std::max(kMinTransferSeconds, static_cast<double>(m.payload_elements) * element_bytes / copy_bandwidth());
+            std::max(kMinSlowedTransfer_s, static_cast<double>(m.payload_elements) * element_bytes / copy_bandwidth());
         faults.spin_ns[id] = static_cast<uint64_t>(seconds * (factor - 1.0) * 1e9);
       }
     }
@@ -330,7 +328,8 @@ class Launch {
 
   // The message is staged: apply its faults before its event tells the receiver.
   void publish(size_t id, cudaStream_t stream) const {
-    if (faults_.corrupt[id] && corrupt_target_[id] != nullptr) launch_flip_bits(corrupt_target_[id], kCorruptMask, stream);
+    if (faults_.corrupt[id] && corrupt_target_[id] != nullptr)
+      launch_flip_bits(corrupt_target_[id], kCorruptBitMask, stream);
     launch_spin(faults_.spin_ns[id], stream);
   }
 
@@ -427,8 +426,8 @@ RunResult CudaExecutor::run(const Schedule& schedule, const CollectiveSpec& spec
   cudaError_t status = cudaEventQuery(impl_->stop);
   while (status == cudaErrorNotReady) {
     if (Clock::now() > deadline) {
-      fail(ErrorCode::kTimeout, "cuda: {} ({} ranks) did not finish on device {} within {} ms", tandem::name(spec.collective),
-           spec.nranks, impl_->options.device, context.timeout.count());
+      fail(ErrorCode::kTimeout, "cuda: {} ({} ranks) did not finish on device {} within {} ms",
+           tandem::name(spec.collective), spec.nranks, impl_->options.device, context.timeout.count());
     }
     std::this_thread::sleep_for(kPollInterval);
     status = cudaEventQuery(impl_->stop);

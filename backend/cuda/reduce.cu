@@ -27,6 +27,7 @@
 
 #include "backend/cuda/reduce.h"
 #include "backend/cuda/kernel_errors.h"
+#include "core/dtype_traits.h"
 
 namespace tandem::cuda {
 namespace {
@@ -81,9 +82,6 @@ __device__ inline uint16_t encode_bfloat16(float value) {
 }
 
 // ---- element types: storage and compute type, as core/dtype.cc's Element<T> ----
-
-struct Half {};
-struct BFloat16 {};
 
 template <typename T>
 struct Element {
@@ -237,32 +235,13 @@ void launch_op(ReduceOp op, const void* a, const void* b, void* dst, int64_t cou
   fail_invalid_argument("cuda reduce: unknown reduce op " + std::to_string(static_cast<int>(op)));
 }
 
-// Calls `function(T{})` with the element type (or tag) of `type`.
-template <typename Function>
-void dispatch(DataType type, Function&& function) {
-  switch (type) {
-    case DataType::kF32:
-      return function(float{});
-    case DataType::kF16:
-      return function(Half{});
-    case DataType::kBF16:
-      return function(BFloat16{});
-    case DataType::kF64:
-      return function(double{});
-    case DataType::kI32:
-      return function(int32_t{});
-    case DataType::kI64:
-      return function(int64_t{});
-  }
-  fail_invalid_argument("cuda: unknown data type " + std::to_string(static_cast<int>(type)));
-}
 
 }  // namespace
 
 void launch_reduce(DataType type, ReduceOp op, const void* a, const void* b, void* dst, int64_t count,
                    cudaStream_t stream) {
   if (count <= 0) return;
-  dispatch(type, [&]<typename T>(T) { launch_op<T>(op, a, b, dst, count, stream); });
+  visit_dtype(type, [&]<typename T>(T) { launch_op<T>(op, a, b, dst, count, stream); });
   TANDEM_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -271,7 +250,7 @@ void launch_divide(DataType type, void* data, int64_t count, int divisor, cudaSt
     fail_invalid_argument("cuda divide: divisor " + std::to_string(divisor) + " is not positive");
   }
   if (count <= 0) return;
-  dispatch(type, [&]<typename T>(T) {
+  visit_dtype(type, [&]<typename T>(T) {
     using S = typename Element<T>::Storage;
     divide_kernel<T><<<blocks_for(count), kThreadsPerBlock, 0, stream>>>(static_cast<S*>(data), count, divisor);
   });

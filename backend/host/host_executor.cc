@@ -157,12 +157,13 @@ class RankRunner {
            op.peer, effect.fault_index);
     }
     if (effect.stall) return false;
-    if (effect.corrupt && payload.bytes > 0) payload.data[payload.bytes / 2] ^= std::byte{0x10};
-    // A slow rank or link: this send takes (factor - 1) times longer than it did, at least 20 us
-    // each, so the slowdown shows on small messages too.
+    if (effect.corrupt && payload.bytes > 0) payload.data[payload.bytes / 2] ^= std::byte{kCorruptBitMask};
+    // A slow rank or link: this send takes (factor - 1) times longer than it did (core/faults.h).
     const double factor = effect.delay_factor / effect.bandwidth_factor;
     if (factor > 1.0) {
-      const auto spent = std::max<Clock::duration>(Clock::now() - began, std::chrono::microseconds(20));
+      const auto spent = std::max<Clock::duration>(
+          Clock::now() - began,
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kMinSlowedTransfer_s)));
       std::this_thread::sleep_for(std::chrono::duration_cast<Clock::duration>(spent * (factor - 1.0)));
     }
     return true;
@@ -334,7 +335,7 @@ class RankRunner {
   uint32_t chunk_limits_[3] = {};  // by BufferKind
   std::unique_ptr<std::byte[]> scratch_;
   uint32_t tile_ = 0;
-  std::vector<uint32_t> next_;  // per lane: the next op to issue in the current tile
+  std::vector<uint32_t> next_;        // per lane: the next op to issue in the current tile
   std::vector<int64_t> lane_offset_;  // per lane: its first op's index in the flattened program
   int64_t ops_per_tile_ = 0;
 };

@@ -23,8 +23,8 @@
 //   - fail: Error(kFault) before the run starts;
 //   - stall: the sending rank posts nothing from that group on: its peers wait until the timeout;
 //   - delay / bandwidth: the sender's stream spins (factor - 1) x the transfer's expected time
-//     (bytes / kExpectedLinkBytesPerSecond, at least kMinTransferSeconds) before the group;
-//   - corrupt: the sender sends a copy of its first non-empty message with one bit (kCorruptMask)
+//     (bytes / kExpectedLinkBytesPerSecond, at least kMinSlowedTransfer_s) before the group;
+//   - corrupt: the sender sends a copy of its first non-empty message with one bit (kCorruptBitMask)
 //     of its middle byte flipped.
 // Checksums (RunContext::checksums): each message is followed, in the same group, by an 8-byte
 // message with the sender's checksum of it (launch_checksum, taken before any corruption); the
@@ -62,10 +62,8 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPollInterval = std::chrono::microseconds(50);
 constexpr auto kInitTimeout = std::chrono::seconds(120);     // communicator creation / shrink
 constexpr auto kFinalizeTimeout = std::chrono::seconds(10);  // clean shutdown, then abort
-constexpr double kMinTransferSeconds = 20e-6;                // the host backend's floor for a slowed send
 constexpr double kExpectedLinkBytesPerSecond = 100e9;        // NVLink-class, for the delay fault only
 constexpr size_t kMinAllocationBytes = 256;                  // allocate() never returns null
-constexpr uint8_t kCorruptMask = 0x10;                       // the bit the host backend flips too
 
 // Throws Error(kBackend) "<call> failed at <file>:<line>: <ncclGetErrorString> (<ncclGetLastError>)"
 // unless `status` is ncclSuccess or (nonblocking communicators) ncclInProgress.
@@ -688,7 +686,7 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
               SendFault& fault = found->second;
               const double factor = fault.effect.delay_factor / fault.effect.bandwidth_factor;
               if (factor > 1.0) {
-                delay_seconds += (factor - 1.0) * std::max(kMinTransferSeconds,
+                delay_seconds += (factor - 1.0) * std::max(kMinSlowedTransfer_s,
                                                            static_cast<double>(bytes) / kExpectedLinkBytesPerSecond);
               }
               if (fault.effect.corrupt && !fault.corrupted && bytes > 0) {
@@ -696,7 +694,7 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
                 DeviceArea& copy = local.corrupt_copies.emplace_back();
                 std::byte* data = copy.reserve(bytes, "a corrupted message", local.device);
                 TANDEM_CUDA_CHECK(cudaMemcpyAsync(data, source, bytes, cudaMemcpyDeviceToDevice, local.stream));
-                cuda::launch_flip_bits(data + bytes / 2, kCorruptMask, local.stream);
+                cuda::launch_flip_bits(data + bytes / 2, kCorruptBitMask, local.stream);
                 source = data;
               }
             }

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -21,9 +21,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "tests/support/expect_error.h"
 #include "core/flight_recorder.h"
 #include "core/pickle.h"
+#include "core/torch_names.h"
+#include "tests/support/expect_error.h"
 
 namespace tandem {
 namespace {
@@ -302,8 +303,8 @@ class ScopedEnv {
   }
 
  private:
-  static constexpr const char* kNames[] = {"TORCH_FR_BUFFER_SIZE",      "TORCH_NCCL_TRACE_BUFFER_SIZE",
-                                           "TORCH_FR_DUMP_TEMP_FILE",   "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+  static constexpr const char* kNames[] = {"TORCH_FR_BUFFER_SIZE",     "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                                           "TORCH_FR_DUMP_TEMP_FILE",  "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
                                            "TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"};
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
@@ -549,9 +550,13 @@ TEST(FrFormats, ProblemsNameTheSourceAndTheField) {
   bad(with([&](Dict& r) { set(entry0(r), "input_sizes", List{List{"3"}}); }), {"entries[0].input_sizes"});
   bad(with([&](Dict& r) { entry0(r).erase(entry0(r).begin()); }), {"entries[0]: missing key 'record_id'"});
   bad(with([&](Dict& r) { entry0(r).emplace_back("extra", 1); }), {"entries[0]: unknown key 'extra'"});
-  bad(with([&](Dict& r) { set(r, "pg_config", Dict{{"0", Dict{{"name", "0"}, {"desc", "d"}, {"ranks", "[0, x]"}}}}); }),
+  bad(with([&](Dict& r) {
+        set(r, "pg_config", Dict{{"0", Dict{{"name", "0"}, {"desc", "d"}, {"ranks", "[0, x]"}}}});
+      }),
       {"pg_config['0'].ranks: '[0, x]' is not a list of ranks"});
-  bad(with([&](Dict& r) { set(r, "pg_config", Dict{{"0", Dict{{"name", "1"}, {"desc", "d"}, {"ranks", "[]"}}}}); }),
+  bad(with([&](Dict& r) {
+        set(r, "pg_config", Dict{{"0", Dict{{"name", "1"}, {"desc", "d"}, {"ranks", "[]"}}}});
+      }),
       {"pg_config['0'].name: '1' differs from its key"});
   bad(with([&](Dict& r) {
         set(r, "pg_status", Dict{{"7", Dict{}}});
@@ -564,7 +569,7 @@ TEST(FrFormats, ProblemsNameTheSourceAndTheField) {
   expect_error([] { parse_dump("{\"version\": ", "f.json"); }, ErrorCode::kFormat, {"f.json: bad JSON"});
   expect_error([] { parse_dump("{\"pg_config\": {\"0\": 1, \"0\": 2}}", "f.json"); }, ErrorCode::kFormat,
                {"f.json: JSON key '0' repeated"});
-  expect_error([] { parse_dump(std::string(5000, '[') , "deep"); }, ErrorCode::kFormat, {"deep:"});
+  expect_error([] { parse_dump(std::string(5000, '['), "deep"); }, ErrorCode::kFormat, {"deep:"});
   expect_error([] { parse_dump("{\"a\":" + std::string(5000, '['), "deep.json"); }, ErrorCode::kFormat,
                {"deep.json: JSON nested deeper than 1000"});
   // Truncated at every byte: always a format error naming the file.
@@ -601,7 +606,7 @@ TEST(FrFiles, WriteAndReadADumpDirectory) {
     write_file(out / "nested" / "other7", "x");
     write_file(out / "nested" / "notes.txt", "x");
     EXPECT_EQ(std::distance(fs::directory_iterator(out / "nested"), fs::directory_iterator()), 5);
-    EXPECT_EQ(read_dump_dir(out / "nested"), dumps);              // prefix inferred: rank_
+    EXPECT_EQ(read_dump_dir(out / "nested"), dumps);  // prefix inferred: rank_
     EXPECT_EQ(read_dump_dir(out / "nested", "rank_"), dumps);
   }
 }
@@ -661,6 +666,26 @@ assert d["entries"][0]["input_sizes"] == [[3, 4]]
   ASSERT_EQ(script.find('\''), std::string::npos);  // it goes into a shell '...'
   const std::string command = "python3 -c '" + script + "' " + paths[0].string();
   EXPECT_EQ(std::system(command.c_str()), 0);
+}
+
+// PyTorch's names as the recorder writes them read back with the sizes tandem's dtypes have, and
+// every collective tandem runs has a profiling name replay and the analyzer know.
+TEST(TorchNames, DtypesAndOpsRoundTrip) {
+  for (DataType dtype : all_data_types()) {
+    EXPECT_EQ(torch_dtype_bytes(torch_dtype_name(dtype)), static_cast<int>(size_bytes(dtype))) << name(dtype);
+  }
+  EXPECT_EQ(torch_dtype_bytes("Float8_e4m3fn"), 1);
+  EXPECT_EQ(torch_dtype_bytes("float"), std::nullopt);
+  for (Collective c : all_collectives()) {
+    const std::string type = c == Collective::kSendRecv ? "send" : std::string(name(c));
+    const TorchOp* op = torch_op(type);
+    ASSERT_NE(op, nullptr) << type;
+    EXPECT_EQ(op->collective, c) << type;
+  }
+  EXPECT_EQ(torch_op("all_gather_into_tensor")->sized_by, TorchSizedBy::kOutput);
+  EXPECT_TRUE(torch_op("reduce_scatter_tensor_coalesced")->coalesced);
+  EXPECT_EQ(torch_op("scatter"), nullptr);
+  EXPECT_EQ(torch_op("coalesced"), nullptr);
 }
 
 }  // namespace
