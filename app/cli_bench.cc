@@ -32,7 +32,7 @@
 #include "app/nccl_tests_table.h"
 #include "app/trace.h"
 #include "app/run_memory.h"
-#include "backend/nccl/launch.h"
+#include "backend/launch/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
 #include "core/error.h"

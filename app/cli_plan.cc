@@ -16,7 +16,7 @@
 #include "app/cli_common.h"
 #include "app/commands.h"
 #include "app/plan.h"
-#include "backend/nccl/launch.h"
+#include "backend/launch/launch.h"
 #include "core/error.h"
 
 namespace tandem::app {

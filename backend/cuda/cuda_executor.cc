@@ -38,8 +38,8 @@
 #include <thread>
 #include <vector>
 
-#include "backend/cuda/fault_kernels.h"
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/fault_kernels.h"
+#include "backend/kernels/reduce.h"
 #include "backend/cuda/stream_plan.h"
 #include "core/error.h"
 

@@ -47,9 +47,9 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cuda/fault_kernels.h"
-#include "backend/cuda/reduce.h"
-#include "backend/nccl/launch.h"
+#include "backend/kernels/fault_kernels.h"
+#include "backend/kernels/reduce.h"
+#include "backend/launch/launch.h"
 #include "backend/nccl/nccl_plan.h"
 #include "backend/nccl/unique_id.h"
 #include "core/error.h"

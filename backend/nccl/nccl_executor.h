@@ -10,7 +10,7 @@
 //     grouped ncclSend / ncclRecv: the baseline nccl-tests measures. NCCL picks its own chunking,
 //     so RunContext::tiles / align_elements do not apply; faults and checksums are kSchedule only
 //     (Error(kUnsupported) in kNative).
-// Launch (backend/nccl/launch.h): single process, rank r on device r (NcclOptions::devices GPUs;
+// Launch (backend/launch/launch.h): single process, rank r on device r (NcclOptions::devices GPUs;
 // a collective of more ranks than GPUs is Error(kUnsupported): NCCL does not allow two ranks of one
 // communicator on one GPU), all ranks' communicators created in one group, rebuilt when the rank
 // count changes; or one process per rank under MPI (ncclCommInitRankConfig, rank 0's unique id

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backend/nccl/launch.h"
+#include "backend/launch/launch.h"
 #include "core/error.h"
 
 namespace tandem::nccl {

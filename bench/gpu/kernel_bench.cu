@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/reduce.h"
 #include "core/types.h"
 
 namespace {

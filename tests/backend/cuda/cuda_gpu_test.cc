@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_executor.h"
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/reduce.h"
 #include "backend/host/host_executor.h"
 #include "core/algorithms.h"
 #include "core/dtype.h"

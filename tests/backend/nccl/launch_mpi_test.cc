@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "backend/nccl/launch.h"
+#include "backend/launch/launch.h"
 #include "core/error.h"
 
 #ifdef TANDEM_HAVE_CUDA
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/reduce.h"
 #include "backend/nccl/nccl_executor.h"
 #include "backend/nccl/unique_id.h"
 #endif

@@ -1,6 +1,6 @@
 // The launch in one process: the single launch's collectives, launcher detection from the
 // environment (a fake one), device assignment, and the process's own launch (single under CTest).
-#include "backend/nccl/launch.h"
+#include "backend/launch/launch.h"
 
 #include <gtest/gtest.h>
 

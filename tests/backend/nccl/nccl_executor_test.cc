@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/reduce.h"
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "tests/backend/host/collective_check.h"

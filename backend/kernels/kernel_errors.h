@@ -1,5 +1,5 @@
 // Errors from .cu files, which cannot include core/error.h: its fmt headers do not compile under
-// nvcc. Internal to backend/cuda; implemented in check.cc.
+// nvcc. Internal to backend/kernels; implemented in check.cc.
 #pragma once
 
 #include <string>

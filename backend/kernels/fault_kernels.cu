@@ -1,8 +1,8 @@
-#include "backend/cuda/fault_kernels.h"
+#include "backend/kernels/fault_kernels.h"
 
 #include <algorithm>
 
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/reduce.h"
 
 namespace tandem::cuda {
 namespace {

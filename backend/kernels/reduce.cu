@@ -25,8 +25,8 @@
 #include <string>
 #include <type_traits>
 
-#include "backend/cuda/reduce.h"
-#include "backend/cuda/kernel_errors.h"
+#include "backend/kernels/reduce.h"
+#include "backend/kernels/kernel_errors.h"
 #include "core/dtype_traits.h"
 
 namespace tandem::cuda {

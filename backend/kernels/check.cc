@@ -2,8 +2,8 @@
 // headers (core/error.h) do not compile under nvcc.
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/kernel_errors.h"
-#include "backend/cuda/reduce.h"
+#include "backend/kernels/kernel_errors.h"
+#include "backend/kernels/reduce.h"
 #include "core/error.h"
 
 namespace tandem::cuda {

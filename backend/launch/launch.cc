@@ -1,4 +1,4 @@
-#include "backend/nccl/launch.h"
+#include "backend/launch/launch.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

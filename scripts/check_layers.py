@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The layering check: every #include in a library's sources names a header of its own layer or
+of a layer below it (docs/architecture.md draws the stack).
+
+    core  <-  models  <-  sim
+    core  <-  backend/host, backend/launch, backend/kernels
+    backend/kernels  <-  backend/cuda;  backend/kernels, backend/launch  <-  backend/nccl
+    everything  <-  app;  bench, tests, fuzz may include anything
+
+Usage: check_layers.py ROOT       prints each upward include, exits 1 if there is any
+       check_layers.py --self-test  proves the check fails on a wrong include and passes a right one
+"""
+import os
+import re
+import sys
+import tempfile
+
+# Folder -> the folders its sources may include from (its own first). The longest matching folder
+# applies, so backend/cuda's rule is not backend's.
+LAYERS = {
+    "core": ["core"],
+    "models": ["core", "models"],
+    "sim": ["core", "models", "sim"],
+    "backend/host": ["core", "backend/host"],
+    "backend/launch": ["core", "backend/launch"],
+    "backend/kernels": ["core", "backend/kernels"],
+    "backend/cuda": ["core", "backend/kernels", "backend/cuda"],
+    "backend/nccl": ["core", "backend/kernels", "backend/launch", "backend/nccl"],
+    "app": ["core", "models", "sim", "backend", "app"],
+}
+# Folders whose sources are not checked (they sit on top of everything).
+UNCHECKED = ("bench", "tests", "fuzz", "build", "notebooks", "out", ".git")
+SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def layer_of(path):
+    best = None
+    for folder in LAYERS:
+        if path == folder or path.startswith(folder + "/"):
+            if best is None or len(folder) > len(best):
+                best = folder
+    return best
+
+
+def allowed(layer, header):
+    return any(header.startswith(folder + "/") for folder in LAYERS[layer])
+
+
+def violations(root):
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        relative_dir = os.path.relpath(directory, root)
+        if relative_dir != "." and relative_dir.split(os.sep)[0] in UNCHECKED:
+            subdirs[:] = []
+            continue
+        for file in sorted(files):
+            if not file.endswith(SOURCE_SUFFIXES):
+                continue
+            path = os.path.normpath(os.path.join(relative_dir, file)).replace(os.sep, "/")
+            layer = layer_of(path)
+            if layer is None:
+                continue
+            with open(os.path.join(directory, file), encoding="utf-8", errors="replace") as source:
+                for number, line in enumerate(source, 1):
+                    match = INCLUDE.match(line)
+                    if not match:
+                        continue
+                    header = match.group(1)
+                    if "/" not in header or allowed(layer, header):
+                        continue  # a same-folder header or a system / third-party one in quotes
+                    found.append(f"{path}:{number}: {layer} may not include \"{header}\" "
+                                 f"(it may include {', '.join(LAYERS[layer])})")
+    return found
+
+
+def self_test():
+    with tempfile.TemporaryDirectory() as root:
+        def write(path, text):
+            os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        write("core/a.h", '#include "core/b.h"\n')
+        write("sim/s.cc", '#include "models/m.h"\n#include "core/a.h"\n')
+        write("app/x.cc", '#include "backend/nccl/n.h"\n')
+        write("tests/t.cc", '#include "app/x.h"\n')
+        if violations(root):
+            print("self-test: a correct tree was refused:", violations(root))
+            return 1
+        write("core/bad.h", '#include "sim/simulator.h"\n')
+        write("backend/nccl/bad.cc", '#include "backend/cuda/cuda_executor.h"\n')
+        found = violations(root)
+        if len(found) != 2 or "core/bad.h:1" not in found[0] + found[1]:
+            print("self-test: the wrong includes were not both caught:", found)
+            return 1
+    print("self-test: ok (a correct tree passes, two upward includes are caught)")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    found = violations(sys.argv[1])
+    for line in found:
+        print(line)
+    if found:
+        print(f"{len(found)} include(s) cross a layer upward")
+        return 1
+    print("layers: every include stays in its layer or below")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
