@@ -1,6 +1,6 @@
-// tandem run SCENARIO: the main job. Loads a scenario (app/scenario.h), runs its workload on every
-// cluster variant (app/scenario_run.h), prints the report, writes results.json / results.csv with
-// --out, and exits 0 when every expectation holds, 1 otherwise.
+// tandem run SCENARIO: the main job. Loads a scenario (app/scenario.h), runs its workload through
+// its kind (app/workload_kind.h), prints the report, writes results.json / results.csv with --out,
+// and exits 0 when every expectation holds, 1 otherwise.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -13,12 +13,8 @@
 #include "app/backends.h"
 #include "app/cli_common.h"
 #include "app/commands.h"
-#include "app/loop_run.h"
 #include "app/scenario.h"
-#include "app/scenario_report.h"
-#include "app/scenario_run.h"
-#include "app/trace.h"
-#include "app/training_run.h"
+#include "app/workload_kind.h"
 #include "core/error.h"
 
 namespace tandem::app {
@@ -44,78 +40,33 @@ ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario)
   return parse_backend(options.backend);
 }
 
-// A collective-loop: faults, recovery, flight recorder (app/loop_run.h).
-void run_loop_command(const RunOptions& options, const Scenario& scenario, ScenarioBackend backend,
-                      CommandStatus& status) {
-  const LoopResults results = run_loop(scenario, backend, LoopOptions{options.out_dir, options.dump_on_exit});
-  const std::vector<LoopExpectationOutcome> outcomes = evaluate_loop_expectations(scenario, results);
-  if (!options.out_dir.empty() && scenario.outputs.json) {
-    write_text_file((std::filesystem::path(options.out_dir) / "results.json").string(),
-                    loop_results_json(scenario, results, outcomes) + "\n");
-  }
-  if (!options.trace.empty()) write_text_file(options.trace, loop_trace(scenario, results).dump() + "\n");
-  fmt::print("tandem run {}: {}\n", scenario.name, scenario.description);
-  fmt::print("{}", format_loop_report(scenario, results, outcomes));
-  const bool pass = std::all_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.pass; });
-  // Without expectations an aborted loop fails the run; with them, they decide.
-  const bool ok = outcomes.empty() ? !results.aborted : pass;
-  fmt::print("\nVerdict: {}\n", ok ? "PASS" : "FAIL");
-  std::fflush(stdout);
-  status.exit_code = ok ? kExitSuccess : kExitFailure;
-}
-
 void run_command(const RunOptions& options, CommandStatus& status) {
   const Scenario scenario = load_scenario(options.scenario);
   const ScenarioBackend backend = backend_for(options, scenario);
-  if (!options.out_dir.empty()) {
-    create_output_folder(options.out_dir);
-  }
+  if (!options.out_dir.empty()) create_output_folder(options.out_dir);
 
-  if (std::holds_alternative<CollectiveLoop>(scenario.workload)) {
-    run_loop_command(options, scenario, backend, status);
-    return;
-  }
   Progress progress;
-  if (std::holds_alternative<TrainingWorkload>(scenario.workload)) {
-    const TrainingResults results = run_training(
-        scenario, backend,
-        [&](const std::string& text) {
-          if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
-        },
-        /*keep_timeline=*/!options.trace.empty());
-    progress.clear();
-    const std::vector<TrainingExpectationOutcome> outcomes = evaluate_training_expectations(scenario, results);
-    if (!options.out_dir.empty()) {
-      const std::filesystem::path dir(options.out_dir);
-      if (scenario.outputs.json) {
-        write_text_file((dir / "results.json").string(),
-                        training_results_json(scenario, results, outcomes).dump(2) + "\n");
-      }
-      if (scenario.outputs.csv)
-        write_text_file((dir / "results.csv").string(), training_results_csv(scenario, results));
-    }
-    if (!options.trace.empty()) write_text_file(options.trace, training_trace(scenario, results).dump() + "\n");
-    fmt::print("{}", format_training_report(scenario, results, outcomes, options.quiet));
-    std::fflush(stdout);
-    status.exit_code = training_passed(outcomes) ? kExitSuccess : kExitFailure;
-    return;
-  }
-  ScenarioResults results = run_scenario(scenario, backend, [&](const std::string& text) {
+  WorkloadRunOptions run_options;
+  run_options.backend = backend;
+  run_options.out_dir = options.out_dir;
+  run_options.quiet = options.quiet;
+  run_options.trace = !options.trace.empty();
+  run_options.dump_on_exit = options.dump_on_exit;
+  run_options.progress = [&](const std::string& text) {
     if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
-  });
+  };
+  const WorkloadOutput output = workload_kind_of(scenario).run(scenario, run_options);
   progress.clear();
-  const std::vector<ExpectationOutcome> outcomes = evaluate_expectations(scenario, results);
 
   if (!options.out_dir.empty()) {
     const std::filesystem::path dir(options.out_dir);
-    if (scenario.outputs.json)
-      write_text_file((dir / "results.json").string(), results_json(scenario, results, outcomes).dump(2) + "\n");
-    if (scenario.outputs.csv) write_text_file((dir / "results.csv").string(), results_csv(results));
+    if (scenario.outputs.json) write_text_file((dir / "results.json").string(), output.results_json);
+    if (scenario.outputs.csv) write_text_file((dir / "results.csv").string(), output.results_csv);
   }
-  if (!options.trace.empty()) write_text_file(options.trace, sweep_trace(scenario, results).dump() + "\n");
-  fmt::print("{}", format_report(scenario, results, outcomes, options.quiet));
+  if (output.trace) write_text_file(options.trace, output.trace->dump() + "\n");
+  fmt::print("{}", output.report);
   std::fflush(stdout);
-  status.exit_code = run_passed(results, outcomes) ? kExitSuccess : kExitFailure;
+  status.exit_code = output.pass ? kExitSuccess : kExitFailure;
 }
 
 }  // namespace

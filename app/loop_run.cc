@@ -20,6 +20,7 @@
 #include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
 #include "app/run_memory.h"
+#include "app/scenario_report.h"
 #include "backend/host/host_executor.h"
 #include "core/algorithms.h"
 #include "core/error.h"
@@ -894,9 +895,15 @@ std::vector<LoopExpectationOutcome> evaluate_loop_expectations(const Scenario& s
 }
 
 std::string format_loop_report(const Scenario& scenario, const LoopResults& results,
-                               const std::vector<LoopExpectationOutcome>& outcomes) {
+                               const std::vector<LoopExpectationOutcome>& outcomes, bool quiet) {
   const CollectiveLoop& loop = std::get<CollectiveLoop>(scenario.workload);
   std::string text;
+  if (quiet) {
+    text += "Expectations:\n";
+    for (const LoopExpectationOutcome& o : outcomes) text += "  " + o.line + "\n";
+    if (outcomes.empty()) text += fmt::format("  none (the loop {})\n", results.aborted ? "ABORTED" : "completed");
+    return text;
+  }
   text += fmt::format("Workload: {} x {} {} {} on {} ranks ({} backend)\n", loop.iterations, name(loop.collective),
                       format_size(loop.size_bytes), name(loop.algorithm), results.ranks, name(results.backend));
   text +=
@@ -942,6 +949,18 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
     for (const LoopExpectationOutcome& o : outcomes) text += "  " + o.line + "\n";
   }
   return text;
+}
+
+std::string loop_results_csv(const LoopResults& results) {
+  std::string csv = "iteration,outcome,attempts,time_us,fault_free_us,cost_us,dropped_ranks,rerouted,faults,detail\n";
+  for (const IterationResult& it : results.iterations) {
+    csv += fmt::format("{},{},{},{:.3f},{:.3f},{:.3f},{},{},{},{}\n", it.iteration, name(it.outcome), it.attempts,
+                       report_us(it.seconds), report_us(it.fault_free_seconds),
+                       report_us(it.seconds - it.fault_free_seconds),
+                       csv_field(fmt::format("{}", fmt::join(it.dropped_ranks, " "))), it.rerouted ? "true" : "false",
+                       csv_field(fmt::format("{}", fmt::join(it.faults, " "))), csv_field(it.detail));
+  }
+  return csv;
 }
 
 std::string loop_results_json(const Scenario& scenario, const LoopResults& results,

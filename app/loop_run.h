@@ -22,15 +22,15 @@ namespace tandem::app {
 
 struct IterationResult {
   int iteration = 0;
-  double start_s = 0;             // on the run's clock (simulated on sim, wall on host)
+  double start_s = 0;  // on the run's clock (simulated on sim, wall on host)
   Outcome outcome = Outcome::kCompleted;
   double seconds = 0;             // attempts, backoffs and the watchdog's wait
   double fault_free_seconds = 0;  // the same collective on the same ranks without faults
   int attempts = 0;
-  std::vector<int> dropped_ranks; // shrink
+  std::vector<int> dropped_ranks;  // shrink
   bool rerouted = false;
-  std::vector<int> faults;        // the plan's faults that hit this iteration
-  std::string detail;             // what the backend saw
+  std::vector<int> faults;  // the plan's faults that hit this iteration
+  std::string detail;       // what the backend saw
 };
 
 // One rank's part in one attempt of an iteration, for the trace (app/trace.h): when it entered
@@ -46,10 +46,10 @@ struct RankSlice {
 
 struct LoopResults {
   ScenarioBackend backend = ScenarioBackend::kSim;
-  int ranks = 0;                  // at the start
+  int ranks = 0;                            // at the start
   std::vector<IterationResult> iterations;  // the ones that ran (an abort stops the loop)
   bool aborted = false;
-  std::string dump_prefix;        // where dumps went ("" when none were written)
+  std::string dump_prefix;  // where dumps went ("" when none were written)
   std::vector<std::string> dump_reasons;
   std::optional<FrAnalysis> analysis;  // of the dumps, when there are any
   std::vector<RankSlice> slices;       // every rank's attempts (hung and crashed ranks have none)
@@ -59,8 +59,8 @@ struct LoopResults {
 };
 
 struct LoopOptions {
-  std::string out_dir;            // dumps go to <out_dir>/fr/ unless TORCH_FR_DUMP_TEMP_FILE says otherwise
-  bool dump_on_exit = false;      // --dump-on-exit (or outputs.dumps)
+  std::string out_dir;        // dumps go to <out_dir>/fr/ unless TORCH_FR_DUMP_TEMP_FILE says otherwise
+  bool dump_on_exit = false;  // --dump-on-exit (or outputs.dumps)
   // The executor of the device path (cuda, nccl: one Executor::run per attempt, rank faults as
   // stalled transfers). Empty: make_executor(name(backend)). Tests pass the host executor here to
   // run the device path, backend kHost included, on the CPU.
@@ -77,9 +77,11 @@ struct LoopExpectationOutcome {
 std::vector<LoopExpectationOutcome> evaluate_loop_expectations(const Scenario& scenario, const LoopResults& results);
 
 // The report section: each fault, when it hit, each iteration's outcome and its cost in time, and
-// the flight-recorder verdict.
+// the flight-recorder verdict; `quiet`: only the expectations.
 std::string format_loop_report(const Scenario& scenario, const LoopResults& results,
-                               const std::vector<LoopExpectationOutcome>& outcomes);
+                               const std::vector<LoopExpectationOutcome>& outcomes, bool quiet = false);
+// results.csv: a header and one row per iteration that ran (docs/scenarios.md).
+std::string loop_results_csv(const LoopResults& results);
 std::string loop_results_json(const Scenario& scenario, const LoopResults& results,
                               const std::vector<LoopExpectationOutcome>& outcomes);
 
