@@ -21,6 +21,7 @@ bool supports(Algorithm algorithm, Collective collective) {
     case Algorithm::kHalvingDoubling: return collective == C::kAllReduce || collective == C::kReduceScatter;
     case Algorithm::kDirect: return true;
     case Algorithm::kHierarchical: return collective == C::kAllReduce || collective == C::kAllGather;
+    case Algorithm::kPat: return collective == C::kAllGather || collective == C::kReduceScatter;
     case Algorithm::kAuto: return true;
   }
   return false;
@@ -53,6 +54,7 @@ Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Al
     case Algorithm::kHalvingDoubling: return algorithms::build_halving_doubling(spec, layout, params);
     case Algorithm::kDirect: return algorithms::build_direct(spec, layout, params);
     case Algorithm::kHierarchical: return algorithms::build_hierarchical(spec, layout, params);
+    case Algorithm::kPat: return algorithms::build_pat(spec, layout, params);
     case Algorithm::kAuto: break;
   }
   fail(ErrorCode::kUnsupported, "no builder for algorithm '{}'", name(algorithm));
