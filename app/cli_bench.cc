@@ -445,7 +445,7 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls (sim) or auto")
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, pat, nvls (sim) or auto")
       ->capture_default_str();
   command
       ->add_option("-d,--datatype", options->dtype,

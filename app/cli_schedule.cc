@@ -108,7 +108,7 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
                       "(nccl-tests names such as allreduce also work)");
   command
       ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, or auto")
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, pat, or auto")
       ->capture_default_str();
   command->add_option("--nranks", options->nranks, "number of ranks")->check(CLI::Range(1, 1 << 20));
   command->add_option("--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
