@@ -50,12 +50,13 @@
 //            [M, ...)      reduce_scatter: each step's new partials, m_d slots in sent order,
 //                          kept until a later step forwards them
 //
-// Against NCCL: these are NCCL's steps when it aggregates every tree (its choice when a channel's
-// share fits a connection buffer step; with 8 ranks its aggregated all_gather sends exactly 0 | 0 4 |
-// 0 2 4 6 along dims 2, 1, 0). For larger messages NCCL aggregates fewer trees per message to stay
-// within its buffers, splits the data over channels and loops over chunks, and overlaps a receive
-// with the forward of the same data; tandem's schedule is size-independent: the fully aggregated
-// form on one lane, pipelined by the executor's tiles. Its reduce_scatter packs offsets in
+// Against NCCL: for small messages these are NCCL's messages, one per dimension in the same
+// order with the same blocks (its host-side step generator, run for 8 ranks, sends 0 | 0 4 |
+// 0 2 4 6 along dims 2, 1, 0), except that NCCL caps its aggregation below n/2 trees, so for
+// n = 2^k + 1 it sends dimension 0 as two messages. For larger messages NCCL aggregates fewer trees
+// per message to stay within its connection buffers, splits the data over channels, loops over
+// chunks, and overlaps a receive with the forward of the same data; tandem's schedule is
+// size-independent: the fully aggregated form on one lane. Its reduce_scatter packs offsets in
 // ascending order where NCCL uses a bit-reversed order; the set per message is the same.
 //
 // Emission. Every step is a cyclic shift (each rank sends to r -/+ 2^d and receives from the other
