@@ -32,14 +32,15 @@ constexpr std::array kHalvingCollectives = {C::kAllReduce, C::kReduceScatter};
 constexpr std::array kDirectCollectives = {C::kAllReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast,
                                            C::kReduce,    C::kAllToAll,      C::kSendRecv};
 constexpr std::array kHierarchicalCollectives = {C::kAllReduce, C::kAllGather};
+constexpr std::array kPatCollectives = {C::kAllGather, C::kReduceScatter};
 
 struct Entry {
   AlgorithmInfo info;
   Builder build;
 };
 
-const std::array<Entry, 6>& entries() {
-  static const std::array<Entry, 6> kEntries = {{
+const std::array<Entry, 7>& entries() {
+  static const std::array<Entry, 7> kEntries = {{
       {{.algorithm = Algorithm::kRing,
         .summary = "NCCL's ring: one ring per channel over the layout's channel rings, pipelined steps",
         .collectives = kRingCollectives,
@@ -74,6 +75,10 @@ const std::array<Entry, 6>& entries() {
         .uses_channels = true,
         .needs_whole_nodes = true},
        explicit_only<algorithms::build_hierarchical>},
+      {{.algorithm = Algorithm::kPat,
+        .summary = "NCCL's PAT: log2(n) aggregated binomial-tree steps (NCCL uses it with one GPU per node)",
+        .collectives = kPatCollectives},
+       explicit_only<algorithms::build_pat>},
   }};
   return kEntries;
 }

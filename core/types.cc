@@ -14,8 +14,9 @@ constexpr std::array kCollectives = {Collective::kAllReduce, Collective::kReduce
 constexpr std::array kDataTypes = {DataType::kF32, DataType::kF16, DataType::kBF16,
                                    DataType::kF64, DataType::kI32, DataType::kI64};
 constexpr std::array kReduceOps = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
-constexpr std::array kAlgorithms = {Algorithm::kRing,   Algorithm::kTree,  Algorithm::kRecursiveDoubling,
-                                    Algorithm::kHalvingDoubling, Algorithm::kDirect, Algorithm::kHierarchical};
+constexpr std::array kAlgorithms = {Algorithm::kRing,   Algorithm::kTree,         Algorithm::kRecursiveDoubling,
+                                    Algorithm::kHalvingDoubling, Algorithm::kDirect, Algorithm::kHierarchical,
+                                    Algorithm::kPat};
 
 // Parses `text` against the spellings of every value in `values` plus extra aliases.
 template <typename T, size_t N>
@@ -83,6 +84,7 @@ std::string_view name(Algorithm a) {
     case Algorithm::kHalvingDoubling: return "halving_doubling";
     case Algorithm::kDirect: return "direct";
     case Algorithm::kHierarchical: return "hierarchical";
+    case Algorithm::kPat: return "pat";
     case Algorithm::kAuto: return "auto";
   }
   return "?";
@@ -116,7 +118,7 @@ ReduceOp parse_reduce_op(std::string_view text) { return parse_named(text, kRedu
 Algorithm parse_algorithm(std::string_view text) {
   constexpr std::array kWithAuto = {Algorithm::kRing,   Algorithm::kTree,         Algorithm::kRecursiveDoubling,
                                     Algorithm::kHalvingDoubling, Algorithm::kDirect, Algorithm::kHierarchical,
-                                    Algorithm::kAuto};
+                                    Algorithm::kPat,             Algorithm::kAuto};
   return parse_named(text, kWithAuto, "algorithm");
 }
 

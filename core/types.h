@@ -30,6 +30,7 @@ enum class Algorithm : uint8_t {
   kHalvingDoubling,
   kDirect,
   kHierarchical,
+  kPat,   // NCCL's Parallel Aggregated Trees (all_gather, reduce_scatter)
   kAuto,  // chosen per call by the Communicator's selector
 };
 

@@ -14,10 +14,13 @@ models::NcclProtocol nccl(Protocol protocol) {
   return models::NcclProtocol::kSimple;
 }
 
-// Tree's latencies for the tree; Ring's for every other schedule (each hop of a ring, doubling or
-// direct step is one point-to-point step like a ring's).
-models::NcclAlgorithm nccl(Algorithm algorithm) {
-  return algorithm == Algorithm::kTree ? models::NcclAlgorithm::kTree : models::NcclAlgorithm::kRing;
+// Tree's latencies for the tree, PAT's for PAT (NCCL has them for Simple only, the one protocol it
+// runs PAT with); Ring's for every other schedule (each hop of a ring, doubling or direct step is
+// one point-to-point step like a ring's).
+models::NcclAlgorithm nccl(Algorithm algorithm, Protocol protocol) {
+  if (algorithm == Algorithm::kTree) return models::NcclAlgorithm::kTree;
+  if (algorithm == Algorithm::kPat && protocol == Protocol::kSimple) return models::NcclAlgorithm::kPat;
+  return models::NcclAlgorithm::kRing;
 }
 
 }  // namespace
@@ -33,11 +36,11 @@ double protocol_wire_factor(Protocol protocol) {
 
 double protocol_hop_latency_s(Protocol protocol, Algorithm algorithm, bool network_hop) {
   const auto link = network_hop ? models::NcclLinkClass::kNet : models::NcclLinkClass::kNvLink;
-  return models::nccl_hop_latency_us(link, nccl(algorithm), nccl(protocol)) * 1e-6;
+  return models::nccl_hop_latency_us(link, nccl(algorithm, protocol), nccl(protocol)) * 1e-6;
 }
 
 double protocol_base_latency_s(Protocol protocol, Algorithm algorithm) {
-  return models::nccl_base_latency_us(nccl(algorithm), nccl(protocol)) * 1e-6;
+  return models::nccl_base_latency_us(nccl(algorithm, protocol), nccl(protocol)) * 1e-6;
 }
 
 double nvls_latency_s() {

@@ -11,7 +11,7 @@ namespace tandem::sim {
 // Wire bytes per payload byte: LL 2 (4 B of data per 8 B line), LL128 128/120, Simple 1.
 double protocol_wire_factor(Protocol protocol);
 
-// NCCL's hwLat for one hop of `algorithm` (ring-like unless tree) over NVLink or the network, s.
+// NCCL's hwLat for one hop of `algorithm` (ring-like unless tree or PAT) over NVLink or the network, s.
 double protocol_hop_latency_s(Protocol protocol, Algorithm algorithm, bool network_hop);
 
 // NCCL's baseLat: the fixed cost of launching one collective, s.

@@ -57,6 +57,7 @@ models::NcclAlgorithm nccl_algorithm(const std::string& algorithm) {
   if (algorithm == "tree") return models::NcclAlgorithm::kTree;
   if (algorithm == "nvls") return models::NcclAlgorithm::kNvls;
   if (algorithm == "nvls_tree") return models::NcclAlgorithm::kNvlsTree;
+  if (algorithm == "pat") return models::NcclAlgorithm::kPat;
   return models::NcclAlgorithm::kRing;
 }
 
@@ -65,8 +66,17 @@ std::string tandem_name(models::NcclAlgorithm algorithm) {
     case models::NcclAlgorithm::kTree: return "tree";
     case models::NcclAlgorithm::kNvls: return "nvls";
     case models::NcclAlgorithm::kNvlsTree: return "nvls_tree";
+    case models::NcclAlgorithm::kPat: return "pat";
     default: return "ring";
   }
+}
+
+// The channels the simulated schedule runs: NCCL's for the algorithms whose schedules have them;
+// tandem's PAT is one lane (core/algorithms/pat.cc), whatever NCCL would spread it over.
+int schedule_channels(const models::NcclCostModel& model, models::NcclAlgorithm algorithm,
+                      models::NcclProtocol protocol, int64_t bytes) {
+  if (algorithm == models::NcclAlgorithm::kPat) return 1;
+  return model.runtime_channels(algorithm, protocol, static_cast<uint64_t>(bytes));
 }
 
 }  // namespace
@@ -79,10 +89,12 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
     return {"direct", Protocol::kSimple, 1, 1};
   }
   // NCCL's tuner over the algorithms tandem simulates: ring, tree, NVLS inside one node, NVLS Tree
-  // across nodes (CollNet and PAT are left out: docs/simulator.md).
+  // across nodes, PAT for all_gather / reduce_scatter with one GPU per node (the cost model gives
+  // PAT a time only there, as ncclPatEnable does). CollNet is left out: docs/simulator.md.
   std::optional<models::NcclPrediction> best;
   for (models::NcclAlgorithm a : {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing,
-                                  models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree}) {
+                                  models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree,
+                                  models::NcclAlgorithm::kPat}) {
     for (models::NcclProtocol p : models::all_nccl_protocols()) {
       const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), a, p);
       if (t && (!best || *t < best->time_us)) best = models::NcclPrediction{a, p, *t};
@@ -90,7 +102,7 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
   }
   if (!best) return {"ring", Protocol::kSimple, 1, 1};
   const std::string algorithm = tandem_name(best->algorithm);
-  const int channels = model_.runtime_channels(best->algorithm, best->protocol, static_cast<uint64_t>(bytes));
+  const int channels = schedule_channels(model_, best->algorithm, best->protocol, bytes);
   return {algorithm, to_protocol(best->protocol), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_),
           channels};
 }

@@ -1,6 +1,7 @@
 // Which algorithm and protocol a simulated collective uses: `auto` asks NCCL's own tuner
-// (models::NcclCostModel) restricted to the algorithms tandem simulates (ring, tree, nvls), the way
-// NCCL_ALGO would restrict it; a fixed algorithm gets the protocol NCCL would pick for it.
+// (models::NcclCostModel) restricted to the algorithms tandem simulates (ring, tree, nvls,
+// nvls_tree, and pat where NCCL enables it: all_gather / reduce_scatter with one GPU per node), the
+// way NCCL_ALGO would restrict it; a fixed algorithm gets the protocol NCCL would pick for it.
 #pragma once
 
 #include <string>

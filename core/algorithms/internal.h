@@ -17,6 +17,8 @@ Schedule build_recursive_doubling(const CollectiveSpec& spec, const RankLayout& 
 Schedule build_halving_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
 Schedule build_direct(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
 Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+// NCCL's PAT (all_gather, reduce_scatter): one lane, whole blocks; channels and pipeline_chunks do not apply.
+Schedule build_pat(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
 
 // A range of chunk slots (shorthand used by every builder).
 inline SlotRange slots(BufferKind buffer, uint32_t first, uint32_t count = 1) { return {buffer, first, count}; }

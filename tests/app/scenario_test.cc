@@ -295,7 +295,7 @@ std::vector<Rejection> rejections() {
        with_workload("workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1M]\n  algorithms: "
                      "[ring, trees]\n"),
        "t.yaml:8:22: workload.algorithms[1]: unknown algorithm 'trees' (expected one of: ring, tree, "
-       "recursive_doubling, halving_doubling, direct, hierarchical, nvls, auto)"},
+       "recursive_doubling, halving_doubling, direct, hierarchical, pat, nvls, auto)"},
       {"unknown dtype",
        with_workload(
            "workload:\n  type: collective-sweep\n  collectives: [all_reduce]\n  sizes: [1M]\n  dtype: bf17\n"),
