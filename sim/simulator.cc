@@ -174,7 +174,8 @@ struct Simulator::Impl {
                         const std::function<double(int, int)>& hop_latency, SimResult& result);
   double run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                       const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
-                      const std::function<double(int, int)>& hop_latency, double base_latency, SimResult& result);
+                      const std::function<double(int, int)>& hop_latency, double base_latency, SimResult& result,
+                      bool contention_by_round = false);
 
   // One direction of topology link `link` as the fluid model runs it: line rate x efficiency x fault factor.
   double link_capacity(uint32_t link) const {
@@ -596,10 +597,13 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
 // queues its message on its connection (which moves one message after the other, then delays it by
 // the route's and protocol's latency) and the lane goes on; a receive waits for its message; a copy
 // or reduce takes its HBM traffic's time. O(ops x tiles) arithmetic after one contention round.
+// With `contention_by_round`, connections share a Snapshot only with those whose first send is in
+// the same round (validate()'s rounds): PAT's steps, each one shift of every rank, run one after
+// the other, so a step's flows contend with each other and not with the other steps'.
 double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                      const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
                                      uint32_t tiles, double wire, const std::function<double(int, int)>& hop_latency,
-                                     double base_latency, SimResult& result) {
+                                     double base_latency, SimResult& result, bool contention_by_round) {
   // Ops numbered, each receive's matching send and one topological order: the graph validate()
   // builds (core/schedule_dag.h).
   const Dag dag = build_dag(schedule);
@@ -612,14 +616,19 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
   std::vector<Connection> connections;
   std::vector<size_t> connection_of_send(total_ops, SIZE_MAX);
   std::vector<double> first_bytes;  // wire bytes of each connection's first message (tile 0)
+  std::vector<size_t> group_of;      // the Snapshot each connection contends in
+  std::map<uint32_t, size_t> group_of_round;
   for (uint32_t gid = 0; gid < total_ops; ++gid) {
     const OpLoc& at = dag.loc[gid];
-    const Op& op = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane].ops[at.index];
+    const Lane& lane = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane];
+    const Op& op = lane.ops[at.index];
     if (op.kind != OpKind::kSend) continue;
     const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), connections.size());
     if (fresh) {
       connections.push_back({at.rank, op.peer});
       first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
+      const uint32_t round = contention_by_round && at.index < lane.rounds.size() ? lane.rounds[at.index] : 0;
+      group_of.push_back(group_of_round.emplace(round, group_of_round.size()).first->second);
     }
     connection_of_send[gid] = it->second;
   }
@@ -633,15 +642,18 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
   double total = 0;
   const double hbm = hbm_Bps();
   // Contention over all placements at once, as the compressed rings take it.
-  Snapshot snapshot;
+  std::vector<Snapshot> snapshots(std::max<size_t>(1, group_of_round.size()));
   for (const std::vector<int>& gpu_of_rank : placements) {
     for (size_t c = 0; c < connections.size(); ++c) {
-      snapshot.add(gpu_of_rank[static_cast<size_t>(connections[c].from)], gpu_of_rank[static_cast<size_t>(connections[c].to)],
-                   first_bytes[c]);
+      snapshots[group_of[c]].add(gpu_of_rank[static_cast<size_t>(connections[c].from)],
+                                 gpu_of_rank[static_cast<size_t>(connections[c].to)], first_bytes[c]);
     }
   }
-  snapshot.run(topology, [this](uint32_t link) { return link_capacity(link); });
-  result.simulated_transfers = snapshot.pairs();
+  result.simulated_transfers = 0;
+  for (Snapshot& snapshot : snapshots) {
+    snapshot.run(topology, [this](uint32_t link) { return link_capacity(link); });
+    result.simulated_transfers += snapshot.pairs();
+  }
 
   // The sweep's static part, flattened once in topological order: per op its kind, lane, cross-lane
   // dependencies, connection or matched send, and chunks; per tile the bytes of each sub-chunk.
@@ -690,7 +702,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
       const int gb = gpu_of_rank[static_cast<size_t>(connections[c].to)];
       latency[c] = std::max(topology.route(ga, gb).latency_s, hop_latency(connections[c].from, connections[c].to));
       // Seconds per payload byte under the round's contention (wire bytes over payload included).
-      if (first_bytes[c] > 0) per_byte[c] = snapshot.transfer(ga, gb, first_bytes[c]) / first_bytes[c] * wire;
+      if (first_bytes[c] > 0) {
+        per_byte[c] = snapshots[group_of[c]].transfer(ga, gb, first_bytes[c]) / first_bytes[c] * wire;
+      }
     }
     lane_end.assign(first_lane.back(), base_latency);
     double finish = 0;
@@ -793,14 +807,16 @@ SimResult Simulator::run(const SimRequest& request) {
   }
   // Trees (every edge busy at once in steady state) replay analytically after one contention
   // round, degraded links included (the round runs on SimGrid's links at their set bandwidth);
-  // detours around dead links and stragglers need the op-by-op simulation.
+  // PAT likewise after one contention round per step (its O(n) packing copies per rank would make
+  // the op-by-op simulation quadratic in the ranks); detours around dead links and stragglers need
+  // the op-by-op simulation.
   const bool stragglers = std::any_of(s.gpu_slowdown.begin(), s.gpu_slowdown.end(), [](double f) { return f != 1.0; });
-  if (s.zone != nullptr && !schedule.symmetric() && schedule.algorithm == Algorithm::kTree && s.dead_links.empty() &&
-      !stragglers) {
+  const bool replayable = schedule.algorithm == Algorithm::kTree || schedule.algorithm == Algorithm::kPat;
+  if (s.zone != nullptr && !schedule.symmetric() && replayable && s.dead_links.empty() && !stragglers) {
     result.compressed = true;
     result.seconds = s.run_replayed(
         schedule, placements, [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); }, tiles,
-        wire, hop_latency, base_latency, result);
+        wire, hop_latency, base_latency, result, schedule.algorithm == Algorithm::kPat);
     return result;
   }
   // NCCL's per-hop protocol latency rides on every message (the larger of it and the route's).
