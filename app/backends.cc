@@ -8,6 +8,7 @@
 
 #include "backend/host/host_executor.h"
 #include "core/error.h"
+#include "sim/sim_executor.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "backend/cuda/cuda_executor.h"
 #include "backend/nccl/nccl_executor.h"
@@ -45,13 +46,17 @@ std::unique_ptr<Executor> make_device_executor(std::string_view name) {
 }  // namespace
 #endif
 
+std::unique_ptr<Executor> make_sim_executor(const models::ClusterSpec& cluster, const sim::NetworkModel& network) {
+  return std::make_unique<sim::SimExecutor>(cluster, sim::SimExecutorOptions{.network = network});
+}
+
 std::unique_ptr<Executor> make_executor(std::string_view name) {
   if (name == "host") return std::make_unique<HostExecutor>();
+  if (name == "sim") return make_sim_executor(models::cluster_preset("dgx-h100"));
 #ifdef TANDEM_HAVE_CUDA
   if (name == "cuda" || name == "nccl" || name == "nccl-native") return make_device_executor(name);
 #endif
   if (std::find(kKnownBackends.begin(), kKnownBackends.end(), name) != kKnownBackends.end()) {
-    if (name == "sim") fail(ErrorCode::kUnsupported, "backend 'sim' has no executor here; it runs whole sweeps");
     fail(ErrorCode::kUnsupported,
          "backend '{}' is not in this build: it needs the CUDA toolkit and NCCL at configure time "
          "(docs/real-hardware.md)",

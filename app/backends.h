@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "core/executor.h"
+#include "models/cluster.h"
+#include "sim/simulator.h"
 
 namespace tandem::app {
 
@@ -18,7 +20,15 @@ bool backend_built(std::string_view name);
 
 // The executor for `name`. Throws Error(kUnsupported) for a known backend this build lacks, or
 // when its hardware is missing ("no CUDA device: ..."), and Error(kInvalidArgument) for an unknown
-// name (listing the known ones).
+// name (listing the known ones). "sim" is sim::SimExecutor on the default cluster (one dgx-h100
+// node, the default network model): make_sim_executor for another. `tandem bench --backend sim`
+// and `tandem run` on sim keep their own sweep and loop paths.
 std::unique_ptr<Executor> make_executor(std::string_view name);
+
+// sim::SimExecutor on `cluster`, rank r on GPU r. SimGrid allows one platform per process: a
+// second simulated executor in one process throws Error(kBackend) (sim::run_isolated runs work in
+// a child process).
+std::unique_ptr<Executor> make_sim_executor(const models::ClusterSpec& cluster,
+                                            const sim::NetworkModel& network = sim::NetworkModel{});
 
 }  // namespace tandem::app

@@ -1,4 +1,7 @@
-// The executor contract: what every backend (host threads, SimGrid, CUDA, NCCL) implements.
+// The executor contract: what every backend implements: host threads (backend/host,
+// HostExecutor), the simulator (sim/sim_executor.h, SimExecutor: simulated time, no data), CUDA
+// (backend/cuda) and NCCL (backend/nccl). tests/conformance runs one suite of schedules and faults
+// over every executor this machine can run and checks that they end alike.
 //
 // run() executes a validated schedule once for every rank. Each backend honours the semantics in
 // core/schedule.h: lanes issue in order, sends are eager, per-(src, dst, lane) FIFO matching,
@@ -29,8 +32,13 @@ struct RankBuffers {
 };
 
 // The fault injector's hook into a backend: asked for every send (src rank, dst rank, the op's
-// index in src's program over all tiles, lanes in order); empty = no faults. Backends apply the
-// effect to that transfer (core/faults.h says what each field means).
+// index in src's program over all tiles, lanes in order: tile * ops_per_tile + the lane's first op
+// + the op's index in its lane); empty = no faults. Backends apply the effect to that transfer
+// (core/faults.h says what each field means) and report it alike: a failed send as Error(kFault)
+// "rank R lane L op I: send to P failed (injected fault #F)"; a stalled one loses its message and
+// the later ones of that (src, dst, lane), and the receiver's timeout says "its message from rank S
+// was lost (injected fault #F)"; a corrupt one, with checksums, Error(kCorrupt) "rank R lane L op
+// I: the message from S failed its checksum".
 using TransferHook = std::function<TransferEffect(int src, int dst, int64_t op_index)>;
 
 struct RunContext {

@@ -24,6 +24,7 @@
 #include "core/algorithms.h"
 #include "core/schedule_dag.h"
 #include "core/error.h"
+#include "core/faults.h"
 #include "sim/protocol.h"
 
 namespace tandem::sim {
@@ -766,6 +767,9 @@ SimResult Simulator::run(const SimRequest& request) {
       }
     }
   }
+  if (request.send_slowdown && !request.concurrent.empty()) {
+    fail(ErrorCode::kInvalidArgument, "simulator: slowed sends with concurrent groups");
+  }
   const int groups = static_cast<int>(placements.size());
   const int total_ranks = groups * n;
   std::vector<int> gpu_of_global;
@@ -797,7 +801,8 @@ SimResult Simulator::run(const SimRequest& request) {
   const double start = sg4::Engine::get_clock();
   // The compressed rounds replay one round per position with the normal routes: faults (a slow
   // link on some positions' routes, detours, a straggler) need the op-by-op simulation.
-  if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule) && !s.faults_active()) {
+  if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule) && !s.faults_active() &&
+      !request.send_slowdown) {
     result.compressed = true;
     result.seconds = base_latency + s.run_compressed(
                                         schedule, placements,
@@ -812,7 +817,8 @@ SimResult Simulator::run(const SimRequest& request) {
   // the op-by-op simulation.
   const bool stragglers = std::any_of(s.gpu_slowdown.begin(), s.gpu_slowdown.end(), [](double f) { return f != 1.0; });
   const bool replayable = schedule.algorithm == Algorithm::kTree || schedule.algorithm == Algorithm::kPat;
-  if (s.zone != nullptr && !schedule.symmetric() && replayable && s.dead_links.empty() && !stragglers) {
+  if (s.zone != nullptr && !schedule.symmetric() && replayable && s.dead_links.empty() && !stragglers &&
+      !request.send_slowdown) {
     result.compressed = true;
     result.seconds = s.run_replayed(
         schedule, placements, [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); }, tiles,
@@ -853,6 +859,7 @@ SimResult Simulator::run(const SimRequest& request) {
     int from = 0, to = 0;
     uint64_t messages = 0;                           // over all tiles
     std::deque<uint64_t> queue;                      // bytes of the messages waiting to go
+    std::deque<double> send_slowdowns;               // their SimRequest::send_slowdown (when set)
     std::deque<double> arrivals;                     // when moved messages reach the receiver
     double latency_s = 0;                            // route + protocol latency of each message
     sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
@@ -913,7 +920,9 @@ SimResult Simulator::run(const SimRequest& request) {
     // A straggling sender holds the connection (slowdown - 1) x the transfer time longer: its
     // kernel pushes the bytes that much slower, while the links are free for other flows.
     const double slowdown = s.gpu_slowdown[static_cast<size_t>(from_gpu)];
-    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from, [c, from, to, latency, packet, slowdown] {
+    const bool slowed_sends = static_cast<bool>(request.send_slowdown);
+    sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from,
+                       [c, from, to, latency, packet, slowdown, slowed_sends] {
       for (uint64_t m = 0; m < c->messages; ++m) {
         c->queued->acquire();
         const uint64_t bytes = c->queue.front();
@@ -922,6 +931,12 @@ SimResult Simulator::run(const SimRequest& request) {
         // ns-3 carries a message as one TCP flow (at most 4 GiB; an empty one never completes).
         if (!packet || bytes > 0) sg4::Comm::sendto(from, to, bytes);
         if (slowdown != 1.0) sg4::this_actor::sleep_for((slowdown - 1.0) * (sg4::Engine::get_clock() - began));
+        if (slowed_sends) {
+          const double factor = c->send_slowdowns.front();
+          c->send_slowdowns.pop_front();
+          const double spent = std::max(sg4::Engine::get_clock() - began, kMinSlowedTransfer_s);
+          if (factor > 1.0) sg4::this_actor::sleep_for((factor - 1.0) * spent);
+        }
         c->arrivals.push_back(sg4::Engine::get_clock() + latency);
         c->in_flight->release();
       }
@@ -946,6 +961,12 @@ SimResult Simulator::run(const SimRequest& request) {
         const Lane& lane = program_of(r).lanes[l];
         RankState& state = states[static_cast<size_t>(r)];
         const uint64_t per_tile = lane.ops.size();
+        // SimRequest::send_slowdown's op numbering: over all tiles, lanes in order.
+        int64_t lane_offset = 0, ops_per_tile = 0;
+        for (uint32_t other = 0; other < program_of(r).lanes.size(); ++other) {
+          if (other < l) lane_offset += static_cast<int64_t>(program_of(r).lanes[other].ops.size());
+          ops_per_tile += static_cast<int64_t>(program_of(r).lanes[other].ops.size());
+        }
         if (base_latency > 0) sg4::this_actor::sleep_for(base_latency);
         for (uint32_t t = 0; t < tiles; ++t) {
           for (uint64_t i = 0; i < per_tile; ++i) {
@@ -962,6 +983,10 @@ SimResult Simulator::run(const SimRequest& request) {
               case OpKind::kSend: {
                 Connection& c = connections.at({r, peer_of(r, op.peer), l});
                 c.queue.push_back(static_cast<uint64_t>(static_cast<double>(sizer.bytes(op.src, t)) * wire));
+                if (request.send_slowdown) {
+                  const int64_t op_index = static_cast<int64_t>(t) * ops_per_tile + lane_offset + static_cast<int64_t>(i);
+                  c.send_slowdowns.push_back(request.send_slowdown(r, op_index));
+                }
                 c.queued->release();
                 break;
               }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,13 @@ struct SimRequest {
   // Each lies on the nodes as gpu_of_rank does (the same GPUs per node): protocol hop latencies
   // are taken from the first. The result's time is the slowest group's.
   std::vector<std::vector<int>> concurrent;
+  // Slowed sends (sim::SimExecutor realises the fault hook's delay and bandwidth factors with it):
+  // when set, the send that is op `op_index` of rank r's program (numbered as core/executor.h's
+  // TransferHook: over all tiles, lanes in order) holds its connection (f - 1) times its transfer
+  // time longer, counting at least kMinSlowedTransfer_s (core/faults.h), f = send_slowdown(r,
+  // op_index) >= 1: the host backend's realisation. Forces the op-by-op simulation; not with
+  // `concurrent` groups.
+  std::function<double(int rank, int64_t op_index)> send_slowdown;
 };
 
 struct SimResult {

@@ -50,6 +50,7 @@ CollectiveRun::CollectiveRun(uint64_t sequence, const Signature& signature)
   for (int rank = 0; rank < signature.nranks; ++rank) {
     inboxes_.push_back(std::make_unique<Inbox>());
     inboxes_.back()->queues.resize(static_cast<size_t>(signature.nranks) * lanes_per_rank_);
+    inboxes_.back()->lost_fault.assign(static_cast<size_t>(signature.nranks) * lanes_per_rank_, kNotLost);
   }
 }
 
@@ -93,10 +94,25 @@ void CollectiveRun::send(int src, int dst, int lane, Payload payload) {
   Inbox& box = inbox(dst);
   {
     std::lock_guard lock(box.mutex);
+    const size_t mailbox = static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane);
+    if (box.lost_fault[mailbox] != kNotLost) return;  // behind a lost message: never delivered
     box.queues[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)].push_back(std::move(payload));
     ++box.deliveries;
   }
   box.delivered.notify_one();  // only dst's thread waits on its inbox
+}
+
+void CollectiveRun::lose(int src, int dst, int lane, int fault_index) {
+  Inbox& box = inbox(dst);
+  std::lock_guard lock(box.mutex);
+  int& lost = box.lost_fault[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)];
+  if (lost == kNotLost) lost = fault_index;
+}
+
+int CollectiveRun::lost_fault(int src, int dst, int lane) {
+  Inbox& box = inbox(dst);
+  std::lock_guard lock(box.mutex);
+  return box.lost_fault[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)];
 }
 
 bool CollectiveRun::try_receive(int src, int dst, int lane, Payload& payload) {
@@ -197,7 +213,21 @@ std::string CollectiveRun::timeout_message(int rank, const WaitPoint& where, std
     if (absent.size() == 1) return fmt::format("{}rank {} never arrived ({})", head, absent[0], here);
     return fmt::format("{}ranks {} never arrived ({})", head, fmt::join(absent, ", "), here);
   }
-  // Everyone arrived: say where the awaited peer stands (a hang inside the collective).
+  // Everyone arrived. A rank waiting on a message that was lost (this one first) names the fault's
+  // victim and its sender, whatever rank times out first.
+  const auto lost_on = [&](int waiter, const WaitPoint& point) {
+    return point.waits_on_message ? lost_fault(point.peer, waiter, static_cast<int>(point.lane)) : kNotLost;
+  };
+  for (int other = -1; other < signature_.nranks; ++other) {
+    const int waiter = other < 0 ? rank : other;
+    if (other >= 0 && states_[static_cast<size_t>(other)] != RankState::kWaiting) continue;
+    const WaitPoint& point = other < 0 ? where : wait_points_[static_cast<size_t>(other)];
+    const int fault = lost_on(waiter, point);
+    if (fault == kNotLost) continue;
+    return fmt::format("{}rank {} waits on {}; its message from rank {} was lost (injected fault #{})", head, waiter,
+                       point.describe(with_tile), point.peer, fault);
+  }
+  // Say where the awaited peer stands (a hang inside the collective).
   if (where.waits_on_message) return fmt::format("{}{}; {}", head, here, describe_rank(where.peer));
   return head + here;
 }

@@ -82,6 +82,9 @@ class CollectiveRun {
 
   // Eager send: queues `payload` on (src, dst, lane) and wakes dst.
   void send(int src, int dst, int lane, Payload payload);
+  // A stalled transfer (TransferEffect::stall, fault `fault_index`): the message is lost, and so is
+  // every later one on (src, dst, lane), which would queue behind it (per-connection FIFO).
+  void lose(int src, int dst, int lane, int fault_index);
   // Pops the head message of (src, dst, lane) into `payload`; false when the mailbox is empty.
   bool try_receive(int src, int dst, int lane, Payload& payload);
 
@@ -99,7 +102,8 @@ class CollectiveRun {
   [[noreturn]] void throw_first_error();
 
   // The timeout message of `rank`, blocked at `where` after `timeout`: names the ranks that never
-  // arrived, or else where the awaited peer stands.
+  // arrived, else a rank waiting on a lost message and its sender ("its message from rank 3 was
+  // lost (injected fault #0)"), else where the awaited peer stands.
   std::string timeout_message(int rank, const WaitPoint& where, std::chrono::milliseconds timeout);
 
  private:
@@ -110,10 +114,13 @@ class CollectiveRun {
     std::condition_variable delivered;
     uint64_t deliveries = 0;
     std::vector<std::deque<Payload>> queues;  // by src * lanes_per_rank + lane
+    std::vector<int> lost_fault;              // the same: the fault that lost a message there, or -2
   };
 
   Inbox& inbox(int rank) { return *inboxes_[static_cast<size_t>(rank)]; }
   std::string describe_rank(int rank);  // requires status_mutex_
+  static constexpr int kNotLost = -2;
+  int lost_fault(int src, int dst, int lane);  // kNotLost when nothing was lost there
 
   const uint64_t sequence_;
   const Signature signature_;

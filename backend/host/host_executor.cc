@@ -148,7 +148,8 @@ class RankRunner {
   }
 
   // Applies the fault injector's effect on this send; false when the message is lost (a dead link
-  // nobody notices: the receiver waits until its timeout, as NCCL's kernels spin).
+  // nobody notices: the receiver waits until its timeout, as NCCL's kernels spin), and with it the
+  // later messages of this connection, which queue behind it.
   bool inject(uint32_t lane, uint32_t index, const Op& op, Payload& payload, Clock::time_point began) {
     const int64_t op_index = static_cast<int64_t>(tile_) * ops_per_tile_ + lane_offset_[lane] + index;
     const TransferEffect effect = context_.on_send(rank_, op.peer, op_index);
@@ -156,7 +157,10 @@ class RankRunner {
       fail(ErrorCode::kFault, "host rank {} lane {} op {}: send to {} failed (injected fault #{})", rank_, lane, index,
            op.peer, effect.fault_index);
     }
-    if (effect.stall) return false;
+    if (effect.stall) {
+      run_.lose(rank_, op.peer, static_cast<int>(lane), effect.fault_index);
+      return false;
+    }
     if (effect.corrupt && payload.bytes > 0) payload.data[payload.bytes / 2] ^= std::byte{kCorruptBitMask};
     // A slow rank or link: this send takes (factor - 1) times longer than it did (core/faults.h).
     const double factor = effect.delay_factor / effect.bandwidth_factor;

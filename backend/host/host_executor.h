@@ -18,7 +18,9 @@
 //   - kAvg: after its last op a rank divides its reduced output by nranks (all_reduce and
 //     reduce_scatter: every rank; reduce: the root only).
 //   - Errors: a rank that waits longer than RunContext::timeout without progress fails with
-//     Error(kTimeout) naming the ranks that never arrived; any error in one rank stops the others
+//     Error(kTimeout) naming the ranks that never arrived, else a rank waiting on a message the
+//     fault hook stalled (lost, with the later messages of its connection) and its sender; any
+//     error in one rank stops the others
 //     promptly, and every rank of that collective throws the first error.
 #pragma once
 

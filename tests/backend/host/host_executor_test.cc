@@ -330,7 +330,20 @@ TEST_F(FaultHookTest, AStalledSendIsATimeoutOfTheReceiver) {
   const std::optional<Error> error = run(data, TransferEffect{.stall = true}, 0, milliseconds(200));
   ASSERT_TRUE(error.has_value());
   EXPECT_EQ(error->code(), ErrorCode::kTimeout) << error->what();
-  EXPECT_NE(std::string(error->what()).find("recv from 1"), std::string::npos) << error->what();
+  EXPECT_NE(std::string(error->what()).find("recv_reduce from 1"), std::string::npos) << error->what();
+}
+
+// A lost message stops its connection (later messages would queue behind it, not overtake it):
+// the receiver times out naming the sender and the fault, whichever rank times out first, and
+// never takes the next message for the lost one.
+TEST_F(FaultHookTest, AStalledSendLosesItsConnectionAndNamesTheSender) {
+  test::CollectiveData data(spec_, false);
+  const std::optional<Error> error = run(data, TransferEffect{.stall = true, .fault_index = 3}, 0, milliseconds(200));
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), ErrorCode::kTimeout) << error->what();
+  EXPECT_NE(std::string(error->what()).find("rank 2 waits on lane 0 op 1"), std::string::npos) << error->what();
+  EXPECT_NE(std::string(error->what()).find("its message from rank 1 was lost (injected fault #3)"), std::string::npos)
+      << error->what();
 }
 
 TEST_F(FaultHookTest, ACorruptedMessageFailsItsChecksum) {
