@@ -166,7 +166,8 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   options.nranks = nranks;
   options.ranks_per_node = request.gpus_per_node;
   BenchOptions for_plan = options;
-  if (for_plan.algorithm == "nvls") for_plan.algorithm = "auto";  // a simulator model, not a core algorithm
+  // Simulator models, not core algorithms.
+  if (for_plan.algorithm == "nvls" || for_plan.algorithm == "p2p") for_plan.algorithm = "auto";
   const BenchPlan plan = make_plan(for_plan);
   for (int64_t bytes : plan.sizes) {
     sim::SweepPoint point;
@@ -206,7 +207,10 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     if (buffer_geometry(plan.collective, nranks).in_place_supported) row.in_place = row.out_of_place;
     fmt::print("{}", format_row(row));
     rows.push_back(row);
-    notes.push_back(fmt::format("{}/{}", r.algorithm, name(r.protocol)));
+    // NCCL's p2p splits each peer's transfer over some of its channels: say how many.
+    notes.push_back(r.algorithm == "p2p" ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels,
+                                                       r.channels == 1 ? "" : "s")
+                                         : fmt::format("{}/{}", r.algorithm, name(r.protocol)));
   }
   fmt::print("{}", format_footer(rows));
   // Which algorithm and protocol ran, per run of equal choices.
@@ -445,7 +449,7 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls (sim) or auto")
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls, p2p (sim) or auto")
       ->capture_default_str();
   command
       ->add_option("-d,--datatype", options->dtype,

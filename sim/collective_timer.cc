@@ -89,11 +89,19 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Shape shape = shape_of(group.instances.front(), cluster_.gpus_per_node);
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
-  const bool named = algorithm != "auto" && (algorithm == "nvls" ? collective == Collective::kAllReduce
-                                                                 : supports(parse_algorithm(algorithm), collective));
-  const Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
-  // Rings run round by round (cheap at any scale); anything else op by op, one actor per rank.
-  const bool round_by_round = shape.regular && choice.algorithm == "ring";
+  const bool point_to_point = collective == Collective::kAllToAll || collective == Collective::kSendRecv;
+  const bool named = algorithm != "auto" && (algorithm == "nvls"  ? collective == Collective::kAllReduce
+                                             : algorithm == "p2p" ? point_to_point
+                                                                  : supports(parse_algorithm(algorithm), collective));
+  Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
+  // NCCL's p2p plan assumes the same ranks on every node, and is a fluid-model simulation: the
+  // survivors of a shrink, and the packet model, run core's direct schedule op by op instead.
+  if (choice.algorithm == "p2p" && (!shape.regular || network_.fidelity == Fidelity::kPacket)) {
+    choice = tuner.choose_for(collective, bytes, "direct");
+  }
+  // Rings run round by round and p2p in one round (cheap at any scale); anything else op by op,
+  // one actor per rank.
+  const bool round_by_round = shape.regular && (choice.algorithm == "ring" || choice.algorithm == "p2p");
   std::vector<std::vector<int>> instances =
       instances_to_simulate(group.instances, shape.nodes, cluster_.gpus_per_node,
                             round_by_round ? kMaxConcurrentRanks : kMaxConcurrentRanksOpByOp);
@@ -117,6 +125,8 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   SimResult result;
   if (n == 1) {
     result.seconds = 0;
+  } else if (choice.algorithm == "p2p") {
+    result = simulator_.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
   } else if (choice.algorithm == "nvls") {
     result = simulator_.run_nvls_all_reduce(bytes, instances.front());
   } else {

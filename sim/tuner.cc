@@ -72,12 +72,21 @@ std::string tandem_name(models::NcclAlgorithm algorithm) {
 }  // namespace
 
 Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
-    : model_(participating(cluster, nodes, gpus_per_node)), nodes_(nodes), gpus_per_node_(gpus_per_node) {}
+    : model_(participating(cluster, nodes, gpus_per_node)),
+      p2p_plan_(nccl_p2p_plan(participating(cluster, nodes, gpus_per_node))),
+      nodes_(nodes),
+      gpus_per_node_(gpus_per_node) {}
+
+// NCCL's point-to-point transfers: the protocol and channels of one peer's share (all_to_all
+// sends bytes / ranks to each rank; send_recv all of it to one).
+Choice Tuner::choose_p2p(Collective collective, int64_t bytes) const {
+  const int64_t peer_bytes = collective == Collective::kAllToAll ? bytes / std::max(1, p2p_plan_.nranks) : bytes;
+  return {"p2p", p2p_plan_.uses_ll(peer_bytes) ? Protocol::kLL : Protocol::kSimple, 1,
+          p2p_plan_.peer_channels(peer_bytes)};
+}
 
 Choice Tuner::choose(Collective collective, int64_t bytes) const {
-  if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) {
-    return {"direct", Protocol::kSimple, 1, 1};
-  }
+  if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) return choose_p2p(collective, bytes);
   // NCCL's tuner over the algorithms tandem simulates: ring, tree, NVLS inside one node, NVLS Tree
   // across nodes (CollNet and PAT are left out: docs/simulator.md).
   std::optional<models::NcclPrediction> best;
@@ -97,6 +106,13 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
 
 Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
                          const std::string& protocol) const {
+  if (algorithm == "p2p") {
+    if (collective != Collective::kAllToAll && collective != Collective::kSendRecv) {
+      fail(ErrorCode::kUnsupported, "p2p runs all_to_all and send_recv (NCCL's point-to-point), not {}",
+           name(collective));
+    }
+    return choose_p2p(collective, bytes);
+  }
   if (algorithm != "nvls" && algorithm != "nvls_tree") {
     const Algorithm core = parse_algorithm(algorithm);
     if (!supports(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
