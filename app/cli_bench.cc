@@ -167,7 +167,9 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   options.ranks_per_node = request.gpus_per_node;
   BenchOptions for_plan = options;
   // Simulator models, not core algorithms.
-  if (for_plan.algorithm == "nvls" || for_plan.algorithm == "p2p") for_plan.algorithm = "auto";
+  if (for_plan.algorithm == "nvls" || for_plan.algorithm == "p2p" || for_plan.algorithm.starts_with("collnet_")) {
+    for_plan.algorithm = "auto";
+  }
   const BenchPlan plan = make_plan(for_plan);
   for (int64_t bytes : plan.sizes) {
     sim::SweepPoint point;
@@ -449,7 +451,8 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
-                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls, p2p (sim) or auto")
+                   "ring, tree, recursive_doubling, halving_doubling, direct, hierarchical, nvls, collnet_direct, "
+                   "collnet_chain, p2p (sim) or auto")
       ->capture_default_str();
   command
       ->add_option("-d,--datatype", options->dtype,

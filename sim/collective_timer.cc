@@ -90,7 +90,8 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
   const bool point_to_point = collective == Collective::kAllToAll || collective == Collective::kSendRecv;
-  const bool named = algorithm != "auto" && (algorithm == "nvls"  ? collective == Collective::kAllReduce
+  const bool simulator_model = algorithm == "nvls" || algorithm == "collnet_direct" || algorithm == "collnet_chain";
+  const bool named = algorithm != "auto" && (simulator_model      ? collective == Collective::kAllReduce
                                              : algorithm == "p2p" ? point_to_point
                                                                   : supports(parse_algorithm(algorithm), collective));
   Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
@@ -127,6 +128,9 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     result.seconds = 0;
   } else if (choice.algorithm == "p2p") {
     result = simulator_.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
+  } else if (choice.algorithm == "collnet_direct" || choice.algorithm == "collnet_chain") {
+    result = simulator_.run_collnet_all_reduce(bytes, instances.front(), shape.per_node,
+                                               choice.algorithm == "collnet_chain");
   } else if (choice.algorithm == "nvls") {
     result = simulator_.run_nvls_all_reduce(bytes, instances.front());
   } else {

@@ -1071,6 +1071,101 @@ SimResult Simulator::run_nvls_tree_all_reduce(int64_t bytes, const std::vector<i
   return result;
 }
 
+// CollNet (NCCL 2.28 transport/coll_net.cc, device/all_reduce.h runCollNetDirect / runCollNetChain;
+// ../shared/docs/nccl-multinode-notes.md §4). One head per NIC taking part: head h is the first GPU
+// of the node on rail h, and slice h (bytes / heads) goes through its NIC. Per node, per direction:
+//
+//   Direct  GPU g  NVLink up:   its other heads' slices, and (a head) its result to the node's other GPUs
+//                  NVLink down: the same, mirrored
+//   Chain   GPU g  NVLink up:   the reduce toward the head and the broadcast onward, except at the
+//                               chain's ends: 2 (n - 1) / n of the buffer over the rotating heads
+//   head h  PCIe + NIC link, up and down: slice h once each way (the switch reduces it over the nodes)
+//
+// The switch's aggregation tree sends one slice per rail up and down each switch-to-switch link,
+// never more than a NIC link carries, so the model stops at the NIC's link to its leaf.
+SimResult Simulator::run_collnet_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node, bool chain) {
+  Impl& s = *impl_;
+  const char* label = chain ? "collnet_chain" : "collnet_direct";
+  if (!s.cluster.sharp) {
+    fail(ErrorCode::kUnsupported, "{}: the cluster has no in-network reduction (SHARP): add --sharp", label);
+  }
+  if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "{} is a fluid-model simulation", label);
+  if (per_node < 1 || gpus.empty() || gpus.size() % static_cast<size_t>(per_node) != 0) {
+    fail(ErrorCode::kUnsupported, "{} needs the same number of GPUs on every node", label);
+  }
+  const int nodes = static_cast<int>(gpus.size()) / per_node;
+  if (nodes < 2) fail(ErrorCode::kUnsupported, "{} runs across nodes (NCCL: COLLNET_NODE_THRESHOLD = 2)", label);
+  const auto& graph = s.topology.graph();
+  std::unordered_map<uint64_t, double> load;  // (link << 1 | forward) -> bytes
+  auto add = [&](uint32_t link, bool forward, double amount) {
+    if (amount > 0) load[(uint64_t{link} << 1) | (forward ? 1 : 0)] += amount;
+  };
+  auto nvlink = [&](int gpu, double up, double down) {
+    const uint32_t link = s.nvlink_of_gpu.at(static_cast<size_t>(gpu));
+    const bool gpu_first = s.topology.endpoints(link).first == s.topology.gpu_vertex(gpu);
+    add(link, gpu_first, up);
+    add(link, !gpu_first, down);
+  };
+  const auto total = static_cast<double>(bytes);
+  for (int v = 0; v < nodes; ++v) {
+    // Heads: the first GPU of the node on each rail.
+    std::vector<int> heads;
+    std::vector<int> rails;
+    for (int i = 0; i < per_node; ++i) {
+      const int g = gpus[static_cast<size_t>(v * per_node + i)];
+      const int rail = graph[s.topology.gpu_vertex(g)].rail;
+      if (std::find(rails.begin(), rails.end(), rail) == rails.end()) {
+        rails.push_back(rail);
+        heads.push_back(g);
+      }
+    }
+    const double h = static_cast<double>(heads.size());
+    const double slice = total / h;
+    for (int i = 0; i < per_node; ++i) {
+      const int g = gpus[static_cast<size_t>(v * per_node + i)];
+      const bool head = std::find(heads.begin(), heads.end(), g) != heads.end();
+      if (per_node == 1) break;
+      if (chain) {
+        const double n = per_node;
+        nvlink(g, 2 * total * (n - 1) / n, 2 * total * (n - 1) / n);
+      } else {
+        const double traffic = (h - (head ? 1 : 0)) * slice + (head ? (per_node - 1) * slice : 0.0);
+        nvlink(g, traffic, traffic);
+      }
+    }
+    // Each head's slice up its PCIe and NIC link to the leaf, and the result back down.
+    const int other_node = (v + 1) % nodes;
+    for (size_t k = 0; k < heads.size(); ++k) {
+      const int head = heads[k];
+      int peer = gpus[static_cast<size_t>(other_node * per_node)];
+      for (int i = 0; i < per_node; ++i) {
+        const int g = gpus[static_cast<size_t>(other_node * per_node + i)];
+        if (graph[s.topology.gpu_vertex(g)].rail == rails[k]) {
+          peer = g;
+          break;
+        }
+      }
+      const std::vector<uint32_t> nic = s.topology.nic_links(graph[s.topology.gpu_vertex(head)].node, rails[k]);
+      auto on_nic = [&](uint32_t link) { return std::find(nic.begin(), nic.end(), link) != nic.end(); };
+      for (const models::Hop& hop : s.topology.route(head, peer).hops) {
+        if (on_nic(hop.link)) add(hop.link, hop.forward, slice);
+      }
+      for (const models::Hop& hop : s.topology.route(peer, head).hops) {
+        if (on_nic(hop.link)) add(hop.link, hop.forward, slice);
+      }
+    }
+  }
+  double seconds = 0;
+  for (const auto& [key, amount] : load) {
+    seconds = std::max(seconds, amount / s.link_capacity(static_cast<uint32_t>(key >> 1)));
+  }
+  SimResult result;
+  result.seconds = seconds + (s.model.protocol_effects ? collnet_latency_s(chain, per_node) : 0.0);
+  result.transfers = result.simulated_transfers = load.size();
+  result.compressed = true;
+  return result;
+}
+
 // NCCL's point-to-point transfers (sim/p2p.h). Every rank's sends are split into parts on the
 // plan's channels (round k of rank r: send to peer(r, k), parts on channels base(k), base(k) + 1,
 // ... mod p2p channels); a channel is one CTA per GPU that copies its parts one after the other

@@ -118,6 +118,17 @@ class Simulator {
   // pipelined round (simulator.cc says how). Throws Error(kUnsupported) without NVLS or on one node.
   SimResult run_nvls_tree_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node);
 
+  // CollNet all_reduce of `bytes` over `gpus` (node-major, `per_node` on each of at least 2 nodes)
+  // with in-network reduction (InfiniBand SHARP): each node's buffer is cut into one slice per head
+  // (one head GPU per NIC taking part); the heads send their slice through their NIC to the switch,
+  // which reduces it over the nodes and sends the result back. Direct: every GPU scatters its
+  // slices to the heads over NVLink and gathers the results back. Chain (`chain`): each channel
+  // reduces along the node's GPUs into its head and broadcasts back down. A model in one pipelined
+  // round, as run_nvls_tree_all_reduce: the most loaded link sets the time, plus NCCL's CollNet
+  // latencies (the reduction in the switch has no point-to-point schedule). Throws
+  // Error(kUnsupported) without `sharp` in the cluster, on one node, or with the packet model.
+  SimResult run_collnet_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node, bool chain);
+
   // NCCL's point-to-point transfers, in one pipelined round (simulator.cc says how): every pair's
   // bytes on its route (across nodes through PXN: NVLink to the GPU on the receiver's rail, then
   // that rail's NIC), split into parts on the plan's channels, each channel one CTA moving at most

@@ -79,6 +79,8 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
       if (choice.algorithm == "p2p") {
         P2pRequest p2p{point.collective, point.bytes, {gpu_of_rank}, tuner.p2p_plan()};
         sim = simulator.run_p2p(p2p);
+      } else if (choice.algorithm == "collnet_direct" || choice.algorithm == "collnet_chain") {
+        sim = simulator.run_collnet_all_reduce(point.bytes, gpu_of_rank, per_node, choice.algorithm == "collnet_chain");
       } else if (choice.algorithm == "nvls" || choice.algorithm == "nvls_tree") {
         if (point.collective != Collective::kAllReduce) {
           fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", choice.algorithm, name(point.collective));

@@ -57,6 +57,8 @@ models::NcclAlgorithm nccl_algorithm(const std::string& algorithm) {
   if (algorithm == "tree") return models::NcclAlgorithm::kTree;
   if (algorithm == "nvls") return models::NcclAlgorithm::kNvls;
   if (algorithm == "nvls_tree") return models::NcclAlgorithm::kNvlsTree;
+  if (algorithm == "collnet_direct") return models::NcclAlgorithm::kCollNetDirect;
+  if (algorithm == "collnet_chain") return models::NcclAlgorithm::kCollNetChain;
   return models::NcclAlgorithm::kRing;
 }
 
@@ -65,6 +67,10 @@ std::string tandem_name(models::NcclAlgorithm algorithm) {
     case models::NcclAlgorithm::kTree: return "tree";
     case models::NcclAlgorithm::kNvls: return "nvls";
     case models::NcclAlgorithm::kNvlsTree: return "nvls_tree";
+    case models::NcclAlgorithm::kCollNetDirect:
+      return "collnet_direct";
+    case models::NcclAlgorithm::kCollNetChain:
+      return "collnet_chain";
     default: return "ring";
   }
 }
@@ -88,10 +94,16 @@ Choice Tuner::choose_p2p(Collective collective, int64_t bytes) const {
 Choice Tuner::choose(Collective collective, int64_t bytes) const {
   if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) return choose_p2p(collective, bytes);
   // NCCL's tuner over the algorithms tandem simulates: ring, tree, NVLS inside one node, NVLS Tree
-  // across nodes (CollNet and PAT are left out: docs/simulator.md).
+  // across nodes, CollNet Direct and Chain where the cluster reduces in the network (the cost
+  // model offers them only with `sharp` on 2 nodes or more, as NCCL's collNetSupport and
+  // COLLNET_NODE_THRESHOLD do). PAT is left out (docs/simulator.md).
   std::optional<models::NcclPrediction> best;
-  for (models::NcclAlgorithm a : {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing,
-                                  models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree}) {
+  for (models::NcclAlgorithm a :
+       {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing, models::NcclAlgorithm::kCollNetDirect,
+        models::NcclAlgorithm::kCollNetChain, models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree}) {
+    // NVLS across nodes is NCCL's CollNet + NVLS (SHARP between the nodes' NVSwitches), which
+    // tandem does not simulate: NVLS stays inside one node.
+    if (a == models::NcclAlgorithm::kNvls && nodes_ > 1) continue;
     for (models::NcclProtocol p : models::all_nccl_protocols()) {
       const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), a, p);
       if (t && (!best || *t < best->time_us)) best = models::NcclPrediction{a, p, *t};
@@ -113,7 +125,18 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
     }
     return choose_p2p(collective, bytes);
   }
-  if (algorithm != "nvls" && algorithm != "nvls_tree") {
+  const bool collnet = algorithm == "collnet_direct" || algorithm == "collnet_chain";
+  if (collnet) {
+    if (collective != Collective::kAllReduce) {
+      fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", algorithm, name(collective));
+    }
+    const std::string why =
+        model_.unsupported_reason(collective, nccl_algorithm(algorithm), models::NcclProtocol::kSimple);
+    if (!why.empty()) {
+      fail(ErrorCode::kUnsupported, "{}: {}; it needs a cluster with --sharp and 2 nodes or more", algorithm, why);
+    }
+  }
+  if (algorithm != "nvls" && algorithm != "nvls_tree" && !collnet) {
     const Algorithm core = parse_algorithm(algorithm);
     if (!supports(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
   }
@@ -136,7 +159,8 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
     }
   }
   const models::NcclProtocol p = chosen.value_or(models::NcclProtocol::kSimple);
-  const bool nccl_has_it = algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree";
+  const bool nccl_has_it =
+      algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree" || collnet;
   const int channels = nccl_has_it ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
   return {algorithm, to_protocol(p), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
