@@ -30,8 +30,8 @@
 #include "app/commands.h"
 #include "app/host_memory.h"
 #include "app/nccl_tests_table.h"
-#include "app/trace.h"
 #include "app/run_memory.h"
+#include "app/trace.h"
 #include "backend/launch/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
@@ -61,7 +61,7 @@ struct BenchOptions {
   int check_iters = 1;
   int root = 0;
   int ranks_per_node = 0;
-  int channels = 0;  // 0: NCCL's (sim: its tuner's pick; others: 2 per rank of a node, see --channels)
+  int channels = 0;          // 0: NCCL's (sim: its tuner's pick; others: 2 per rank of a node, see --channels)
   bool ngpus_given = false;  // -g on the command line (sim: GPUs per node; default all of them)
   std::string network = "fluid";
   bool node_major = false;  // sim: ring in rank order instead of rail-aligned
@@ -70,8 +70,8 @@ struct BenchOptions {
 };
 
 // `--trace FILE`: the sweep as a Chrome / Perfetto trace.
-void write_bench_trace(const BenchOptions& options, Collective collective, int nranks, const std::vector<BenchRow>& rows,
-                       std::vector<std::string> algorithms) {
+void write_bench_trace(const BenchOptions& options, Collective collective, int nranks,
+                       const std::vector<BenchRow>& rows, std::vector<std::string> algorithms) {
   if (options.trace.empty()) return;
   BenchTraceInfo info;
   info.title = fmt::format("tandem bench {} ({}, {} ranks)", name(collective), options.backend, nranks);
@@ -166,7 +166,10 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   options.nranks = nranks;
   options.ranks_per_node = request.gpus_per_node;
   BenchOptions for_plan = options;
-  if (for_plan.algorithm == "nvls") for_plan.algorithm = "auto";  // a simulator model, not a core algorithm
+  // Simulator models, not core algorithms.
+  if (for_plan.algorithm == "nvls" || for_plan.algorithm == "p2p" || for_plan.algorithm.starts_with("collnet_")) {
+    for_plan.algorithm = "auto";
+  }
   const BenchPlan plan = make_plan(for_plan);
   for (int64_t bytes : plan.sizes) {
     sim::SweepPoint point;
@@ -206,7 +209,10 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     if (buffer_geometry(plan.collective, nranks).in_place_supported) row.in_place = row.out_of_place;
     fmt::print("{}", format_row(row));
     rows.push_back(row);
-    notes.push_back(fmt::format("{}/{} {}ch", r.algorithm, name(r.protocol), r.channels));
+    // NCCL's p2p splits each peer's transfer over some of its channels: say how many.
+    notes.push_back(r.algorithm == "p2p" ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels,
+                                                       r.channels == 1 ? "" : "s")
+                                         : fmt::format("{}/{} {}ch", r.algorithm, name(r.protocol), r.channels));
   }
   fmt::print("{}", format_footer(rows));
   // Which algorithm, protocol and channel count ran, per run of equal choices.
@@ -445,7 +451,7 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
-                   algorithm_names() + ", nvls, nvls_tree (sim) or auto")
+                   algorithm_names() + ", nvls, nvls_tree, collnet_direct, collnet_chain, p2p (sim) or auto")
       ->capture_default_str();
   command
       ->add_option("-d,--datatype", options->dtype,
@@ -467,10 +473,11 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
                       "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)");
-  command->add_option("--channels", options->channels,
-                      "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "
-                      "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
-                      "NCCL's doubled search channels, else 1)")
+  command
+      ->add_option("--channels", options->channels,
+                   "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "
+                   "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
+                   "NCCL's doubled search channels, else 1)")
       ->check(CLI::Range(1, 64));
   command->callback([options, &status] { run_bench(*options, status); });
 }

@@ -89,11 +89,20 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Shape shape = shape_of(group.instances.front(), cluster_.gpus_per_node);
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
-  const bool named = algorithm != "auto" && (algorithm == "nvls" ? collective == Collective::kAllReduce
-                                                                 : implements(parse_algorithm(algorithm), collective));
-  const Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
-  // Rings run round by round (cheap at any scale); anything else op by op, one actor per rank.
-  const bool round_by_round = shape.regular && choice.algorithm == "ring";
+  const bool point_to_point = collective == Collective::kAllToAll || collective == Collective::kSendRecv;
+  const bool simulator_model = algorithm == "nvls" || algorithm == "collnet_direct" || algorithm == "collnet_chain";
+  const bool named = algorithm != "auto" && (simulator_model      ? collective == Collective::kAllReduce
+                                             : algorithm == "p2p" ? point_to_point
+                                                                  : implements(parse_algorithm(algorithm), collective));
+  Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
+  // NCCL's p2p plan assumes the same ranks on every node, and is a fluid-model simulation: the
+  // survivors of a shrink, and the packet model, run core's direct schedule op by op instead.
+  if (choice.algorithm == "p2p" && (!shape.regular || network_.fidelity == Fidelity::kPacket)) {
+    choice = tuner.choose_for(collective, bytes, "direct");
+  }
+  // Rings run round by round and p2p in one round (cheap at any scale); anything else op by op,
+  // one actor per rank.
+  const bool round_by_round = shape.regular && (choice.algorithm == "ring" || choice.algorithm == "p2p");
   std::vector<std::vector<int>> instances =
       instances_to_simulate(group.instances, shape.nodes, cluster_.gpus_per_node,
                             round_by_round ? kMaxConcurrentRanks : kMaxConcurrentRanksOpByOp);
@@ -117,6 +126,11 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   SimResult result;
   if (n == 1) {
     result.seconds = 0;
+  } else if (choice.algorithm == "p2p") {
+    result = simulator_.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
+  } else if (choice.algorithm == "collnet_direct" || choice.algorithm == "collnet_chain") {
+    result = simulator_.run_collnet_all_reduce(bytes, instances.front(), shape.per_node,
+                                               choice.algorithm == "collnet_chain");
   } else if (choice.algorithm == "nvls") {
     result = simulator_.run_nvls_all_reduce(bytes, instances.front());
   } else {
@@ -134,9 +148,10 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
     // NCCL's channels for ring and tree (every NIC of a node carries a share across nodes).
     const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;
-    const Schedule& schedule = shape.regular ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true),
-                                                            !explicit_schedules_, channels)
-                                             : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
+    const Schedule& schedule =
+        shape.regular
+            ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), !explicit_schedules_, channels)
+            : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
     SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
     request.concurrent.assign(instances.begin() + 1, instances.end());
     result = simulator_.run(request);
@@ -146,9 +161,8 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     }
   }
   timing.seconds = result.seconds;
-  timing.busbw_GBps = result.seconds > 0
-                          ? static_cast<double>(bytes) / result.seconds / 1e9 * bus_bandwidth_factor(collective, n)
-                          : 0;
+  timing.busbw_GBps =
+      result.seconds > 0 ? static_cast<double>(bytes) / result.seconds / 1e9 * bus_bandwidth_factor(collective, n) : 0;
   cache_.emplace(key, timing);
   return timing;
 }
@@ -156,7 +170,8 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
 const Schedule& CollectiveTimer::schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
                                               bool symmetric, int channels) {
   // Schedules count chunks, not elements: one per shape serves every size.
-  const auto key = std::make_tuple(spec.collective, algorithm, layout.nranks, layout.ranks_per_node, symmetric, channels);
+  const auto key =
+      std::make_tuple(spec.collective, algorithm, layout.nranks, layout.ranks_per_node, symmetric, channels);
   auto it = schedules_.find(key);
   if (it == schedules_.end()) {
     AlgoParams params;

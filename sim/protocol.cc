@@ -1,5 +1,7 @@
 #include "sim/protocol.h"
 
+#include <algorithm>
+
 #include "models/cost_model.h"
 
 namespace tandem::sim {
@@ -47,6 +49,21 @@ double nvls_latency_s() {
   return models::nccl_hop_latency_us(models::NcclLinkClass::kNvLink, models::NcclAlgorithm::kNvls,
                                      models::NcclProtocol::kSimple) *
          1e-6;
+}
+
+// CollNet Direct's serialisation per local GPU (tuning.cc: "(ppn-1)*0.4").
+constexpr double kCollNetDirectArityLatency_us = 0.4;
+
+double collnet_latency_s(bool chain, int per_node) {
+  const auto algorithm = chain ? models::NcclAlgorithm::kCollNetChain : models::NcclAlgorithm::kCollNetDirect;
+  const double intra =
+      models::nccl_hop_latency_us(models::NcclLinkClass::kNvLink, algorithm, models::NcclProtocol::kSimple);
+  const double inter =
+      models::nccl_hop_latency_us(models::NcclLinkClass::kNet, algorithm, models::NcclProtocol::kSimple);
+  const double ppn = per_node;
+  const double us = chain ? 2 * (ppn - 1) * intra + inter
+                          : 2 * (std::min(1.0, ppn - 1) * intra + (ppn - 1) * kCollNetDirectArityLatency_us) + inter;
+  return us * 1e-6;
 }
 
 double nvls_tree_network_hop_latency_s() {

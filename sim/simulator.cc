@@ -1112,6 +1112,225 @@ SimResult Simulator::run_nvls_tree_all_reduce(int64_t bytes, const std::vector<i
   return result;
 }
 
+// CollNet (NCCL 2.28 transport/coll_net.cc, device/all_reduce.h runCollNetDirect / runCollNetChain;
+// ../shared/docs/nccl-multinode-notes.md §4). One head per NIC taking part: head h is the first GPU
+// of the node on rail h, and slice h (bytes / heads) goes through its NIC. Per node, per direction:
+//
+//   Direct  GPU g  NVLink up:   its other heads' slices, and (a head) its result to the node's other GPUs
+//                  NVLink down: the same, mirrored
+//   Chain   GPU g  NVLink up:   the reduce toward the head and the broadcast onward, except at the
+//                               chain's ends: 2 (n - 1) / n of the buffer over the rotating heads
+//   head h  PCIe + NIC link, up and down: slice h once each way (the switch reduces it over the nodes)
+//
+// The switch's aggregation tree sends one slice per rail up and down each switch-to-switch link,
+// never more than a NIC link carries, so the model stops at the NIC's link to its leaf.
+SimResult Simulator::run_collnet_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node, bool chain) {
+  Impl& s = *impl_;
+  const char* label = chain ? "collnet_chain" : "collnet_direct";
+  if (!s.cluster.sharp) {
+    fail(ErrorCode::kUnsupported, "{}: the cluster has no in-network reduction (SHARP): add --sharp", label);
+  }
+  if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "{} is a fluid-model simulation", label);
+  if (per_node < 1 || gpus.empty() || gpus.size() % static_cast<size_t>(per_node) != 0) {
+    fail(ErrorCode::kUnsupported, "{} needs the same number of GPUs on every node", label);
+  }
+  const int nodes = static_cast<int>(gpus.size()) / per_node;
+  if (nodes < 2) fail(ErrorCode::kUnsupported, "{} runs across nodes (NCCL: COLLNET_NODE_THRESHOLD = 2)", label);
+  const auto& graph = s.topology.graph();
+  std::unordered_map<uint64_t, double> load;  // (link << 1 | forward) -> bytes
+  auto add = [&](uint32_t link, bool forward, double amount) {
+    if (amount > 0) load[(uint64_t{link} << 1) | (forward ? 1 : 0)] += amount;
+  };
+  auto nvlink = [&](int gpu, double up, double down) {
+    const uint32_t link = s.nvlink_of_gpu.at(static_cast<size_t>(gpu));
+    const bool gpu_first = s.topology.endpoints(link).first == s.topology.gpu_vertex(gpu);
+    add(link, gpu_first, up);
+    add(link, !gpu_first, down);
+  };
+  const auto total = static_cast<double>(bytes);
+  for (int v = 0; v < nodes; ++v) {
+    // Heads: the first GPU of the node on each rail.
+    std::vector<int> heads;
+    std::vector<int> rails;
+    for (int i = 0; i < per_node; ++i) {
+      const int g = gpus[static_cast<size_t>(v * per_node + i)];
+      const int rail = graph[s.topology.gpu_vertex(g)].rail;
+      if (std::find(rails.begin(), rails.end(), rail) == rails.end()) {
+        rails.push_back(rail);
+        heads.push_back(g);
+      }
+    }
+    const double h = static_cast<double>(heads.size());
+    const double slice = total / h;
+    for (int i = 0; i < per_node; ++i) {
+      const int g = gpus[static_cast<size_t>(v * per_node + i)];
+      const bool head = std::find(heads.begin(), heads.end(), g) != heads.end();
+      if (per_node == 1) break;
+      if (chain) {
+        const double n = per_node;
+        nvlink(g, 2 * total * (n - 1) / n, 2 * total * (n - 1) / n);
+      } else {
+        const double traffic = (h - (head ? 1 : 0)) * slice + (head ? (per_node - 1) * slice : 0.0);
+        nvlink(g, traffic, traffic);
+      }
+    }
+    // Each head's slice up its PCIe and NIC link to the leaf, and the result back down.
+    const int other_node = (v + 1) % nodes;
+    for (size_t k = 0; k < heads.size(); ++k) {
+      const int head = heads[k];
+      int peer = gpus[static_cast<size_t>(other_node * per_node)];
+      for (int i = 0; i < per_node; ++i) {
+        const int g = gpus[static_cast<size_t>(other_node * per_node + i)];
+        if (graph[s.topology.gpu_vertex(g)].rail == rails[k]) {
+          peer = g;
+          break;
+        }
+      }
+      const std::vector<uint32_t> nic = s.topology.nic_links(graph[s.topology.gpu_vertex(head)].node, rails[k]);
+      auto on_nic = [&](uint32_t link) { return std::find(nic.begin(), nic.end(), link) != nic.end(); };
+      for (const models::Hop& hop : s.topology.route(head, peer).hops) {
+        if (on_nic(hop.link)) add(hop.link, hop.forward, slice);
+      }
+      for (const models::Hop& hop : s.topology.route(peer, head).hops) {
+        if (on_nic(hop.link)) add(hop.link, hop.forward, slice);
+      }
+    }
+  }
+  double seconds = 0;
+  for (const auto& [key, amount] : load) {
+    seconds = std::max(seconds, amount / s.link_capacity(static_cast<uint32_t>(key >> 1)));
+  }
+  SimResult result;
+  result.seconds = seconds + (s.model.protocol_effects ? collnet_latency_s(chain, per_node) : 0.0);
+  result.transfers = result.simulated_transfers = load.size();
+  result.compressed = true;
+  return result;
+}
+
+// NCCL's point-to-point transfers (sim/p2p.h). Every rank's sends are split into parts on the
+// plan's channels (round k of rank r: send to peer(r, k), parts on channels base(k), base(k) + 1,
+// ... mod p2p channels); a channel is one CTA per GPU that copies its parts one after the other
+// and at most channel_Bps, for the sending and for the receiving side. The bytes take their route:
+//
+//     one node         a --NVLink--> NVSwitch --NVLink--> b
+//     across nodes     a --NVLink--> relay (a's node, b's local index) --PCIe--> NIC --rail--> ... --> b
+//                      (PXN; the relay is a itself when a already sits on b's rail)
+//
+// In steady state every channel and link is busy at once (all_to_all keeps them all loaded alike),
+// so the most loaded one sets the time: links at their fluid-model capacity, channels at their
+// rate (divided by a straggler's slowdown). Flows are summed per route leg, not per pair: 512 GPUs
+// are 261,632 pairs but 36,000 legs. NCCL's latencies add on: the base latency once, then one
+// step per epoch a channel runs (8 rounds share an epoch; epochs on a channel go in turn).
+SimResult Simulator::run_p2p(const P2pRequest& request) {
+  Impl& s = *impl_;
+  if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "p2p is a fluid-model simulation; the packet model runs direct");
+  if (request.collective != Collective::kAllToAll && request.collective != Collective::kSendRecv) {
+    fail(ErrorCode::kInvalidArgument, "p2p runs all_to_all and send_recv, not {}", name(request.collective));
+  }
+  const P2pPlan& plan = request.plan;
+  if (request.instances.empty() || plan.nranks < 1 || plan.group_size < 1 || plan.nranks % plan.group_size != 0 ||
+      plan.channels < 1) {
+    fail(ErrorCode::kInvalidArgument, "p2p: no instances, or a plan of {} ranks in groups of {}", plan.nranks,
+         plan.group_size);
+  }
+  const int n = plan.nranks;
+  const int topology_per_node = s.topology.gpus_per_node();
+  const int gpu_count = s.topology.gpu_count();
+  for (const std::vector<int>& gpus : request.instances) {
+    if (gpus.size() != static_cast<size_t>(n)) {
+      fail(ErrorCode::kInvalidArgument, "p2p: the plan has {} ranks but an instance {} GPUs", n, gpus.size());
+    }
+    for (int g : gpus) {
+      if (g < 0 || g >= gpu_count)
+        fail(ErrorCode::kInvalidArgument, "p2p: GPU {} out of range ({} GPUs)", g, gpu_count);
+    }
+  }
+  SimResult result;
+  result.compressed = true;
+  if (n == 1 || request.bytes <= 0) return result;
+
+  const bool all_to_all = request.collective == Collective::kAllToAll;
+  const int64_t peer_bytes = all_to_all ? request.bytes / n : request.bytes;
+  const bool ll = plan.uses_ll(peer_bytes);
+  const double wire = s.model.protocol_effects && ll ? protocol_wire_factor(Protocol::kLL) : 1.0;
+  const int parts = plan.peer_channels(peer_bytes);
+  const double part_bytes = static_cast<double>(peer_bytes) * wire / parts;
+  const std::vector<int> deltas = plan.group_deltas();
+
+  // Per GPU and channel, seconds of copying for the sending and the receiving side.
+  const auto channels = static_cast<size_t>(plan.channels);
+  std::vector<double> channel_seconds(static_cast<size_t>(gpu_count) * channels * 2, 0.0);
+  auto rate_of = [&](int gpu) { return plan.channel_Bps / s.gpu_slowdown[static_cast<size_t>(gpu)]; };
+  // Bytes per route leg, (from GPU, to GPU) -> bytes.
+  std::unordered_map<uint64_t, double> leg_bytes;
+  auto leg = [&](int from, int to, double bytes) {
+    leg_bytes[(static_cast<uint64_t>(from) << 32) | static_cast<uint32_t>(to)] += bytes;
+  };
+  std::vector<char> member(static_cast<size_t>(gpu_count), 0);
+  // Epochs (8 rounds each) per channel: the same for every rank, as the channels depend on the round only.
+  std::vector<std::vector<int>> epochs_of_channel(channels);
+  uint64_t transfers = 0;
+  for (const std::vector<int>& gpus : request.instances) {
+    std::fill(member.begin(), member.end(), 0);
+    for (int g : gpus) member[static_cast<size_t>(g)] = 1;
+    for (int r = 0; r < n; ++r) {
+      for (int round = 1; round < n; ++round) {
+        const int peer = plan.send_peer(r, round, deltas);
+        if (peer == r || (!all_to_all && peer != (r + 1) % n)) continue;
+        const int a = gpus[static_cast<size_t>(r)];
+        const int b = gpus[static_cast<size_t>(peer)];
+        ++transfers;
+        const int base = plan.channel_base(round);
+        for (int part = 0; part < parts; ++part) {
+          const auto channel = static_cast<size_t>((base + part) % plan.channels);
+          channel_seconds[(static_cast<size_t>(a) * channels + channel) * 2] += part_bytes / rate_of(a);
+          channel_seconds[(static_cast<size_t>(b) * channels + channel) * 2 + 1] += part_bytes / rate_of(b);
+          if (r == 0 && &gpus == &request.instances.front()) {
+            std::vector<int>& epochs = epochs_of_channel[channel];
+            if (std::find(epochs.begin(), epochs.end(), round / kP2pWorksPerBatch) == epochs.end()) {
+              epochs.push_back(round / kP2pWorksPerBatch);
+            }
+          }
+        }
+        const double bytes = static_cast<double>(peer_bytes) * wire;
+        const int node_a = a / topology_per_node;
+        const int relay = node_a * topology_per_node + b % topology_per_node;
+        if (plan.pxn && node_a != b / topology_per_node && relay != a && member[static_cast<size_t>(relay)]) {
+          leg(a, relay, bytes);
+          leg(relay, b, bytes);
+        } else {
+          leg(a, b, bytes);
+        }
+      }
+    }
+  }
+  // Link loads, one direction each, over every leg's route (around dead links when there are any).
+  std::vector<double> link_bytes(s.topology.link_count() * 2, 0.0);
+  for (const auto& [key, bytes] : leg_bytes) {
+    const int from = static_cast<int>(key >> 32);
+    const int to = static_cast<int>(key & 0xffffffffu);
+    const models::Route route =
+        s.dead_links.empty() ? s.topology.route(from, to) : s.topology.route_avoiding(from, to, s.dead_links);
+    for (const models::Hop& hop : route.hops) link_bytes[2 * hop.link + (hop.forward ? 1 : 0)] += bytes;
+  }
+  double seconds = *std::max_element(channel_seconds.begin(), channel_seconds.end());
+  for (size_t l = 0; l < link_bytes.size(); ++l) {
+    if (link_bytes[l] > 0) seconds = std::max(seconds, link_bytes[l] / s.link_capacity(static_cast<uint32_t>(l / 2)));
+  }
+  size_t epochs = 1;
+  for (const std::vector<int>& e : epochs_of_channel) epochs = std::max(epochs, e.size());
+  double latency = 0;
+  if (s.model.protocol_effects) {
+    const Protocol protocol = ll ? Protocol::kLL : Protocol::kSimple;
+    latency = protocol_base_latency_s(protocol, Algorithm::kDirect) +
+              static_cast<double>(epochs) * protocol_hop_latency_s(protocol, Algorithm::kDirect, plan.nodes > 1);
+  }
+  result.seconds = seconds + latency;
+  result.transfers = transfers;
+  result.simulated_transfers = leg_bytes.size();
+  return result;
+}
+
 void Simulator::set_link_factor(uint32_t link, double factor) {
   Impl& s = *impl_;
   s.require_fluid("set_link_factor");

@@ -20,6 +20,7 @@
 #include "core/schedule.h"
 #include "models/cluster.h"
 #include "models/topology.h"
+#include "sim/p2p.h"
 
 namespace tandem::sim {
 
@@ -90,6 +91,17 @@ struct SimResult {
   bool compressed = false;         // symmetric rounds simulated once each (see Simulator::run)
 };
 
+// Point-to-point traffic as NCCL runs it (sim/p2p.h): all_to_all (each rank sends bytes / n to
+// every rank) or send_recv (each rank sends bytes to the next), on the channels of `plan`.
+struct P2pRequest {
+  Collective collective = Collective::kAllToAll;  // kAllToAll or kSendRecv
+  int64_t bytes = 0;                              // nccl-tests' size (what a rank sends in all)
+  // Each instance's GPUs in rank order, node-major, with plan.per_node ranks on each node; all
+  // instances run at once (they share links, not GPUs). The time is the slowest one's.
+  std::vector<std::vector<int>> instances;
+  P2pPlan plan;
+};
+
 class Simulator {
  public:
   // Builds the SimGrid platform. At most one per process (throws Error(kBackend) on a second).
@@ -113,6 +125,25 @@ class Simulator {
   // nodes): NVLink SHARP inside each node, a double binary tree per rail across nodes, in one
   // pipelined round (simulator.cc says how). Throws Error(kUnsupported) without NVLS or on one node.
   SimResult run_nvls_tree_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node);
+
+  // CollNet all_reduce of `bytes` over `gpus` (node-major, `per_node` on each of at least 2 nodes)
+  // with in-network reduction (InfiniBand SHARP): each node's buffer is cut into one slice per head
+  // (one head GPU per NIC taking part); the heads send their slice through their NIC to the switch,
+  // which reduces it over the nodes and sends the result back. Direct: every GPU scatters its
+  // slices to the heads over NVLink and gathers the results back. Chain (`chain`): each channel
+  // reduces along the node's GPUs into its head and broadcasts back down. A model in one pipelined
+  // round, as run_nvls_tree_all_reduce: the most loaded link sets the time, plus NCCL's CollNet
+  // latencies (the reduction in the switch has no point-to-point schedule). Throws
+  // Error(kUnsupported) without `sharp` in the cluster, on one node, or with the packet model.
+  SimResult run_collnet_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node, bool chain);
+
+  // NCCL's point-to-point transfers, in one pipelined round (simulator.cc says how): every pair's
+  // bytes on its route (across nodes through PXN: NVLink to the GPU on the receiver's rail, then
+  // that rail's NIC), split into parts on the plan's channels, each channel one CTA moving at most
+  // plan.channel_Bps; the most loaded link or channel sets the time, plus NCCL's latencies. Degraded
+  // links, dead links (routes around them) and stragglers (slower channels) apply. Fluid model
+  // only: Error(kUnsupported) with the packet model; Error(kInvalidArgument) for a bad request.
+  SimResult run_p2p(const P2pRequest& request);
 
   // Fault controls (docs/simulator.md, "Faults"). Each holds from the next run() on until changed,
   // across runs; with every control at its neutral value (factor 1, no dead links, slowdown 1) a

@@ -67,12 +67,21 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
                                              point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes).algorithm
                                                                        : point.algorithm,
                                              point.protocol);
-      if (request.channels > 0) choice.channels = request.channels;
+      // NCCL's p2p model is a fluid-model one: the packet model runs core's direct schedule.
+      if (choice.algorithm == "p2p" && request.network.fidelity == Fidelity::kPacket) {
+        choice = tuner.choose_for(point.collective, point.bytes, "direct", point.protocol);
+      }
+      if (request.channels > 0 && choice.algorithm != "p2p") choice.channels = request.channels;
       out.algorithm = choice.algorithm;
       out.protocol = choice.protocol;
       out.channels = choice.channels;
       SimResult sim;
-      if (choice.algorithm == "nvls" || choice.algorithm == "nvls_tree") {
+      if (choice.algorithm == "p2p") {
+        P2pRequest p2p{point.collective, point.bytes, {gpu_of_rank}, tuner.p2p_plan()};
+        sim = simulator.run_p2p(p2p);
+      } else if (choice.algorithm == "collnet_direct" || choice.algorithm == "collnet_chain") {
+        sim = simulator.run_collnet_all_reduce(point.bytes, gpu_of_rank, per_node, choice.algorithm == "collnet_chain");
+      } else if (choice.algorithm == "nvls" || choice.algorithm == "nvls_tree") {
         if (point.collective != Collective::kAllReduce) {
           fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", choice.algorithm, name(point.collective));
         }

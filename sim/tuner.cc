@@ -22,9 +22,12 @@ constexpr uint32_t kMaxTreeTiles = 256;
 
 Protocol to_protocol(models::NcclProtocol p) {
   switch (p) {
-    case models::NcclProtocol::kLL: return Protocol::kLL;
-    case models::NcclProtocol::kLL128: return Protocol::kLL128;
-    case models::NcclProtocol::kSimple: return Protocol::kSimple;
+    case models::NcclProtocol::kLL:
+      return Protocol::kLL;
+    case models::NcclProtocol::kLL128:
+      return Protocol::kLL128;
+    case models::NcclProtocol::kSimple:
+      return Protocol::kSimple;
   }
   return Protocol::kSimple;
 }
@@ -58,16 +61,27 @@ models::NcclAlgorithm nccl_algorithm(const std::string& algorithm) {
   if (algorithm == "nvls") return models::NcclAlgorithm::kNvls;
   if (algorithm == "nvls_tree") return models::NcclAlgorithm::kNvlsTree;
   if (algorithm == "pat") return models::NcclAlgorithm::kPat;
+  if (algorithm == "collnet_direct") return models::NcclAlgorithm::kCollNetDirect;
+  if (algorithm == "collnet_chain") return models::NcclAlgorithm::kCollNetChain;
   return models::NcclAlgorithm::kRing;
 }
 
 std::string tandem_name(models::NcclAlgorithm algorithm) {
   switch (algorithm) {
-    case models::NcclAlgorithm::kTree: return "tree";
-    case models::NcclAlgorithm::kNvls: return "nvls";
-    case models::NcclAlgorithm::kNvlsTree: return "nvls_tree";
-    case models::NcclAlgorithm::kPat: return "pat";
-    default: return "ring";
+    case models::NcclAlgorithm::kTree:
+      return "tree";
+    case models::NcclAlgorithm::kNvls:
+      return "nvls";
+    case models::NcclAlgorithm::kNvlsTree:
+      return "nvls_tree";
+    case models::NcclAlgorithm::kPat:
+      return "pat";
+    case models::NcclAlgorithm::kCollNetDirect:
+      return "collnet_direct";
+    case models::NcclAlgorithm::kCollNetChain:
+      return "collnet_chain";
+    default:
+      return "ring";
   }
 }
 
@@ -82,19 +96,34 @@ int schedule_channels(const models::NcclCostModel& model, models::NcclAlgorithm 
 }  // namespace
 
 Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
-    : model_(participating(cluster, nodes, gpus_per_node)), nodes_(nodes), gpus_per_node_(gpus_per_node) {}
+    : model_(participating(cluster, nodes, gpus_per_node)),
+      p2p_plan_(nccl_p2p_plan(participating(cluster, nodes, gpus_per_node))),
+      nodes_(nodes),
+      gpus_per_node_(gpus_per_node) {}
+
+// NCCL's point-to-point transfers: the protocol and channels of one peer's share (all_to_all
+// sends bytes / ranks to each rank; send_recv all of it to one).
+Choice Tuner::choose_p2p(Collective collective, int64_t bytes) const {
+  const int64_t peer_bytes = collective == Collective::kAllToAll ? bytes / std::max(1, p2p_plan_.nranks) : bytes;
+  return {"p2p", p2p_plan_.uses_ll(peer_bytes) ? Protocol::kLL : Protocol::kSimple, 1,
+          p2p_plan_.peer_channels(peer_bytes)};
+}
 
 Choice Tuner::choose(Collective collective, int64_t bytes) const {
-  if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) {
-    return {"direct", Protocol::kSimple, 1, 1};
-  }
+  if (collective == Collective::kAllToAll || collective == Collective::kSendRecv) return choose_p2p(collective, bytes);
   // NCCL's tuner over the algorithms tandem simulates: ring, tree, NVLS inside one node, NVLS Tree
   // across nodes, PAT for all_gather / reduce_scatter with one GPU per node (the cost model gives
-  // PAT a time only there, as ncclPatEnable does). CollNet is left out: docs/simulator.md.
+  // PAT a time only there, as ncclPatEnable does), CollNet Direct and Chain where the cluster
+  // reduces in the network (the cost model offers them only with `sharp` on 2 nodes or more, as
+  // NCCL's collNetSupport and COLLNET_NODE_THRESHOLD do).
   std::optional<models::NcclPrediction> best;
-  for (models::NcclAlgorithm a : {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing,
-                                  models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree,
-                                  models::NcclAlgorithm::kPat}) {
+  for (models::NcclAlgorithm a :
+       {models::NcclAlgorithm::kTree, models::NcclAlgorithm::kRing, models::NcclAlgorithm::kCollNetDirect,
+        models::NcclAlgorithm::kCollNetChain, models::NcclAlgorithm::kNvls, models::NcclAlgorithm::kNvlsTree,
+        models::NcclAlgorithm::kPat}) {
+    // NVLS across nodes is NCCL's CollNet + NVLS (SHARP between the nodes' NVSwitches), which
+    // tandem does not simulate: NVLS stays inside one node.
+    if (a == models::NcclAlgorithm::kNvls && nodes_ > 1) continue;
     for (models::NcclProtocol p : models::all_nccl_protocols()) {
       const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), a, p);
       if (t && (!best || *t < best->time_us)) best = models::NcclPrediction{a, p, *t};
@@ -109,7 +138,25 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
 
 Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
                          const std::string& protocol) const {
-  if (algorithm != "nvls" && algorithm != "nvls_tree") {
+  if (algorithm == "p2p") {
+    if (collective != Collective::kAllToAll && collective != Collective::kSendRecv) {
+      fail(ErrorCode::kUnsupported, "p2p runs all_to_all and send_recv (NCCL's point-to-point), not {}",
+           name(collective));
+    }
+    return choose_p2p(collective, bytes);
+  }
+  const bool collnet = algorithm == "collnet_direct" || algorithm == "collnet_chain";
+  if (collnet) {
+    if (collective != Collective::kAllReduce) {
+      fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", algorithm, name(collective));
+    }
+    const std::string why =
+        model_.unsupported_reason(collective, nccl_algorithm(algorithm), models::NcclProtocol::kSimple);
+    if (!why.empty()) {
+      fail(ErrorCode::kUnsupported, "{}: {}; it needs a cluster with --sharp and 2 nodes or more", algorithm, why);
+    }
+  }
+  if (algorithm != "nvls" && algorithm != "nvls_tree" && !collnet) {
     const Algorithm core = parse_algorithm(algorithm);
     if (!implements(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
   }
@@ -132,7 +179,8 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
     }
   }
   const models::NcclProtocol p = chosen.value_or(models::NcclProtocol::kSimple);
-  const bool nccl_has_it = algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree";
+  const bool nccl_has_it =
+      algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree" || collnet;
   const int channels = nccl_has_it ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
   return {algorithm, to_protocol(p), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }

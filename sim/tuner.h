@@ -1,22 +1,27 @@
 // Which algorithm and protocol a simulated collective uses: `auto` asks NCCL's own tuner
 // (models::NcclCostModel) restricted to the algorithms tandem simulates (ring, tree, nvls,
-// nvls_tree, and pat where NCCL enables it: all_gather / reduce_scatter with one GPU per node), the
-// way NCCL_ALGO would restrict it; a fixed algorithm gets the protocol NCCL would pick for it.
+// nvls_tree, collnet_direct / collnet_chain on SHARP clusters, and pat where NCCL enables it:
+// all_gather / reduce_scatter with one GPU per node), the way NCCL_ALGO would restrict it; a fixed
+// algorithm gets the protocol NCCL would pick for it. all_to_all and send_recv are NCCL's
+// point-to-point transfers ("p2p", sim/p2p.h) unless an algorithm is named (direct: core's
+// schedule, op by op).
 #pragma once
 
 #include <string>
 
 #include "core/types.h"
 #include "models/cost_model.h"
+#include "sim/p2p.h"
 #include "sim/simulator.h"
 
 namespace tandem::sim {
 
 struct Choice {
-  std::string algorithm;  // a core algorithm name, "nvls" or "nvls_tree"
+  std::string algorithm;  // a core algorithm name, "nvls", "nvls_tree", "collnet_direct", "collnet_chain" or "p2p"
   Protocol protocol = Protocol::kSimple;
   uint32_t tiles = 1;     // pipelining depth for the schedule
-  int channels = 1;       // NCCL's runtime channels for this pick (ring and tree schedules run them)
+  int channels = 1;       // NCCL's runtime channels for this pick (ring and tree schedules run them;
+                          // p2p: the channels each peer's transfer is split over)
 };
 
 class Tuner {
@@ -29,8 +34,14 @@ class Tuner {
   Choice choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
                     const std::string& protocol = "auto") const;
 
+  // NCCL's point-to-point plan for these GPUs (what a "p2p" choice runs on).
+  const P2pPlan& p2p_plan() const { return p2p_plan_; }
+
  private:
+  Choice choose_p2p(Collective collective, int64_t bytes) const;
+
   models::NcclCostModel model_;
+  P2pPlan p2p_plan_;
   int nodes_;
   int gpus_per_node_;
 };

@@ -302,12 +302,14 @@ TEST(Cli, BenchSimPrintsTheTableFromSimulation) {
 // The packet model needs ns-3 defaults that ns-3 only reads as it loads (sim/simulator.h): tandem
 // re-executes itself to put them in place. With them, one 16 MiB NVLink transfer costs the fluid
 // time plus headers and a handshake (about 1.13x); with ns-3's own 128 KiB TCP buffers it ran
-// window-bound at 2.9x.
+// window-bound at 2.9x. Core's direct schedule on both (NCCL's p2p channels are a fluid-model
+// feature).
 TEST(Cli, PacketModelRunsWithItsNs3Defaults) {
   std::map<std::string, double> time_us;
   for (const char* network : {"fluid", "packet"}) {
     const Outcome outcome = run_tandem(fmt::format(
-        "bench send_recv --backend sim --cluster dgx-h100 --nodes 1 -g 2 -b 16M -e 16M --network {}", network));
+        "bench send_recv --backend sim --cluster dgx-h100 --nodes 1 -g 2 -b 16M -e 16M --algo direct --network {}",
+        network));
     ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
     EXPECT_EQ(outcome.err, "");
     for (const std::string& line : lines_of(outcome.out)) {
