@@ -97,17 +97,6 @@ uint32_t largest_step(int n) { return u32(n / 2); }
 
 int shifted(int rank, int64_t distance, int n) { return static_cast<int>(((rank + distance) % n + n) % n); }
 
-void check_arguments(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
-  if (spec.nranks < 1) fail(ErrorCode::kInvalidArgument, "pat: nranks must be at least 1, got {}", spec.nranks);
-  if (layout.nranks != spec.nranks) {
-    fail(ErrorCode::kInvalidArgument, "pat: layout has {} ranks but the collective has {}", layout.nranks, spec.nranks);
-  }
-  if (params.channels < 1 || params.pipeline_chunks < 1) {
-    fail(ErrorCode::kInvalidArgument, "pat: channels and pipeline_chunks must be at least 1, got {} and {}",
-         params.channels, params.pipeline_chunks);
-  }
-}
-
 Schedule all_gather_pat(const CollectiveSpec& spec, const AlgoParams& params) {
   const int n = spec.nranks;
   ScheduleBuilder b(spec.collective, Algorithm::kPat, n, spec.root, kChunks, params);
@@ -200,13 +189,11 @@ Schedule reduce_scatter_pat(const CollectiveSpec& spec, const AlgoParams& params
 
 }  // namespace
 
-Schedule build_pat(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params) {
+Schedule build_pat(const CollectiveSpec& spec, const RankLayout& /*layout*/, const AlgoParams& params) {
   switch (spec.collective) {
     case Collective::kAllGather:
-      check_arguments(spec, layout, params);
       return all_gather_pat(spec, params);
     case Collective::kReduceScatter:
-      check_arguments(spec, layout, params);
       return reduce_scatter_pat(spec, params);
     default:
       fail(ErrorCode::kUnsupported, "pat does not implement {}; it implements all_gather, reduce_scatter",
