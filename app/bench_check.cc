@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/dtype_traits.h"
 #include "core/schedule.h"
 
 namespace tandem::app {
@@ -14,55 +15,30 @@ namespace {
 
 constexpr unsigned char kPoisonByte = 0xA5;
 
-// Typed access to host buffers: the storage type and its exact conversions from / to double.
-struct F32Codec {
-  using Storage = float;
-  static double load(Storage v) { return v; }
-  static Storage store(double v) { return static_cast<float>(v); }
+// Typed access to host buffers, by element type (core/dtype_traits.h): the storage type and its
+// exact conversions from / to double.
+template <typename T>
+struct Codec {
+  using Storage = T;
+  static double load(Storage v) { return static_cast<double>(v); }
+  static Storage store(double v) { return static_cast<T>(v); }
 };
-struct F64Codec {
-  using Storage = double;
-  static double load(Storage v) { return v; }
-  static Storage store(double v) { return v; }
-};
-struct F16Codec {
+template <>
+struct Codec<Half> {
   using Storage = uint16_t;
   static double load(Storage v) { return half_to_float(v); }
   static Storage store(double v) { return float_to_half(static_cast<float>(v)); }
 };
-struct BF16Codec {
+template <>
+struct Codec<BFloat16> {
   using Storage = uint16_t;
   static double load(Storage v) { return bfloat16_to_float(v); }
   static Storage store(double v) { return float_to_bfloat16(static_cast<float>(v)); }
 };
-struct I32Codec {
-  using Storage = int32_t;
-  static double load(Storage v) { return v; }
-  static Storage store(double v) { return static_cast<int32_t>(v); }
-};
-struct I64Codec {
-  using Storage = int64_t;
-  static double load(Storage v) { return static_cast<double>(v); }
-  static Storage store(double v) { return static_cast<int64_t>(v); }
-};
 
 template <typename Fn>
 decltype(auto) with_codec(DataType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DataType::kF32:
-      return fn(F32Codec{});
-    case DataType::kF16:
-      return fn(F16Codec{});
-    case DataType::kBF16:
-      return fn(BF16Codec{});
-    case DataType::kF64:
-      return fn(F64Codec{});
-    case DataType::kI32:
-      return fn(I32Codec{});
-    case DataType::kI64:
-      break;
-  }
-  return fn(I64Codec{});
+  return visit_dtype(dtype, [&]<typename T>(T) -> decltype(auto) { return fn(Codec<T>{}); });
 }
 
 // splitmix64's finalizer: a cheap, well-mixed hash of one 64-bit word.
