@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 #include "core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,6 +6,7 @@ of a layer below it (docs/architecture.md draws the stack).
     core  <-  backend/host, backend/launch, backend/kernels
     backend/kernels  <-  backend/cuda;  backend/kernels, backend/launch  <-  backend/nccl
     everything  <-  app;  bench, tests, fuzz may include anything
+    inside app, only app/cli (the subcommands) includes app/cli
 
 Usage: check_layers.py ROOT       prints each upward include, exits 1 if there is any
        check_layers.py --self-test  proves the check fails on a wrong include and passes a right one
@@ -27,6 +28,10 @@ LAYERS = {
     "backend/cuda": ["core", "backend/kernels", "backend/cuda"],
     "backend/nccl": ["core", "backend/kernels", "backend/launch", "backend/nccl"],
     "app": ["core", "models", "sim", "backend", "app"],
+    # app's rooms: only the command line (app/cli) includes the command line.
+    **{f"app/{room}": ["core", "models", "sim", "backend", "app/common", "app/run", "app/scenario", "app/report",
+                       "app/replay", "app/plan"]
+       for room in ("common", "run", "scenario", "report", "replay", "plan")},
 }
 # Folders whose sources are not checked (they sit on top of everything).
 UNCHECKED = ("bench", "tests", "fuzz", "build", "notebooks", "out", ".git")

@@ -2,7 +2,7 @@
 // would pick (or a named one), the schedule built once per shape, every instance of the group
 // simulated at once so that instances whose routes share a link share it, and each distinct
 // (collective, size, algorithm, placement) simulated once. Shared by training steps
-// (sim/training.h) and the replay of flight-recorder dumps (app/replay.h).
+// (sim/training.h) and the replay of flight-recorder dumps (app/replay/replay.h).
 #pragma once
 
 #include <cstdint>

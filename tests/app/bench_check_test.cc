@@ -1,4 +1,4 @@
-#include "app/bench_check.h"
+#include "app/run/bench_check.h"
 
 #include <cmath>
 #include <cstddef>

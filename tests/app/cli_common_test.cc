@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "app/cli_common.h"
+#include "app/common/common.h"
 #include "core/error.h"
 
 namespace tandem::app {

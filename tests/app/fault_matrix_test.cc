@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "app/loop_run.h"
-#include "app/scenario.h"
+#include "app/scenario/loop_run.h"
+#include "app/scenario/scenario.h"
 #include "backend/host/host_executor.h"
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-#include "app/nccl_tests_table.h"
+#include "app/report/nccl_tests_table.h"
 
 #include <cstdio>
 

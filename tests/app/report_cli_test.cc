@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "app/report_page.h"
+#include "app/report/report_page.h"
 #include "tests/support/cli_runner.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // The runner's pieces that need no simulator (the sweep request, sim results to points, the
 // expectations) and the writers (report, CSV, JSON), on synthetic results.
-#include "app/scenario_report.h"
+#include "app/report/scenario_report.h"
 
 #include <sstream>
 #include <string>
@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "app/scenario.h"
-#include "app/scenario_run.h"
+#include "app/scenario/scenario.h"
+#include "app/scenario/scenario_run.h"
 #include "core/error.h"
 
 namespace tandem::app {

@@ -1,6 +1,6 @@
 // The scenario loader: the shipped scenarios load, and every kind of mistake is rejected with a
 // message that starts with file:line:column (table-driven from small YAML strings).
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 
 #include <string>
 #include <vector>

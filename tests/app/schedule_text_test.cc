@@ -1,4 +1,4 @@
-#include "app/schedule_text.h"
+#include "app/report/schedule_text.h"
 
 #include <cctype>
 #include <sstream>

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "app/scenario.h"
+#include "app/scenario/scenario.h"
 #include "core/error.h"
 
 namespace tandem::app {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that the scenario and plan references document every key the loaders accept: each key of
-the k...Keys tables in app/scenario.cc must appear in docs/scenarios.md, in backticks or as `key:`
-in a YAML example, and each of app/plan.cc's in docs/plan.md.
+the k...Keys tables in app/scenario/scenario.cc must appear in docs/scenarios.md, in backticks or as `key:`
+in a YAML example, and each of app/plan/plan.cc's in docs/plan.md.
 
 Usage: check_scenario_keys.py REPO      exit 0 when every key is documented, 1 with the missing ones.
 Standard library only.
@@ -22,7 +22,7 @@ def tables(source):
 def main():
     repo = sys.argv[1]
     missing, checked = [], 0
-    for source, doc in [("app/scenario.cc", "docs/scenarios.md"), ("app/plan.cc", "docs/plan.md")]:
+    for source, doc in [("app/scenario/scenario.cc", "docs/scenarios.md"), ("app/plan/plan.cc", "docs/plan.md")]:
         text = open(f"{repo}/{doc}", encoding="utf-8").read()
         for table, keys in tables(open(f"{repo}/{source}", encoding="utf-8").read()).items():
             for key in keys:

@@ -1,0 +1,485 @@
+// tandem bench <collective>: nccl-tests' sweep over message sizes, run through a Communicator on a
+// backend, printed as nccl-tests' table. Conventions (sizes -> counts, busbw) in nccl_tests_table.h;
+// the #wrong check in bench_check.h.
+//
+// Per size and per placement (out-of-place, then in-place where the collective has one):
+//   -w warmup runs, then -n timed runs (time = mean of the backend's own clock over the -n runs),
+//   then up to -c check runs, each on fresh inputs with poisoned outputs, stopping at the first run
+//   with wrong elements.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "app/run/backends.h"
+#include "app/run/bench_check.h"
+#include "app/cli/cli_cluster.h"
+#include "app/common/common.h"
+#include "app/cli/commands.h"
+#include "app/run/host_memory.h"
+#include "app/report/nccl_tests_table.h"
+#include "app/run/run_memory.h"
+#include "app/report/trace.h"
+#include "backend/launch/launch.h"
+#include "core/algorithms.h"
+#include "core/communicator.h"
+#include "core/error.h"
+#include "sim/sweep.h"
+
+namespace tandem::app {
+
+namespace {
+
+// One rank per thread on the host backend; beyond this a typo is likelier than a plan.
+constexpr int kMaxBenchRanks = 4096;
+
+struct BenchOptions {
+  std::string collective;
+  std::string backend = "host";
+  std::string min_bytes = "32M";
+  std::string max_bytes = "32M";
+  std::string step_bytes = "1M";
+  int64_t step_factor = 1;
+  int nranks = 1;
+  std::string algorithm = "auto";
+  std::string dtype = "float";
+  std::string op = "sum";
+  int iters = 20;
+  int warmup_iters = 1;
+  int check_iters = 1;
+  int root = 0;
+  int ranks_per_node = 0;
+  int channels = 0;          // 0: NCCL's (sim: its tuner's pick; others: 2 per rank of a node, see --channels)
+  bool ngpus_given = false;  // -g on the command line (sim: GPUs per node; default all of them)
+  std::string network = "fluid";
+  bool node_major = false;  // sim: ring in rank order instead of rail-aligned
+  ClusterOptions cluster;
+  std::string trace;  // empty: no trace
+};
+
+// `--trace FILE`: the sweep as a Chrome / Perfetto trace.
+void write_bench_trace(const BenchOptions& options, Collective collective, int nranks,
+                       const std::vector<BenchRow>& rows, std::vector<std::string> algorithms) {
+  if (options.trace.empty()) return;
+  BenchTraceInfo info;
+  info.title = fmt::format("tandem bench {} ({}, {} ranks)", name(collective), options.backend, nranks);
+  info.backend = options.backend;
+  info.collective = std::string(name(collective));
+  info.ranks = nranks;
+  info.algorithms = std::move(algorithms);
+  write_text_file(options.trace, bench_trace(info, rows).dump() + "\n");
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+// Everything the command line asks for, parsed and checked before any memory is touched.
+struct BenchPlan {
+  Collective collective = Collective::kAllReduce;
+  Algorithm algorithm = Algorithm::kAuto;
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;  // 0 for collectives without a root (the table shows -1)
+  bool rooted = false;
+  RankLayout layout;
+  std::vector<int64_t> sizes;
+  int64_t min_bytes = 0, max_bytes = 0, step_bytes = 0;
+};
+
+// The channels a non-simulated backend runs: --channels, else NCCL's doubled search channels (2
+// per rank of a node) on a layout with channel rings, else 1.
+int channels_for(const BenchOptions& options, const RankLayout& layout) {
+  if (options.channels > 0) return options.channels;
+  return layout.rings.empty() ? 1 : std::min(2 * layout.ranks_per_node, 16);
+}
+
+BenchPlan make_plan(const BenchOptions& options) {
+  BenchPlan plan;
+  plan.collective = parse_collective_name(options.collective);
+  plan.algorithm = parse_algorithm_name(options.algorithm);
+  plan.dtype = parse_data_type(options.dtype);
+  plan.op = parse_reduce_op(options.op);
+  plan.layout = make_layout(options.nranks, options.ranks_per_node);
+  plan.rooted = plan.collective == Collective::kBroadcast || plan.collective == Collective::kReduce;
+  if (plan.rooted) {
+    if (options.root < 0 || options.root >= options.nranks) {
+      fail(ErrorCode::kInvalidArgument, "root {} (-r) is out of range for {} ranks (-g)", options.root, options.nranks);
+    }
+    plan.root = options.root;
+  }
+  if (plan.algorithm != Algorithm::kAuto && !implements(plan.algorithm, plan.collective)) {
+    fail(ErrorCode::kUnsupported, "{}", unsupported_message(plan.algorithm, plan.collective));
+  }
+  plan.min_bytes = parse_size_bytes(options.min_bytes, "-b/--minbytes");
+  plan.max_bytes = parse_size_bytes(options.max_bytes, "-e/--maxbytes");
+  plan.step_bytes = parse_size_bytes(options.step_bytes, "-i/--stepbytes");
+  plan.sizes = sweep_sizes(plan.min_bytes, plan.max_bytes, options.step_factor, plan.step_bytes);
+  return plan;
+}
+
+// "tree for 8 .. 1024 B, ring for 4096 .. 67108864 B": which algorithm kAuto picked per size.
+std::string describe_auto_choices(const std::vector<std::pair<int64_t, Algorithm>>& choices) {
+  std::string out;
+  size_t begin = 0;
+  for (size_t i = 1; i <= choices.size(); ++i) {
+    if (i < choices.size() && choices[i].second == choices[begin].second) continue;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} for {} .. {} B", name(choices[begin].second), choices[begin].first, choices[i - 1].first);
+    begin = i;
+  }
+  return out;
+}
+
+// --backend sim: the same table from simulation on a cluster. No data moves, so #wrong is N/A and
+// the in-place columns repeat the out-of-place ones (placement does not change simulated time).
+void run_sim_bench(BenchOptions options, CommandStatus& status) {
+  sim::SweepRequest request;
+  request.cluster = cluster_spec(options.cluster);
+  request.gpus_per_node = options.ngpus_given ? options.nranks : request.cluster.gpus_per_node;
+  if (request.gpus_per_node > request.cluster.gpus_per_node) {
+    fail(ErrorCode::kInvalidArgument, "-g {}: a {} node has {} GPUs", request.gpus_per_node, request.cluster.preset,
+         request.cluster.gpus_per_node);
+  }
+  request.rail_aligned = !options.node_major;
+  if (options.network == "ideal") {
+    request.network = sim::NetworkModel::ideal();
+  } else {
+    request.network.fidelity = sim::parse_fidelity(options.network);
+  }
+  request.channels = options.channels;
+  const int nranks = request.cluster.nodes * request.gpus_per_node;
+  options.nranks = nranks;
+  options.ranks_per_node = request.gpus_per_node;
+  BenchOptions for_plan = options;
+  // Simulator models, not core algorithms.
+  if (for_plan.algorithm == "nvls" || for_plan.algorithm == "p2p" || for_plan.algorithm.starts_with("collnet_")) {
+    for_plan.algorithm = "auto";
+  }
+  const BenchPlan plan = make_plan(for_plan);
+  for (int64_t bytes : plan.sizes) {
+    sim::SweepPoint point;
+    point.collective = plan.collective;
+    point.bytes = nccl_tests_counts(plan.collective, bytes, plan.dtype, nranks).size_bytes;
+    point.algorithm = options.algorithm;
+    point.dtype = plan.dtype;
+    point.op = plan.op;
+    point.root = plan.root;
+    request.points.push_back(point);
+  }
+
+  fmt::print("# tandem {} bench {}: nccl-tests-style table from simulation\n", version_string(), name(plan.collective));
+  fmt::print(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: 0 iters: 1 agg iters: 1 "
+      "validation: 0 graph: 0\n",
+      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+      options.step_factor > 1 ? "factor" : "bytes");
+  fmt::print("#\n# Cluster: {}\n", models::describe(request.cluster));
+  fmt::print("# Backend: sim ({} network), {} GPUs per node, {} ring order, algorithm: {}\n#\n", options.network,
+             request.gpus_per_node, request.rail_aligned ? "rail-aligned" : "node-major", options.algorithm);
+  fmt::print("{}", format_column_header());
+  std::fflush(stdout);
+
+  const std::vector<sim::SweepPointResult> results = sim::run_sweep(request, /*isolated=*/false);
+  std::vector<BenchRow> rows;
+  std::vector<std::string> notes;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const sim::SweepPointResult& r = results[i];
+    if (!r.ok) fail(ErrorCode::kUnsupported, "{} B: {}", r.point.bytes, r.error);
+    BenchRow row;
+    row.counts = nccl_tests_counts(plan.collective, plan.sizes[i], plan.dtype, nranks);
+    row.type_name = nccl_tests_type_name(plan.dtype);
+    row.redop = is_reduction(plan.collective) ? name(plan.op) : std::string_view("none");
+    row.root = plan.rooted ? plan.root : -1;
+    row.out_of_place = make_result(r.seconds, row.counts, plan.collective, nranks, std::nullopt);
+    if (buffer_geometry(plan.collective, nranks).in_place_supported) row.in_place = row.out_of_place;
+    fmt::print("{}", format_row(row));
+    rows.push_back(row);
+    // NCCL's p2p splits each peer's transfer over some of its channels: say how many.
+    notes.push_back(r.algorithm == "p2p" ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels,
+                                                       r.channels == 1 ? "" : "s")
+                                         : fmt::format("{}/{} {}ch", r.algorithm, name(r.protocol), r.channels));
+  }
+  fmt::print("{}", format_footer(rows));
+  // Which algorithm, protocol and channel count ran, per run of equal choices.
+  std::string choices;
+  for (size_t begin = 0, i = 1; i <= notes.size(); ++i) {
+    if (i < notes.size() && notes[i] == notes[begin]) continue;
+    choices += fmt::format("{}{} for {} .. {} B", choices.empty() ? "" : ", ", notes[begin],
+                           rows[begin].counts.size_bytes, rows[i - 1].counts.size_bytes);
+    begin = i;
+  }
+  fmt::print("# Simulated with: {}\n", choices);
+  write_bench_trace(options, plan.collective, nranks, rows, notes);
+  status.exit_code = kExitSuccess;
+}
+
+// The table's header, as nccl-tests prints it.
+void print_bench_header(const BenchOptions& options, const BenchPlan& plan, const Executor& executor) {
+  const int nranks = plan.layout.nranks;
+  fmt::print("# tandem {} bench {}: nccl-tests-style table\n", version_string(), name(plan.collective));
+  fmt::print(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: {} iters: {} agg iters: 1 "
+      "validation: {} graph: 0\n",
+      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+      options.step_factor > 1 ? "factor" : "bytes", options.warmup_iters, options.iters, options.check_iters);
+  fmt::print("#\n# Using devices\n");
+  const std::string host = host_name();
+  for (int rank = 0; rank < nranks; ++rank) {
+    fmt::print("#  Rank {:2} Group  0 Pid {:6} on {:>10} device {:2} [{}] {} backend rank thread\n", rank,
+               static_cast<long>(getpid()), host, rank, options.backend, executor.name());
+  }
+  fmt::print("#\n# Backend: {}, algorithm: {}, ranks per node: {}, channels: {}\n#\n", options.backend,
+             plan.algorithm == Algorithm::kAuto ? "auto" : name(plan.algorithm), plan.layout.ranks_per_node,
+             channels_for(options, plan.layout));
+  fmt::print("{}", format_column_header());
+  std::fflush(stdout);
+}
+
+// Under a process-per-rank launch: the slowest process's time and the sum of #wrong over processes
+// (every process calls this at the same point).
+std::pair<double, std::optional<int64_t>> combine_over_processes(double seconds, std::optional<int64_t> wrong) {
+  struct Part {
+    double seconds;
+    int64_t wrong;  // -1: not checked
+  };
+  const Part mine{seconds, wrong.value_or(-1)};
+  std::vector<std::byte> bytes(sizeof(Part));
+  std::memcpy(bytes.data(), &mine, sizeof(Part));
+  double slowest = 0;
+  std::optional<int64_t> total;
+  for (const std::vector<std::byte>& part_bytes : nccl::current_launch().all_gather(bytes)) {
+    Part part{};
+    std::memcpy(&part, part_bytes.data(), sizeof(Part));
+    slowest = std::max(slowest, part.seconds);
+    if (part.wrong >= 0) total = total.value_or(0) + part.wrong;
+  }
+  return {slowest, total};
+}
+
+void run_bench(const BenchOptions& options, CommandStatus& status) {
+  if (options.backend == "sim") {
+    run_sim_bench(options, status);
+    return;
+  }
+  const BenchPlan plan = make_plan(options);
+  std::unique_ptr<Executor> executor = make_executor(options.backend);
+  const int nranks = plan.layout.nranks;
+
+  CommunicatorOptions communicator_options;
+  communicator_options.algorithm = plan.algorithm;
+  communicator_options.params.channels = channels_for(options, plan.layout);
+  Communicator communicator(*executor, plan.layout, communicator_options);
+
+  // Memory for the largest size, per rank, checked against what the machine has.
+  int64_t max_input_bytes = 0, max_output_bytes = 0;
+  const int64_t element_bytes = static_cast<int64_t>(size_bytes(plan.dtype));
+  for (int64_t bytes : plan.sizes) {
+    SizeCounts counts = nccl_tests_counts(plan.collective, bytes, plan.dtype, nranks);
+    max_input_bytes = std::max(max_input_bytes, counts.input_elements * element_bytes);
+    max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
+  }
+  const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
+  require_host_memory(needed,
+                      fmt::format("bench for {} ranks up to {} bytes (-e; lower -e or -g)", nranks, plan.max_bytes));
+  const RunMemory memory(*executor, nranks, static_cast<size_t>(max_input_bytes),
+                         static_cast<size_t>(max_output_bytes));
+  // Under a process-per-rank launch (nccl under mpirun) every process runs its own ranks; times and
+  // #wrong are combined over the processes and rank 0 prints.
+  const bool per_process = executor->local_ranks(nranks).size() < static_cast<size_t>(nranks);
+  const bool printing = !per_process || nccl::current_launch().info().rank == 0;
+
+  // Header, as nccl-tests prints it.
+  if (printing) print_bench_header(options, plan, *executor);
+
+  const bool in_place_supported = buffer_geometry(plan.collective, nranks).in_place_supported;
+  const bool reduction = is_reduction(plan.collective);
+  Progress progress;
+  std::vector<BenchRow> rows;
+  std::vector<std::pair<int64_t, Algorithm>> auto_choices;
+
+  for (size_t size_index = 0; size_index < plan.sizes.size(); ++size_index) {
+    const SizeCounts counts = nccl_tests_counts(plan.collective, plan.sizes[size_index], plan.dtype, nranks);
+    CollectiveSpec spec;
+    spec.collective = plan.collective;
+    spec.count = counts.count;
+    spec.dtype = plan.dtype;
+    spec.op = plan.op;
+    spec.root = plan.root;
+    spec.nranks = nranks;
+    if (plan.algorithm == Algorithm::kAuto) {
+      auto_choices.emplace_back(counts.size_bytes, communicator.choose(spec));
+    }
+
+    auto measure = [&](bool in_place) {
+      const char* placement = in_place ? "in-place" : "out-of-place";
+      auto phase = [&](const char* what) {
+        progress.update(fmt::format("tandem bench: {} B ({}/{}), {}, {}", counts.size_bytes, size_index + 1,
+                                    plan.sizes.size(), placement, what));
+      };
+      const std::vector<RankBuffers> buffers = memory.host(plan.collective, counts.count, plan.dtype, in_place);
+      const std::vector<RankBuffers> run_buffers = memory.run(plan.collective, counts.count, plan.dtype, in_place);
+      CheckSpec check{plan.collective, plan.dtype, plan.op, plan.root, nranks, counts.count, 0};
+
+      // Timed runs work on the pattern; in place, a reduction would compound it run after run
+      // (sums overflow), so those runs reduce zeros instead.
+      phase("timing");
+      if (in_place && reduction) {
+        for (const RankBuffers& b : buffers) {
+          if (b.input != nullptr) std::memset(b.input, 0, static_cast<size_t>(counts.input_elements * element_bytes));
+        }
+      } else {
+        fill_inputs(check, buffers);
+      }
+      memory.upload();
+      for (int i = 0; i < options.warmup_iters; ++i) communicator.run(spec, run_buffers, plan.algorithm);
+      double seconds = 0;
+      for (int i = 0; i < options.iters; ++i) seconds += communicator.run(spec, run_buffers, plan.algorithm).seconds;
+      seconds /= options.iters;
+
+      std::optional<int64_t> wrong;
+      if (options.check_iters > 0) {
+        phase("checking");
+        wrong = 0;
+        for (int c = 0; c < options.check_iters && *wrong == 0; ++c) {
+          check.seed = static_cast<uint64_t>(c) + 1;
+          poison_outputs(check, buffers);
+          fill_inputs(check, buffers);  // after the poison: in place, the input lives in the output
+          memory.upload();
+          communicator.run(spec, run_buffers, plan.algorithm);
+          memory.download();
+          wrong = count_wrong(check, buffers);
+          if (per_process) std::tie(std::ignore, wrong) = combine_over_processes(0, wrong);
+        }
+      }
+      if (per_process) std::tie(seconds, std::ignore) = combine_over_processes(seconds, std::nullopt);
+      return make_result(seconds, counts, plan.collective, nranks, wrong);
+    };
+
+    BenchRow row;
+    row.counts = counts;
+    row.type_name = nccl_tests_type_name(plan.dtype);
+    row.redop = reduction ? name(plan.op) : std::string_view("none");
+    row.root = plan.rooted ? plan.root : -1;
+    row.out_of_place = measure(false);
+    if (in_place_supported) row.in_place = measure(true);
+    progress.clear();
+    if (printing) fmt::print("{}", format_row(row));
+    std::fflush(stdout);
+    rows.push_back(row);
+  }
+
+  if (printing) {
+    fmt::print("{}", format_footer(rows));
+    if (!auto_choices.empty()) fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(auto_choices));
+  }
+  std::fflush(stdout);
+
+  if (printing) {
+    std::vector<std::string> algorithms;
+    for (const BenchRow& row : rows) {
+      std::string algorithm(name(plan.algorithm));
+      for (const auto& [bytes, chosen] : auto_choices) {
+        if (bytes == row.counts.size_bytes) algorithm = std::string(name(chosen));
+      }
+      algorithms.push_back(algorithm);
+    }
+    write_bench_trace(options, plan.collective, nranks, rows, algorithms);
+  }
+
+  const int64_t failed = failed_results(rows);
+  if (failed > 0) {
+    std::fprintf(stderr, "tandem: error: %lld of the results above have wrong elements (#wrong)\n",
+                 static_cast<long long>(failed));
+    status.exit_code = kExitFailure;
+  } else {
+    status.exit_code = kExitSuccess;
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<BenchOptions>();
+  CLI::App* command = app.add_subcommand(
+      "bench",
+      "Sweep message sizes of one collective like nccl-tests and print its table: time, algbw, busbw and "
+      "#wrong (a real data check), out-of-place and in-place. Sizes: 8, 64K, 64M, 1G (K/M/G = 1024^1..3).");
+  command
+      ->add_option("collective", options->collective,
+                   "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
+                   "(also allreduce, allgather, reducescatter, alltoall, sendrecv)")
+      ->required();
+  command
+      ->add_option("--backend", options->backend,
+                   "host (ranks as threads, real data), sim (simulated cluster: --cluster, --nodes, ...), cuda "
+                   "(every rank on one GPU), nccl (tandem's schedules on NCCL) or nccl-native (NCCL's own "
+                   "collectives); cuda and nccl need GPUs")
+      ->capture_default_str();
+  command->add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();
+  command->add_option("-e,--maxbytes", options->max_bytes, "largest size in bytes")->capture_default_str();
+  command->add_option("-i,--stepbytes", options->step_bytes, "size increment when -f is 1")->capture_default_str();
+  command->add_option("-f,--stepfactor", options->step_factor, "size multiplier (> 1 replaces -i)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  command
+      ->add_option("-g,--ngpus", options->nranks,
+                   "host: number of ranks (one thread each); sim: GPUs of each node taking part (default: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBenchRanks))
+      ->each([options](const std::string&) { options->ngpus_given = true; });
+  command
+      ->add_option("--network", options->network,
+                   "sim: fluid (default), ideal (alpha-beta), or packet (ns-3, <= 32 GPUs, experimental)")
+      ->capture_default_str();
+  command->add_flag("--node-major", options->node_major,
+                    "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");
+  add_cluster_options(*command, options->cluster);
+  command
+      ->add_option("--algo", options->algorithm,
+                   algorithm_names() + ", nvls, nvls_tree, collnet_direct, collnet_chain, p2p (sim) or auto")
+      ->capture_default_str();
+  command
+      ->add_option("-d,--datatype", options->dtype,
+                   "float, half, bfloat16, double, int32, int64 (or f32, f16, bf16, f64, i32, i64)")
+      ->capture_default_str();
+  command->add_option("-o,--op", options->op, "sum, prod, min, max or avg")->capture_default_str();
+  command->add_option("-n,--iters", options->iters, "timed runs per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  command->add_option("-w,--warmup_iters", options->warmup_iters, "untimed runs before the timed ones")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  command->add_option("-c,--check", options->check_iters, "data-check runs per size (0: no check, #wrong N/A)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  command->add_option("-r,--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
+  command->add_option("--ranks-per-node", options->ranks_per_node,
+                      "ranks per node (hierarchical); default: 1, a flat layout");
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
+                      "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)");
+  command
+      ->add_option("--channels", options->channels,
+                   "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "
+                   "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
+                   "NCCL's doubled search channels, else 1)")
+      ->check(CLI::Range(1, 64));
+  command->callback([options, &status] { run_bench(*options, status); });
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,483 @@
+// tandem reliability: a job's MTBF from per-cause failure rates, the checkpoint interval (Young,
+// Daly), what a restart costs (with the simulated communicator start-up for this cluster size),
+// ETTR and goodput with and without recovery in place, and the start-up time as the job grows.
+// Formulas and defaults: docs/reliability.md.
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli_cluster.h"
+#include "app/common/common.h"
+#include "app/cli/commands.h"
+#include "app/report/nccl_tests_table.h"
+#include "core/error.h"
+#include "models/reliability.h"
+#include "sim/startup.h"
+
+namespace tandem::app {
+
+namespace {
+
+using nlohmann::json;
+
+// Defaults of the options (docs/reliability.md says where they come from).
+constexpr double kDefaultCheckpointWrite_s = 60;
+constexpr double kDefaultDetection_s = 300;   // Meta RSC's health checks run every 5 minutes
+constexpr double kDefaultRendezvous_s = 120;  // rescheduling and the launcher's rendezvous: assumed
+constexpr double kDefaultInPlaceRecovery_s = 60;
+constexpr double kRatePerMillion = 1e6;  // --cause-rate and the table count failures per 10^6 unit-hours
+// The start-up table grows the job by this factor from one node up to --gpus.
+constexpr int kStartupTableFactor = 4;
+
+struct ReliabilityOptions {
+  ClusterOptions cluster;
+  int gpus = 0;
+  std::string rates = "llama3";
+  double rate_scale = 1;
+  std::vector<std::string> cause_rates;
+  std::optional<double> checkpoint_write_s;
+  std::optional<double> checkpoint_GBps;
+  std::optional<std::string> checkpoint_bytes_per_gpu;
+  std::optional<double> checkpoint_blocking_s;
+  std::optional<double> checkpoint_load_s;
+  std::string checkpoint_interval = "auto";
+  double detection_s = kDefaultDetection_s;
+  double rendezvous_s = kDefaultRendezvous_s;
+  std::optional<double> init_s;
+  std::string recovery = "retry,reroute,shrink";
+  double in_place_recovery_s = kDefaultInPlaceRecovery_s;
+  std::optional<double> mfu;
+  std::optional<double> target_mtbf_hours;
+  bool json = false;
+  bool nodes_given = false;
+};
+
+models::RecoveryPolicies parse_policies(const std::string& text) {
+  models::RecoveryPolicies policies;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(begin, end - begin);
+    switch (models::parse_recovery_policy(word)) {
+      case models::RecoveryPolicy::kNone:
+        break;
+      case models::RecoveryPolicy::kRetry:
+        policies.retry = true;
+        break;
+      case models::RecoveryPolicy::kReroute:
+        policies.reroute = true;
+        break;
+      case models::RecoveryPolicy::kShrink:
+        policies.shrink = true;
+        break;
+    }
+    begin = end + 1;
+  }
+  return policies;
+}
+
+std::string policies_text(const models::RecoveryPolicies& p) {
+  std::string text;
+  for (auto [on, word] :
+       {std::pair{p.retry, "retry"}, std::pair{p.reroute, "reroute"}, std::pair{p.shrink, "shrink"}}) {
+    if (on) text += (text.empty() ? "" : ",") + std::string(word);
+  }
+  return text.empty() ? "none" : text;
+}
+
+// Four significant digits, without an exponent from 1000 up.
+std::string number(double value) {
+  if (std::isinf(value)) return "inf";
+  if (std::abs(value) >= 1000) return fmt::format("{:.0f}", value);
+  return fmt::format("{:.4g}", value);
+}
+
+// Microseconds to hours, whichever reads best.
+std::string duration(double seconds) {
+  if (std::isinf(seconds)) return "inf";
+  if (seconds == 0) return "0 s";
+  if (seconds < 1e-3) return number(seconds * 1e6) + " us";
+  if (seconds < 1) return number(seconds * 1e3) + " ms";
+  if (seconds < 120) return number(seconds) + " s";
+  if (seconds < 2 * 3600) return number(seconds / 60) + " min";
+  return number(seconds / 3600) + " h";
+}
+
+std::string percent(double share) { return fmt::format("{:.2f}%", share * 100); }
+
+struct Scenario {
+  models::ClusterSpec spec;
+  int gpus = 0;
+  int gpus_per_node = 0;
+  models::FailureRates rates;
+  models::RecoveryPolicies policies;
+  double checkpoint_write_s = 0;
+  double checkpoint_blocking_s = 0;
+  double checkpoint_load_s = 0;
+  sim::StartupResult startup;
+  models::RestartCost restart;
+};
+
+// The interval --checkpoint-interval asks for, at MTBF `mtbf_s`.
+double interval_s(const ReliabilityOptions& options, double write_s, double mtbf_s) {
+  if (options.checkpoint_interval == "young") return models::young_interval_s(write_s, mtbf_s);
+  if (options.checkpoint_interval == "auto" || options.checkpoint_interval == "daly") {
+    return models::daly_interval_s(write_s, mtbf_s);
+  }
+  const double interval = parse_duration_s(options.checkpoint_interval, "--checkpoint-interval");
+  if (!(interval > 0)) {
+    fail(ErrorCode::kInvalidArgument, "--checkpoint-interval {}: expected auto, young, daly or a positive duration",
+         options.checkpoint_interval);
+  }
+  return interval;
+}
+
+struct Column {
+  double mtbf_s = 0;
+  double interval_s = 0;
+  models::GoodputResult result;
+};
+
+Column column(const ReliabilityOptions& options, const Scenario& s, double mtbf_s, double fraction) {
+  Column c;
+  c.mtbf_s = mtbf_s;
+  const double effective_s = fraction < 1 ? mtbf_s / (1 - fraction) : std::numeric_limits<double>::infinity();
+  // An interval from an infinite MTBF between restarts is unbounded: keep the restart-only one.
+  c.interval_s = interval_s(options, s.checkpoint_write_s, std::isinf(effective_s) ? mtbf_s : effective_s);
+  models::GoodputInputs in;
+  in.mtbf_s = mtbf_s;
+  in.checkpoint_interval_s = c.interval_s;
+  in.checkpoint_blocking_s = s.checkpoint_blocking_s;
+  in.restart = s.restart;
+  in.in_place_fraction = fraction;
+  in.in_place_recovery_s = options.in_place_recovery_s;
+  in.program_goodput = options.mfu.value_or(1);
+  c.result = models::goodput(in);
+  return c;
+}
+
+Scenario build_scenario(const ReliabilityOptions& options) {
+  Scenario s;
+  s.spec = cluster_spec(options.cluster);
+  s.gpus = options.gpus;
+  s.gpus_per_node = s.spec.gpus_per_node;
+  const int nodes = (s.gpus + s.gpus_per_node - 1) / s.gpus_per_node;
+  if (s.gpus > s.gpus_per_node && s.gpus % s.gpus_per_node != 0) {
+    fail(ErrorCode::kInvalidArgument, "--gpus {} is not a multiple of the {} GPUs per node", s.gpus, s.gpus_per_node);
+  }
+  if (nodes > models::kMaxNodes) {
+    fail(ErrorCode::kInvalidArgument, "--gpus {} needs {} nodes, over the limit of {}", s.gpus, nodes,
+         models::kMaxNodes);
+  }
+  if (options.nodes_given && options.cluster.nodes != nodes) {
+    fail(ErrorCode::kInvalidArgument, "--nodes {} disagrees with --gpus {} ({} nodes of {} GPUs)",
+         options.cluster.nodes, s.gpus, nodes, s.gpus_per_node);
+  }
+  s.spec.nodes = nodes;
+
+  s.rates = models::failure_rates(options.rates);
+  models::scale_rates(s.rates, options.rate_scale);
+  for (const std::string& item : options.cause_rates) {
+    const size_t eq = item.find('=');
+    double rate = -1;
+    if (eq != std::string::npos) {
+      try {
+        size_t used = 0;
+        rate = std::stod(item.substr(eq + 1), &used);
+        if (used != item.size() - eq - 1) rate = -1;
+      } catch (const std::exception&) {
+        rate = -1;
+      }
+    }
+    if (!(rate >= 0)) {
+      fail(ErrorCode::kInvalidArgument,
+           "--cause-rate {}: expected CAUSE=RATE, RATE failures per 10^6 GPU-hours or "
+           "node-hours (>= 0)",
+           item);
+    }
+    models::set_cause_rate(s.rates, item.substr(0, eq), rate / kRatePerMillion);
+  }
+  if (std::isinf(models::job_mtbf_hours(s.rates, s.gpus, s.gpus_per_node))) {
+    fail(ErrorCode::kInvalidArgument,
+         "every failure rate is 0: the job never fails (check --rate-scale, --cause-rate)");
+  }
+  s.policies = parse_policies(options.recovery);
+
+  if (options.checkpoint_GBps) {
+    const int64_t bytes = parse_size_bytes(*options.checkpoint_bytes_per_gpu, "--checkpoint-bytes-per-gpu");
+    if (bytes <= 0) fail(ErrorCode::kInvalidArgument, "--checkpoint-bytes-per-gpu must be > 0");
+    s.checkpoint_write_s = static_cast<double>(bytes) * s.gpus / (*options.checkpoint_GBps * 1e9);
+  } else {
+    s.checkpoint_write_s = options.checkpoint_write_s.value_or(kDefaultCheckpointWrite_s);
+  }
+  s.checkpoint_blocking_s = options.checkpoint_blocking_s.value_or(s.checkpoint_write_s);
+  s.checkpoint_load_s = options.checkpoint_load_s.value_or(s.checkpoint_write_s);
+  if (s.checkpoint_blocking_s > s.checkpoint_write_s) {
+    fail(ErrorCode::kInvalidArgument, "--checkpoint-blocking-s {} is longer than the checkpoint write ({} s)",
+         s.checkpoint_blocking_s, s.checkpoint_write_s);
+  }
+  interval_s(options, s.checkpoint_write_s, 3600);  // a bad --checkpoint-interval fails before any simulation
+
+  s.startup = sim::simulate_startup(s.spec, s.gpus);
+  s.restart = {options.detection_s, options.rendezvous_s, options.init_s.value_or(s.startup.total_s),
+               s.checkpoint_load_s};
+  return s;
+}
+
+// 8, 32, 128, ... (one node, then x kStartupTableFactor) and --gpus itself.
+std::vector<sim::StartupResult> startup_table(const Scenario& s) {
+  std::vector<sim::StartupResult> rows;
+  for (int gpus = s.gpus_per_node; gpus < s.gpus; gpus *= kStartupTableFactor) {
+    rows.push_back(sim::simulate_startup(s.spec, gpus));
+  }
+  rows.push_back(s.startup);
+  return rows;
+}
+
+json startup_json(const sim::StartupResult& r) {
+  return {{"gpus", r.gpus},
+          {"simulated_gpus", r.simulated_gpus},
+          {"ring_channels", r.ring_channels},
+          {"tree_channels", r.tree_channels},
+          {"bootstrap_message_s", r.bootstrap_message_s},
+          {"bootstrap_s", r.bootstrap_s},
+          {"peer_info_allgather_s", r.peer_info_allgather_s},
+          {"connection_setup_s", r.connection_setup_s},
+          {"total_s", r.total_s}};
+}
+
+json column_json(const Column& c) {
+  return {{"mtbf_between_restarts_hours", c.result.effective_mtbf_s / 3600},
+          {"checkpoint_interval_s", c.interval_s},
+          {"lost_work_s", c.result.lost_work_s},
+          {"restart_loss_s", c.result.restart_loss_s},
+          {"checkpoint_efficiency", c.result.checkpoint_efficiency},
+          {"failure_efficiency", c.result.failure_efficiency},
+          {"ettr", c.result.ettr},
+          {"goodput", c.result.goodput}};
+}
+
+void run_reliability(const ReliabilityOptions& options) {
+  const Scenario s = build_scenario(options);
+  const double mtbf_h = models::job_mtbf_hours(s.rates, s.gpus, s.gpus_per_node);
+  const double mtbf_s = mtbf_h * 3600;
+  const double job_rate = 1 / mtbf_h;
+  const double fraction = models::in_place_fraction(s.rates, s.policies, s.gpus_per_node);
+  const Column restart_only = column(options, s, mtbf_s, 0);
+  const Column in_place = column(options, s, mtbf_s, fraction);
+  const double young_s = models::young_interval_s(s.checkpoint_write_s, mtbf_s);
+  const double daly_s = models::daly_interval_s(s.checkpoint_write_s, mtbf_s);
+  const std::vector<sim::StartupResult> table = startup_table(s);
+  std::optional<double> required;
+  if (options.target_mtbf_hours) required = models::required_in_place_fraction(mtbf_h, *options.target_mtbf_hours);
+
+  if (options.json) {
+    json causes = json::array();
+    for (const models::FailureCause& c : s.rates.causes) {
+      const double rate = models::job_failure_rate_per_hour(c, s.gpus, s.gpus_per_node);
+      causes.push_back({{"name", c.name},
+                        {"description", c.description},
+                        {"rate_per_hour", c.rate_per_hour},
+                        {"unit", models::name(c.unit)},
+                        {"job_rate_per_hour", rate},
+                        {"share", rate / job_rate},
+                        {"recoverable_by", models::name(c.recoverable_by)},
+                        {"in_place_share", c.in_place_share}});
+    }
+    json out = {{"cluster", models::describe(s.spec)},
+                {"gpus", s.gpus},
+                {"nodes", s.spec.nodes},
+                {"rates", s.rates.preset},
+                {"rates_source", s.rates.source},
+                {"causes", causes},
+                {"job_mtbf_hours", mtbf_h},
+                {"gpu_hours_per_interruption", mtbf_h * s.gpus},
+                {"checkpoint",
+                 {{"write_s", s.checkpoint_write_s},
+                  {"blocking_s", s.checkpoint_blocking_s},
+                  {"load_s", s.checkpoint_load_s},
+                  {"young_interval_s", young_s},
+                  {"daly_interval_s", daly_s}}},
+                {"restart",
+                 {{"detection_s", s.restart.detection_s},
+                  {"rendezvous_s", s.restart.rendezvous_s},
+                  {"communicator_init_s", s.restart.communicator_init_s},
+                  {"checkpoint_load_s", s.restart.checkpoint_load_s},
+                  {"total_s", s.restart.total_s()}}},
+                {"recovery",
+                 {{"policies", policies_text(s.policies)},
+                  {"in_place_fraction", fraction},
+                  {"in_place_recovery_s", options.in_place_recovery_s}}},
+                {"restart_only", column_json(restart_only)},
+                {"with_in_place_recovery", column_json(in_place)},
+                {"startup", json::array()}};
+    if (options.mfu) out["mfu"] = *options.mfu;
+    if (required) {
+      out["target"] = {{"mtbf_hours", *options.target_mtbf_hours},
+                       {"required_in_place_fraction", *required},
+                       {"reached", fraction >= *required}};
+    }
+    for (const sim::StartupResult& r : table) out["startup"].push_back(startup_json(r));
+    std::cout << out.dump(2) << "\n";
+    return;
+  }
+
+  std::cout << fmt::format("{} GPUs on {}\n", s.gpus, models::describe(s.spec));
+  std::cout << fmt::format("failure rates '{}': {}\n\n", s.rates.preset, s.rates.source);
+  std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}  {}\n", "cause", "per 10^6", "unit",
+                           "job per day", "MTBF alone h", "share", "recoverable in place by");
+  for (const models::FailureCause& c : s.rates.causes) {
+    const double rate = models::job_failure_rate_per_hour(c, s.gpus, s.gpus_per_node);
+    const std::string policy =
+        c.recoverable_by == models::RecoveryPolicy::kNone
+            ? "none"
+            : fmt::format("{}{}", models::name(c.recoverable_by),
+                          c.in_place_share < 1 ? fmt::format(" ({:.0f}%)", c.in_place_share * 100) : "");
+    std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}  {}\n", c.description,
+                             number(c.rate_per_hour * kRatePerMillion), models::name(c.unit), number(rate * 24),
+                             rate > 0 ? number(1 / rate) : "inf", percent(rate / job_rate), policy);
+  }
+  std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}\n\n", "all causes", "", "", number(24 * job_rate),
+                           number(mtbf_h), percent(1));
+  std::cout << fmt::format("job MTBF: {} h ({} GPU-hours per interruption)\n", number(mtbf_h), number(mtbf_h * s.gpus));
+  std::cout << fmt::format("checkpoint: write {}, blocking {}, load {}\n", duration(s.checkpoint_write_s),
+                           duration(s.checkpoint_blocking_s), duration(s.checkpoint_load_s));
+  std::cout << fmt::format("checkpoint interval at the job MTBF: Young {}, Daly {}\n\n", duration(young_s),
+                           duration(daly_s));
+
+  std::cout << fmt::format("restart cost (one job restart)\n");
+  std::cout << fmt::format("  {:<28} {:>12}\n", "detection", duration(s.restart.detection_s));
+  std::cout << fmt::format("  {:<28} {:>12}\n", "rendezvous", duration(s.restart.rendezvous_s));
+  std::cout << fmt::format("  {:<28} {:>12}  {}\n", "communicator init", duration(s.restart.communicator_init_s),
+                           options.init_s ? "(--init-s)" : "(simulated, below)");
+  std::cout << fmt::format("  {:<28} {:>12}\n", "checkpoint load", duration(s.restart.checkpoint_load_s));
+  std::cout << fmt::format("  {:<28} {:>12}  (+ lost work: half the checkpoint interval)\n\n", "total",
+                           duration(s.restart.total_s()));
+
+  std::cout << fmt::format("in-place recovery ({}): {} of interruptions, {} each\n", policies_text(s.policies),
+                           percent(fraction), duration(options.in_place_recovery_s));
+  std::cout << fmt::format("  {:<28} {:>14} {:>24}\n", "", "restart only", "with in-place recovery");
+  auto row = [](const std::string& label, const std::string& a, const std::string& b) {
+    std::cout << fmt::format("  {:<28} {:>14} {:>24}\n", label, a, b);
+  };
+  row("MTBF between restarts", duration(restart_only.result.effective_mtbf_s),
+      duration(in_place.result.effective_mtbf_s));
+  row(fmt::format("checkpoint interval ({})", options.checkpoint_interval), duration(restart_only.interval_s),
+      duration(in_place.interval_s));
+  row("lost work per restart", duration(restart_only.result.lost_work_s), duration(in_place.result.lost_work_s));
+  row("checkpoint efficiency", percent(restart_only.result.checkpoint_efficiency),
+      percent(in_place.result.checkpoint_efficiency));
+  row("failure efficiency", percent(restart_only.result.failure_efficiency),
+      percent(in_place.result.failure_efficiency));
+  row("ETTR", percent(restart_only.result.ettr), percent(in_place.result.ettr));
+  if (options.mfu) {
+    row(fmt::format("goodput (ETTR x MFU {:g})", *options.mfu), percent(restart_only.result.goodput),
+        percent(in_place.result.goodput));
+  }
+  if (required) {
+    std::cout << fmt::format(
+        "\ntarget MTBF between restarts {} h: {} of interruptions must be recovered in place; {} "
+        "recovers {}: {}\n",
+        number(*options.target_mtbf_hours), percent(*required), policies_text(s.policies), percent(fraction),
+        fraction >= *required ? "reached" : "not reached");
+  }
+
+  std::cout << "\nstart-up: simulated communicator initialisation (sim/startup.h; software costs assumed)\n";
+  std::cout << fmt::format("  {:>6} {:>12} {:>15} {:>14} {:>12}\n", "GPUs", "bootstrap", "peer-info AG", "connections",
+                           "total");
+  for (const sim::StartupResult& r : table) {
+    std::cout << fmt::format(
+        "  {:>6} {:>12} {:>15} {:>14} {:>12}{}\n", r.gpus, duration(r.bootstrap_s), duration(r.peer_info_allgather_s),
+        duration(r.connection_setup_s), duration(r.total_s),
+        r.simulated_gpus < r.gpus ? fmt::format("  (ring steps scaled from {} simulated GPUs)", r.simulated_gpus) : "");
+  }
+}
+
+}  // namespace
+
+void add_reliability_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<ReliabilityOptions>();
+  CLI::App* command = app.add_subcommand(
+      "reliability",
+      "A job's MTBF from per-cause failure rates, the checkpoint interval (Young, Daly), the restart cost (with the "
+      "simulated communicator start-up), ETTR and goodput with and without recovery in place (docs/reliability.md).");
+  add_cluster_options(*command, options->cluster);
+  command->add_option("--gpus", options->gpus, "GPUs of the job (its nodes: --gpus / --gpus-per-node)")
+      ->required()
+      ->check(CLI::Range(1, models::kMaxNodes * models::kMaxGpusPerNode));
+  command->add_option("--rates", options->rates, "failure-rate table: llama3, rsc1 or rsc2")->capture_default_str();
+  command->add_option("--rate-scale", options->rate_scale, "multiply every failure rate by this")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--cause-rate", options->cause_rates,
+                      "CAUSE=RATE: one cause's rate in failures per 10^6 GPU-hours (or node-hours), e.g. "
+                      "faulty_gpu=5; repeatable");
+  auto* write =
+      command
+          ->add_option("--checkpoint-write-s", options->checkpoint_write_s,
+                       fmt::format("checkpoint write time delta in s (default {:g})", kDefaultCheckpointWrite_s))
+          ->check(CLI::PositiveNumber);
+  auto* bandwidth =
+      command
+          ->add_option("--checkpoint-GBps", options->checkpoint_GBps,
+                       "storage write bandwidth for the whole job, GB/s: delta = bytes per GPU x GPUs / bandwidth")
+          ->check(CLI::PositiveNumber)
+          ->excludes(write);
+  auto* bytes = command->add_option("--checkpoint-bytes-per-gpu", options->checkpoint_bytes_per_gpu,
+                                    "checkpoint bytes per GPU (16G, 1.5G: binary units); with --checkpoint-GBps");
+  bandwidth->needs(bytes);
+  bytes->needs(bandwidth);
+  command
+      ->add_option("--checkpoint-blocking-s", options->checkpoint_blocking_s,
+                   "how long training stalls per checkpoint, s (default: the write time, a synchronous save)")
+      ->check(CLI::NonNegativeNumber);
+  command
+      ->add_option("--checkpoint-load-s", options->checkpoint_load_s,
+                   "checkpoint load time on restart, s (default: the write time)")
+      ->check(CLI::NonNegativeNumber);
+  command
+      ->add_option("--checkpoint-interval", options->checkpoint_interval,
+                   "auto (Daly at the MTBF between restarts), young, daly, or a duration: 90s, 30m, 2h")
+      ->capture_default_str();
+  command->add_option("--detect-s", options->detection_s, "failure detection time, s")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--rendezvous-s", options->rendezvous_s, "rescheduling and rendezvous time on restart, s")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command
+      ->add_option("--init-s", options->init_s,
+                   "communicator initialisation on restart, s (default: the simulated start-up)")
+      ->check(CLI::NonNegativeNumber);
+  command
+      ->add_option("--recovery", options->recovery,
+                   "in-place recovery policies, comma-separated: retry, reroute, shrink, or none")
+      ->capture_default_str();
+  command->add_option("--in-place-recovery-s", options->in_place_recovery_s, "cost of one in-place recovery, s")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--mfu", options->mfu, "program goodput (e.g. MFU, 0-1]: goodput = ETTR x MFU")
+      ->check(CLI::Range(0.0, 1.0));
+  command
+      ->add_option("--target-mtbf-hours", options->target_mtbf_hours,
+                   "the MTBF between restarts to reach: the in-place fraction it needs")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--json", options->json, "print JSON instead of tables");
+  command->callback([options, command, &status] {
+    options->nodes_given = command->count("--nodes") > 0;
+    if (options->mfu && *options->mfu <= 0) fail(ErrorCode::kInvalidArgument, "--mfu must be > 0");
+    run_reliability(*options);
+    status.exit_code = kExitSuccess;
+  });
+}
+
+}  // namespace tandem::app

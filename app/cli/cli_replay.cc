@@ -1,0 +1,159 @@
+// tandem replay DIR: replays a job's flight-recorder dumps (PyTorch's or tandem's) on a simulated
+// cluster: the predicted time of every collective against the recorded one, where the ranks stop
+// agreeing, which ranks the others wait for, and what a recovery policy would have done there.
+// docs/replay.md has the rules.
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "app/cli/cli_cluster.h"
+#include "app/common/common.h"
+#include "app/cli/commands.h"
+#include "app/replay/replay.h"
+#include "app/report/trace.h"
+#include "core/error.h"
+#include "core/flight_recorder.h"
+
+namespace tandem::app {
+
+namespace {
+
+struct ReplayCliOptions {
+  std::string dir;
+  std::string prefix;
+  ClusterOptions cluster;
+  bool nodes_given = false;
+  std::string recovery = "all";
+  std::string watchdog;
+  std::string gaps = "recorded";
+  std::string algorithm = "auto";
+  size_t ops = 20;
+  bool json = false;
+  std::string out_dir;
+  std::string trace;
+};
+
+constexpr const char* kReplayFooter =
+    "Rank r runs on GPU r (node-major); without --nodes the cluster has just enough nodes for the ranks.\n"
+    "Exit status: 0 when every recorded op ran to the end, 1 when the ranks stop agreeing somewhere (a hang, a "
+    "desync, a stalled collective: a script can test it), 2 when the dumps cannot be replayed (missing folder, no "
+    "dumps, a corrupt file, dumps that disagree on version or group membership, a cluster too small) or the "
+    "command line is wrong.";
+
+// The highest rank any dump names (its own, or in a group it declares).
+int highest_rank(const std::vector<FrDump>& dumps) {
+  int top = 0;
+  for (const FrDump& d : dumps) {
+    top = std::max(top, d.rank);
+    for (const FrGroup& g : d.groups) {
+      for (int r : g.ranks) top = std::max(top, r);
+    }
+  }
+  return top;
+}
+
+std::vector<RecoveryAction> recoveries(const std::string& text) {
+  if (text == "all") return {RecoveryAction::kAbort, RecoveryAction::kShrink, RecoveryAction::kReroute};
+  if (text == "none") return {};
+  try {
+    return {parse_recovery_action(text)};
+  } catch (const Error&) {
+    fail(ErrorCode::kInvalidArgument, "--recovery '{}': expected abort, shrink, reroute, all or none", text);
+  }
+}
+
+int run_replay(const ReplayCliOptions& options) {
+  std::vector<FrDump> dumps;
+  try {
+    dumps = read_dump_dir(options.dir, options.prefix);
+  } catch (const Error& error) {  // exit 2, not 1: 1 means "the ranks stop agreeing"
+    throw Error(ErrorCode::kInvalidArgument, error.what());
+  }
+  ReplayOptions replay_options;
+  ClusterOptions cluster = options.cluster;
+  replay_options.cluster = cluster_spec(cluster);
+  if (!options.nodes_given) {
+    const int ranks = highest_rank(dumps) + 1;
+    cluster.nodes = (ranks + replay_options.cluster.gpus_per_node - 1) / replay_options.cluster.gpus_per_node;
+    replay_options.cluster = cluster_spec(cluster);
+  }
+  replay_options.recoveries = recoveries(options.recovery);
+  if (!options.watchdog.empty()) replay_options.watchdog_s = parse_duration_s(options.watchdog, "--watchdog");
+  if (options.gaps != "recorded" && options.gaps != "none") {
+    fail(ErrorCode::kInvalidArgument, "--gaps '{}': expected recorded or none", options.gaps);
+  }
+  replay_options.recorded_gaps = options.gaps == "recorded";
+  if (options.algorithm != "auto" && options.algorithm != "nvls") parse_algorithm_name(options.algorithm);
+  replay_options.algorithm = options.algorithm;
+  ReplayResult result;
+  try {
+    result = replay(dumps, replay_options);
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kFormat) throw;
+    throw Error(ErrorCode::kInvalidArgument, error.what());
+  }
+  if (options.json) {
+    std::cout << to_json(result).dump(2) << "\n";
+  } else {
+    std::cout << format_text(result, options.ops);
+  }
+  if (!options.out_dir.empty()) {
+    create_output_folder(options.out_dir);
+    const std::filesystem::path dir(options.out_dir);
+    write_text_file((dir / "replay.json").string(), to_json(result).dump(2) + "\n");
+    write_text_file((dir / "replay.csv").string(), ops_csv(result));
+  }
+  if (!options.trace.empty()) {
+    write_text_file(options.trace, replay_trace(result, options.dir).dump() + "\n");
+  }
+  return result.first_divergence ? kExitFailure : kExitSuccess;
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<ReplayCliOptions>();
+  CLI::App* command = app.add_subcommand(
+      "replay",
+      "Replay a job's flight-recorder dumps (one file per rank, PyTorch's or tandem's) on a simulated cluster: the "
+      "predicted time of every collective and p2p op against the recorded one, where the ranks stop agreeing, which "
+      "ranks the others wait for, and what a recovery policy would have done there.");
+  command->add_option("dir", options->dir, "folder holding the dumps")->required();
+  command->add_option("--prefix", options->prefix,
+                      "file-name prefix before the rank, e.g. nccl_trace_rank_ (default: inferred, as torchfrtrace "
+                      "does)");
+  add_cluster_options(*command, options->cluster);
+  command->add_option("--recovery", options->recovery,
+                      "the policy to try where the ranks stop agreeing: abort, shrink (drop the ranks the others wait "
+                      "for), reroute (rebuild around a failed link), all (compare the three) or none")
+      ->capture_default_str();
+  command->add_option("--watchdog", options->watchdog,
+                      "how long a stuck collective waits before the watchdog fires, e.g. 30s, 100ms (default: the "
+                      "timeout the dumps recorded, PyTorch's 10 min unless the job set one)");
+  command->add_option("--algorithm", options->algorithm,
+                      "auto (NCCL's tuner per op), or the algorithm the job forced (NCCL_ALGO): ring, tree, nvls, ... "
+                      "where it implements the op")
+      ->capture_default_str();
+  command->add_option("--gaps", options->gaps,
+                      "recorded: keep each rank's recorded time between its ops (its compute); none: ops back to back")
+      ->capture_default_str();
+  command->add_option("--ops", options->ops, "ops listed before the first divergence (all in --json / --out)")
+      ->capture_default_str();
+  command->add_flag("--json", options->json, "print the whole replay as JSON instead of the report");
+  command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder");
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the replay: a track per rank, a slice per op, the "
+                      "divergence and recovery as instant events (docs/traces.md)");
+  command->footer(kReplayFooter);
+  command->callback([options, command, &status] {
+    options->nodes_given = command->count("--nodes") > 0;
+    status.exit_code = run_replay(*options);
+  });
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,82 @@
+// tandem report RUN_DIR [-o report.html] [--compare OTHER_RUN_DIR]: the report page of a run, one
+// self-contained HTML file (app/report/report_page.h, docs/report.md).
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "app/common/common.h"
+#include "app/cli/commands.h"
+#include "app/report/report_page.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+namespace {
+
+struct ReportOptions {
+  std::string run_dir;
+  std::string output;
+  std::string compare;
+};
+
+nlohmann::json read_results(const std::string& run_dir) {
+  const std::filesystem::path path = std::filesystem::path(run_dir) / "results.json";
+  std::error_code error;
+  if (!std::filesystem::is_directory(run_dir, error)) {
+    fail(ErrorCode::kInvalidArgument, "run folder '{}' does not exist (write one with tandem run SCENARIO --out DIR)",
+         run_dir);
+  }
+  if (!std::filesystem::exists(path, error)) {
+    fail(ErrorCode::kInvalidArgument, "'{}' has no results.json (write it with tandem run SCENARIO --out {})", run_dir,
+         run_dir);
+  }
+  const std::string text = read_text_file(path.string(), "results");
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", path.string(), e.what());
+  }
+}
+
+int run_report(const ReportOptions& options) {
+  const nlohmann::json results = read_results(options.run_dir);
+  std::optional<nlohmann::json> compare;
+  if (!options.compare.empty()) compare = read_results(options.compare);
+  std::string html;
+  try {
+    html = report_html(results, compare);
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kFormat) throw;
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}/results.json: {}", options.run_dir, error.what()));
+  }
+  const std::string output =
+      options.output.empty() ? (std::filesystem::path(options.run_dir) / "report.html").string() : options.output;
+  write_text_file(output, html);
+  std::cout << "tandem report: wrote " << output << "\n";
+  return kExitSuccess;
+}
+
+}  // namespace
+
+void add_report_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<ReportOptions>();
+  CLI::App* command = app.add_subcommand(
+      "report",
+      "Write the report page of a run (the folder tandem run --out wrote): one self-contained HTML file, no scripts, "
+      "nothing loaded from the network, to open from disk or attach to an incident. Collective loops: the outcome, a "
+      "timeline per rank with faults, recovery actions and the culprit marked, the per-iteration table. Sweeps: "
+      "busbw against size. Training: the step per layout.");
+  command->add_option("run_dir", options->run_dir, "the run's folder (holding results.json)")->required();
+  command->add_option("-o,--output", options->output, "the HTML file to write (default: RUN_DIR/report.html)");
+  command->add_option("--compare", options->compare,
+                      "a second run of the same scenario (e.g. sim next to host): plotted as the measurement against "
+                      "this run's prediction");
+  command->callback([options, &status] { status.exit_code = run_report(*options); });
+}
+
+}  // namespace tandem::app

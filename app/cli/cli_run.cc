@@ -1,0 +1,96 @@
+// tandem run SCENARIO: the main job. Loads a scenario (app/scenario/scenario.h), runs its workload through
+// its kind (app/scenario/workload_kind.h), prints the report, writes results.json / results.csv with --out,
+// and exits 0 when every expectation holds, 1 otherwise.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "app/run/backends.h"
+#include "app/common/common.h"
+#include "app/cli/commands.h"
+#include "app/scenario/scenario.h"
+#include "app/scenario/workload_kind.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+namespace {
+
+struct RunOptions {
+  std::string scenario;
+  std::string backend;  // empty: the scenario's
+  std::string out_dir;  // empty: write nothing
+  std::string trace;    // empty: no trace
+  bool quiet = false;
+  bool dump_on_exit = false;
+};
+
+ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
+  if (options.backend.empty()) return scenario.backend;
+  if (options.backend == "nccl-native") {
+    fail(ErrorCode::kUnsupported,
+         "tandem run takes --backend nccl (tandem's schedules on NCCL); nccl-native is for "
+         "tandem bench");
+  }
+  return parse_backend(options.backend);
+}
+
+void run_command(const RunOptions& options, CommandStatus& status) {
+  const Scenario scenario = load_scenario(options.scenario);
+  const ScenarioBackend backend = backend_for(options, scenario);
+  if (!options.out_dir.empty()) create_output_folder(options.out_dir);
+
+  Progress progress;
+  WorkloadRunOptions run_options;
+  run_options.backend = backend;
+  run_options.out_dir = options.out_dir;
+  run_options.quiet = options.quiet;
+  run_options.trace = !options.trace.empty();
+  run_options.dump_on_exit = options.dump_on_exit;
+  run_options.progress = [&](const std::string& text) {
+    if (!options.quiet) progress.update(fmt::format("tandem run {}: {}", scenario.name, text));
+  };
+  const WorkloadOutput output = workload_kind_of(scenario).run(scenario, run_options);
+  progress.clear();
+
+  if (!options.out_dir.empty()) {
+    const std::filesystem::path dir(options.out_dir);
+    if (scenario.outputs.json) write_text_file((dir / "results.json").string(), output.results_json);
+    if (scenario.outputs.csv) write_text_file((dir / "results.csv").string(), output.results_csv);
+  }
+  if (output.trace) write_text_file(options.trace, output.trace->dump() + "\n");
+  fmt::print("{}", output.report);
+  std::fflush(stdout);
+  status.exit_code = output.pass ? kExitSuccess : kExitFailure;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, CommandStatus& status) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* command = app.add_subcommand(
+      "run",
+      "Run a scenario (YAML, see docs/scenarios.md): its workload on every cluster variant, a report with one "
+      "table per collective, a variant comparison and the expectations. Exit 0 when every expectation holds, "
+      "1 otherwise.");
+  command->add_option("scenario", options->scenario, "the scenario file")->required();
+  command->add_option("--backend", options->backend,
+                      "sim (the simulator), host (real data, one thread per rank), cuda (every rank on one GPU) or "
+                      "nccl (tandem's schedules on NCCL; GPUs needed for both); default: the scenario's");
+  command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
+  command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
+                      "rank with faults and recovery actions as instant events, sweeps a track per collective and "
+                      "algorithm, training steps a track per stream of the step (docs/traces.md)");
+  command->add_flag("--dump-on-exit", options->dump_on_exit,
+                    "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
+  command->callback([options, &status] { run_command(*options, status); });
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,94 @@
+// tandem: the command line. Each subcommand lives in its own file (cli_*.cc) and registers itself
+// through app/cli/commands.h. Errors a user can cause never show a stack trace: one line,
+// "tandem: error: <message>", on stderr and a non-zero exit (2 for usage errors, 1 for failures).
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <new>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+#include "app/common/common.h"
+#include "app/cli/commands.h"
+#include "core/error.h"
+#include "sim/simulator.h"
+
+namespace {
+
+// CLI11 messages may span lines; the error line must not.
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+int report(const std::string& message, int exit_code) {
+  std::fprintf(stderr, "tandem: error: %s\n", one_line(message).c_str());
+  return exit_code;
+}
+
+// Whether this command line may run the simulator's packet model: `--network packet`, or a
+// scenario file that names it. Cheap and conservative; a false positive costs one re-exec.
+bool may_run_packet_model(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "packet" || arg == "--network=packet") return true;
+    if (arg.ends_with(".yaml") || arg.ends_with(".yml")) {
+      std::ifstream file{std::string(arg)};
+      const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+      if (text.find("packet") != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tandem::app;
+  // Before anything else: ns-3 takes the packet model's settings only from the environment it
+  // started with (sim/simulator.h).
+  if (may_run_packet_model(argc, argv)) tandem::sim::packet_model_reexec(argv);
+  CLI::App app(
+      "tandem: collective algorithms run in tandem, simulated on a GPU-cluster model or executed on real "
+      "hardware, with the same flight recorder and faults.",
+      "tandem");
+  app.set_version_flag("--version", "tandem " + version_string());
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  CommandStatus status;
+  add_schedule_command(app, status);
+  add_bench_command(app, status);
+  add_topo_command(app, status);
+  add_bound_command(app, status);
+  add_reliability_command(app, status);
+  add_run_command(app, status);
+  add_fr_command(app, status);
+  add_replay_command(app, status);
+  add_report_command(app, status);
+  add_plan_command(app, status);
+
+  try {
+    app.parse(argc, argv);
+    return status.exit_code;
+  } catch (const CLI::Success& success) {
+    return app.exit(success);  // --help, --version
+  } catch (const CLI::ParseError& error) {
+    std::string hint = app.get_subcommands().empty()
+                           ? std::string(" (see 'tandem --help')")
+                           : " (see 'tandem " + app.get_subcommands().front()->get_name() + " --help')";
+    return report(error.what() + hint, kExitUsage);
+  } catch (const tandem::Error& error) {
+    return report(error.what(), exit_code_for(error));
+  } catch (const std::bad_alloc&) {
+    return report("out of memory", kExitFailure);
+  } catch (const std::exception& error) {
+    return report(std::string("internal error: ") + error.what(), kExitFailure);
+  }
+}

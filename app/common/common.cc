@@ -1,0 +1,175 @@
+#include "app/common/common.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "core/algorithms.h"
+
+namespace tandem::app {
+
+std::string read_text_file(const std::string& path, std::string_view what) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) fail(ErrorCode::kIo, "{} '{}' is a folder, not a file", what, path);
+  std::ifstream in(path);
+  if (!in) fail(ErrorCode::kIo, "cannot read {} '{}'", what, path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail(ErrorCode::kIo, "cannot read {} '{}'", what, path);
+  return text.str();
+}
+
+void create_output_folder(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) fail(ErrorCode::kIo, "cannot create the output folder '{}': {}", dir, error.message());
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path);
+}
+
+int exit_code_for(const Error& error) {
+  switch (error.code()) {
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnsupported:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+std::string version_string() {
+#ifdef TANDEM_VERSION
+  return TANDEM_VERSION;
+#else
+  return "unknown";
+#endif
+}
+
+namespace {
+
+std::string normalized(std::string_view text) {
+  std::string out(text);
+  std::replace(out.begin(), out.end(), '-', '_');
+  return out;
+}
+
+}  // namespace
+
+Collective parse_collective_name(std::string_view text) {
+  // nccl-tests names its binaries all_reduce_perf, alltoall_perf, sendrecv_perf, ...
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kAliases{{
+      {"allreduce", "all_reduce"},
+      {"allgather", "all_gather"},
+      {"reducescatter", "reduce_scatter"},
+      {"alltoall", "all_to_all"},
+      {"sendrecv", "send_recv"},
+  }};
+  std::string name = normalized(text);
+  for (const auto& [alias, canonical] : kAliases) {
+    if (name == alias) return parse_collective(canonical);
+  }
+  return parse_collective(name);
+}
+
+Algorithm parse_algorithm_name(std::string_view text) {
+  std::string name = normalized(text);
+  if (name == "auto") return Algorithm::kAuto;
+  return parse_algorithm(name);
+}
+
+std::string algorithm_names() {
+  std::string names;
+  for (const AlgorithmInfo& info : algorithm_registry()) {
+    names += (names.empty() ? "" : ", ") + std::string(name(info.algorithm));
+  }
+  return names;
+}
+
+double parse_duration_s(std::string_view text, std::string_view option) {
+  constexpr std::array<std::pair<std::string_view, double>, 8> kUnits{{{"ns", 1e-9},
+                                                                       {"us", 1e-6},
+                                                                       {"ms", 1e-3},
+                                                                       {"s", 1.0},
+                                                                       {"m", 60.0},
+                                                                       {"min", 60.0},
+                                                                       {"h", 3600.0},
+                                                                       {"d", 86400.0}}};
+  // The number: digits with an optional fraction and exponent ("1.5", "2e3"), no sign.
+  size_t end = 0;
+  const auto digits = [&] {
+    const size_t start = end;
+    while (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+    return end > start;
+  };
+  bool number = digits();
+  if (end < text.size() && text[end] == '.') {
+    ++end;
+    number = digits() || number;
+  }
+  if (number && end + 1 < text.size() && (text[end] == 'e' || text[end] == 'E') &&
+      std::isdigit(static_cast<unsigned char>(text[end + 1]))) {
+    ++end;
+    digits();
+  }
+  const std::string_view unit = text.substr(end);
+  double scale = number && unit.empty() ? 1.0 : 0.0;
+  for (const auto& [name, factor] : kUnits) {
+    if (number && unit == name) scale = factor;
+  }
+  const double value = scale > 0 ? std::strtod(std::string(text.substr(0, end)).c_str(), nullptr) * scale : 0.0;
+  if (scale == 0 || !std::isfinite(value) || value > kMaxDuration_s) {
+    fail(ErrorCode::kInvalidArgument,
+         "{} '{}': expected a duration such as 250us, 100ms, 30s, 2m, 1.5h or 1d (at most {:g} days)", option, text,
+         kMaxDuration_s / 86400);
+  }
+  return value;
+}
+
+RankLayout make_layout(int nranks, int ranks_per_node) {
+  if (nranks < 1) fail(ErrorCode::kInvalidArgument, "the rank count must be at least 1 (got {})", nranks);
+  if (ranks_per_node == 0) return RankLayout::flat(nranks);
+  if (ranks_per_node < 1 || ranks_per_node > nranks) {
+    fail(ErrorCode::kInvalidArgument, "--ranks-per-node must be between 1 and the rank count {} (got {})", nranks,
+         ranks_per_node);
+  }
+  // Whole nodes get NCCL's channel rings (each channel leaves a node on a GPU of its own).
+  if (nranks % ranks_per_node == 0) return RankLayout::nccl(nranks / ranks_per_node, ranks_per_node);
+  RankLayout layout = RankLayout::flat(nranks);
+  layout.ranks_per_node = ranks_per_node;
+  return layout;
+}
+
+Progress::Progress() : enabled_(isatty(STDERR_FILENO) == 1) {}
+
+Progress::~Progress() { clear(); }
+
+void Progress::update(std::string_view text) {
+  if (!enabled_) return;
+  // Carriage return, the text, then erase to the end of the line.
+  std::fprintf(stderr, "\r%.*s\033[K", static_cast<int>(text.size()), text.data());
+  std::fflush(stderr);
+  shown_ = true;
+}
+
+void Progress::clear() {
+  if (!enabled_ || !shown_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  shown_ = false;
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,71 @@
+// What every room of app/ shares: exit codes, the names and durations users type (on the command
+// line and in scenario and plan files), rank layouts, text files in and out, and a progress line
+// for long work.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/schedule.h"
+#include "core/types.h"
+
+namespace tandem::app {
+
+inline constexpr int kExitSuccess = 0;
+inline constexpr int kExitFailure = 1;  // the command ran and failed (wrong data, bad file, backend error)
+inline constexpr int kExitUsage = 2;    // the command line asked for something invalid
+
+// kInvalidArgument and kUnsupported come from what the user typed: usage errors. The rest: failures.
+int exit_code_for(const Error& error);
+
+// The version `tandem --version` prints.
+std::string version_string();
+
+// Files a command reads and writes; each failure is Error(kIo) naming the path.
+// The whole of a text file (`what` names it in messages: "scenario", "plan").
+std::string read_text_file(const std::string& path, std::string_view what);
+// Creates `dir` and its parents if missing (an --out folder).
+void create_output_folder(const std::string& dir);
+void write_text_file(const std::string& path, const std::string& text);
+
+// Collective names as core spells them ("all_reduce"), with '-' accepted for '_' and nccl-tests'
+// names as aliases (allreduce, allgather, reducescatter, alltoall, sendrecv). Throws
+// Error(kInvalidArgument) listing the accepted names.
+Collective parse_collective_name(std::string_view text);
+
+// Algorithm names as core spells them, '-' accepted for '_'; "auto" gives Algorithm::kAuto.
+Algorithm parse_algorithm_name(std::string_view text);
+// "ring, tree, ..., hierarchical": the registry's algorithms, for --algo's help.
+std::string algorithm_names();
+
+// A duration as a user types it: a non-negative number with a unit, ns, us, ms, s, m or min, h, d
+// ("250us", "1.5h", "2e3s"), or a plain number of seconds; at most kMaxDuration_s (a year: longer
+// is a typo, not a plan). Throws Error(kInvalidArgument) naming `option` for anything else.
+inline constexpr double kMaxDuration_s = 365.0 * 86400;
+double parse_duration_s(std::string_view text, std::string_view option);
+
+// Rank layout for `nranks` ranks. ranks_per_node == 0 means "not given": RankLayout::flat, a flat
+// layout of one rank per node. Throws Error(kInvalidArgument) for nranks < 1 or ranks_per_node outside
+// [1, nranks]. (A last, partly filled node is the algorithms' business: they accept or reject it.)
+RankLayout make_layout(int nranks, int ranks_per_node);
+
+// One status line on stderr, redrawn in place, shown only when stderr is a terminal (so logs and
+// pipes never see it). The destructor erases it.
+class Progress {
+ public:
+  Progress();
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  bool enabled() const { return enabled_; }
+  void update(std::string_view text);
+  void clear();
+
+ private:
+  bool enabled_ = false;
+  bool shown_ = false;
+};
+
+}  // namespace tandem::app

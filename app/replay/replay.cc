@@ -1,0 +1,873 @@
+#include "app/replay/replay.h"
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "app/scenario/scenario.h"
+#include "app/report/scenario_report.h"
+#include "core/error.h"
+#include "core/torch_names.h"
+#include "sim/collective_timer.h"
+#include "sim/sweep.h"
+
+namespace tandem::app {
+namespace {
+
+using nlohmann::json;
+
+// ---- what the dumps hold ----------------------------------------------------------------------
+
+bool is_coalesced_marker(std::string_view type) { return type == "coalesced" || type.ends_with("_coalesced"); }
+
+// The group-local peer of a p2p op, "nccl:send 0->1" -> 1, "nccl:recv 1<-0" -> 0.
+std::optional<int> p2p_peer(std::string_view profiling_name) {
+  for (std::string_view arrow : {"->", "<-"}) {
+    const size_t at = profiling_name.rfind(arrow);
+    if (at == std::string_view::npos) continue;
+    const std::string_view digits = profiling_name.substr(at + 2);
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
+    }
+    return std::stoi(std::string(digits));
+  }
+  return std::nullopt;
+}
+
+// An op's key: its group (name and membership) and sequence number on the collective or p2p stream.
+struct OpKey {
+  std::string group;
+  std::vector<int> ranks;
+  bool p2p = false;
+  int64_t sequence = 0;
+  auto operator<=>(const OpKey&) const = default;
+};
+
+// One rank's record of an op: its entries (a coalesced group's several, its marker last).
+struct RankOp {
+  size_t op = 0;  // index into the ops
+  std::vector<const FrEntry*> entries;
+};
+
+// What one rank recorded of an op, as the cross-rank comparison sees it: the type, element
+// counts and dtypes of each of its ops; a p2p op by what it moves (a send matches a recv).
+std::string signature(const RankOp& record) {
+  std::string text;
+  for (const FrEntry* e : record.entries) {
+    const std::string_view type = fr_op_type(e->profiling_name);
+    if (is_coalesced_marker(type)) continue;
+    if (e->is_p2p) {
+      const bool send = type == "send";
+      text += fmt::format("p2p {} {};", fr_numel(send ? e->input_sizes : e->output_sizes),
+                          fmt::join(send ? e->input_dtypes : e->output_dtypes, ","));
+    } else {
+      text += fmt::format("{} {} {} {};", type, fr_numel(e->input_sizes), fr_numel(e->output_sizes),
+                          fmt::join(e->input_dtypes, ","));
+    }
+  }
+  return text;
+}
+
+std::optional<double> recorded_duration(const FrEntry& e) {
+  if (e.state != FrState::kCompleted) return std::nullopt;
+  if (e.duration_ms) return *e.duration_ms / 1e3;
+  if (e.time_discovered_started_ns && e.time_discovered_completed_ns) {
+    return static_cast<double>(*e.time_discovered_completed_ns - *e.time_discovered_started_ns) / 1e9;
+  }
+  return std::nullopt;
+}
+
+// When the rank was done with an op, on its own clock (ns), if the dump says.
+std::optional<int64_t> recorded_end_ns(const FrEntry& e) {
+  if (e.time_discovered_completed_ns) return e.time_discovered_completed_ns;
+  if (e.duration_ms && e.time_discovered_started_ns) {
+    return *e.time_discovered_started_ns + static_cast<int64_t>(*e.duration_ms * 1e6);
+  }
+  return std::nullopt;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// ---- checks -----------------------------------------------------------------------------------
+
+void check_versions(const std::vector<FrDump>& dumps) {
+  std::map<std::string, std::vector<int>> by_version;
+  for (const FrDump& d : dumps) by_version[d.version].push_back(d.rank);
+  if (by_version.size() <= 1) return;
+  std::vector<std::string> parts;
+  for (auto& [version, ranks] : by_version) {
+    std::sort(ranks.begin(), ranks.end());
+    parts.push_back(fmt::format("{} wrote version {}", ranks_phrase(ranks), version));
+  }
+  fail(ErrorCode::kFormat,
+       "the dumps disagree on the flight-recorder version ({}): one job's dumps share one version; are they from "
+       "different jobs?",
+       fmt::join(parts, ", "));
+}
+
+// Every member of a group a rank declares must declare it with the same members.
+void check_membership(const std::vector<FrDump>& dumps) {
+  std::map<int, const FrDump*> by_rank;
+  for (const FrDump& d : dumps) by_rank[d.rank] = &d;
+  for (const FrDump& d : dumps) {
+    for (const FrGroup& g : d.groups) {
+      std::vector<int> mine = g.ranks;
+      std::sort(mine.begin(), mine.end());
+      if (!std::binary_search(mine.begin(), mine.end(), d.rank)) continue;
+      for (int other : mine) {
+        auto it = by_rank.find(other);
+        if (other == d.rank || it == by_rank.end()) continue;
+        for (const FrGroup& h : it->second->groups) {
+          if (h.name != g.name) continue;
+          std::vector<int> theirs = h.ranks;
+          std::sort(theirs.begin(), theirs.end());
+          if (theirs != mine && std::binary_search(theirs.begin(), theirs.end(), other)) {
+            fail(ErrorCode::kFormat,
+                 "the dumps disagree on the membership of group {} ({}): rank {} has it as ranks {}, rank {} as ranks "
+                 "{}; were they written by different jobs, or did the group change between the dumps?",
+                 g.name, g.desc, d.rank, rank_ranges(mine), other, rank_ranges(theirs));
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- building the ops ---------------------------------------------------------------------------
+
+struct Built {
+  std::vector<ReplayOp> ops;
+  std::vector<std::vector<RankOp>> per_rank;  // per dump (rank order): its ops in record order
+  std::vector<std::vector<int64_t>> gaps_ns;  // per dump: recorded time before each of its ops
+  std::vector<int> rank_of;                   // per dump: its rank
+  std::map<int, size_t> dump_of;              // rank -> dump index
+  // Per dump and (group, membership, stream): the oldest sequence number its ring buffer still
+  // holds (older ops are unknown for that rank, not missing), when the buffer wrapped.
+  std::vector<std::map<std::tuple<std::string, std::vector<int>, bool>, int64_t>> oldest;
+  std::vector<bool> truncated;
+};
+
+Built build_ops(const std::vector<FrDump>& dumps, bool recorded_gaps) {
+  Built built;
+  std::map<OpKey, size_t> index;
+  for (size_t d = 0; d < dumps.size(); ++d) {
+    const FrDump& dump = dumps[d];
+    built.rank_of.push_back(dump.rank);
+    built.dump_of[dump.rank] = d;
+    built.truncated.push_back(!dump.entries.empty() && dump.entries.front().record_id > 0);
+    built.oldest.emplace_back();
+    std::map<std::string, const FrGroup*> declared;
+    for (const FrGroup& g : dump.groups) declared[g.name] = &g;
+    std::vector<RankOp> ops;
+    std::vector<int64_t> gaps;
+    std::optional<int64_t> previous_end;
+    for (const FrEntry& e : dump.entries) {
+      auto g = declared.find(e.pg_name);
+      if (g == declared.end()) {
+        fail(ErrorCode::kFormat, "rank {}: entry {} names group '{}', which its pg_config does not declare", dump.rank,
+             e.record_id, e.pg_name);
+      }
+      OpKey key{e.pg_name, g->second->ranks, e.is_p2p, e.is_p2p ? e.p2p_seq_id : e.collective_seq_id};
+      std::sort(key.ranks.begin(), key.ranks.end());
+      auto found = index.find(key);
+      if (found != index.end() && !ops.empty() && ops.back().op == found->second) {  // a coalesced group goes on
+        ops.back().entries.push_back(&e);
+      } else {
+        auto [it, inserted] = index.try_emplace(key, built.ops.size());
+        if (inserted) {
+          ReplayOp op;
+          op.group = key.group;
+          op.group_desc = g->second->desc;
+          op.group_ranks = key.ranks;
+          op.p2p = key.p2p;
+          op.sequence = key.sequence;
+          op.profiling_name = e.profiling_name;
+          built.ops.push_back(std::move(op));
+        }
+        ops.push_back(RankOp{it->second, {&e}});
+        int64_t gap = 0;
+        if (recorded_gaps && previous_end) gap = std::max<int64_t>(0, e.time_created_ns - *previous_end);
+        gaps.push_back(gap);
+        auto& oldest = built.oldest.back();
+        oldest.try_emplace(std::make_tuple(key.group, key.ranks, key.p2p), key.sequence);
+      }
+      if (auto end = recorded_end_ns(e)) previous_end = std::max(previous_end.value_or(*end), *end);
+    }
+    built.per_rank.push_back(std::move(ops));
+    built.gaps_ns.push_back(std::move(gaps));
+  }
+  return built;
+}
+
+// Fills each op's participants, what was recorded of it, its size and whether it can be simulated.
+void describe_ops(Built& built, int gpus) {
+  std::vector<std::vector<const RankOp*>> records(built.ops.size());
+  std::vector<std::vector<int>> recorders(built.ops.size());
+  for (size_t d = 0; d < built.per_rank.size(); ++d) {
+    for (const RankOp& r : built.per_rank[d]) {
+      records[r.op].push_back(&r);
+      recorders[r.op].push_back(built.rank_of[d]);
+    }
+  }
+  std::map<std::string, std::set<std::vector<int>>> memberships;  // split groups reuse a name
+  for (const ReplayOp& op : built.ops) memberships[op.group].insert(op.group_ranks);
+  for (size_t i = 0; i < built.ops.size(); ++i) {
+    ReplayOp& op = built.ops[i];
+    op.label =
+        memberships[op.group].size() == 1 ? op.group : fmt::format("{}[{}]", op.group, rank_ranges(op.group_ranks));
+    const RankOp& first = *records[i].front();
+    op.joined = recorders[i];
+    op.profiling_name = first.entries.size() == 1 ? first.entries.front()->profiling_name
+                                                  : fmt::format("{} ({} ops)", first.entries.back()->profiling_name,
+                                                                first.entries.size() - 1);
+    std::vector<double> durations;
+    for (size_t k = 0; k < records[i].size(); ++k) {
+      const FrEntry& last = *records[i][k]->entries.back();
+      if (last.state == FrState::kCompleted) op.completed.push_back(recorders[i][k]);
+      if (auto s = recorded_duration(last)) durations.push_back(*s);
+    }
+    if (!durations.empty()) op.recorded_s = median(durations);
+    // Who must take part: a collective's whole group; a p2p op's pair (the recorders and their peers).
+    if (op.p2p) {
+      std::set<int> pair(op.joined.begin(), op.joined.end());
+      for (const RankOp* r : records[i]) {
+        for (const FrEntry* e : r->entries) {
+          const std::optional<int> peer = p2p_peer(e->profiling_name);
+          if (peer && *peer >= 0 && *peer < static_cast<int>(op.group_ranks.size())) {
+            pair.insert(op.group_ranks[static_cast<size_t>(*peer)]);
+          }
+        }
+      }
+      op.ranks.assign(pair.begin(), pair.end());
+    } else {
+      op.ranks = op.group_ranks;
+    }
+    // Its size, from the lowest recorder's entries: the sum over a coalesced group's ops.
+    std::optional<Collective> collective;
+    for (const FrEntry* e : first.entries) {
+      const std::string_view type = fr_op_type(e->profiling_name);
+      if (is_coalesced_marker(type)) continue;
+      const TorchOp* model = torch_op(type);
+      if (model == nullptr) {
+        op.note = fmt::format("no model for '{}': not simulated (time 0)", e->profiling_name);
+        collective.reset();
+        break;
+      }
+      const auto& dtypes = model->sized_by == TorchSizedBy::kInput ? e->input_dtypes : e->output_dtypes;
+      op.dtype = dtypes.empty() ? "Float" : dtypes.front();
+      const std::optional<int> element = torch_dtype_bytes(op.dtype);
+      if (!element) op.note = fmt::format("unknown dtype '{}': taken as 4 bytes", op.dtype);
+      const int64_t elements = fr_numel(model->sized_by == TorchSizedBy::kInput ? e->input_sizes : e->output_sizes);
+      op.bytes += elements * element.value_or(4);
+      if (collective && *collective != model->collective) {
+        op.note = "a coalesced group of different collectives: timed as its first";
+      }
+      if (!collective) collective = model->collective;
+    }
+    op.collective = collective.value_or(Collective::kAllReduce);
+    op.simulated = collective.has_value() && op.bytes > 0;
+    if (!collective && op.note.empty()) op.note = "no op to simulate";
+    for (int r : op.ranks) {
+      if (r >= gpus) {
+        fail(ErrorCode::kInvalidArgument,
+             "the dumps name rank {} (group {}), but the cluster has {} GPUs: give a bigger cluster (--nodes)", r,
+             op.group, gpus);
+      }
+    }
+  }
+}
+
+// ---- the logical replay: which ops run, in what order, and where the ranks stop agreeing ---------
+
+struct Replayed {
+  std::vector<size_t> order;                 // completed ops in the order they became ready
+  std::vector<std::vector<size_t>> arrived;  // per op: dump indices that reached it (in order)
+  std::vector<size_t> position;              // per dump: index of its next op (== size: done)
+};
+
+// Whether the rank of dump `d` must take part in `op`: a member whose retained records start after
+// it (the ring buffer dropped them) has been through it.
+bool required(const Built& built, size_t d, const ReplayOp& op) {
+  const auto& oldest = built.oldest[d];
+  auto it = oldest.find(std::make_tuple(op.group, op.group_ranks, op.p2p));
+  if (it != oldest.end()) return op.sequence >= it->second;
+  return !built.truncated[d];  // no records of the group: missing, unless the buffer wrapped
+}
+
+Replayed replay_logic(const Built& built, const std::vector<std::vector<std::string>>& signatures) {
+  Replayed out;
+  const size_t dumps = built.per_rank.size();
+  out.arrived.resize(built.ops.size());
+  out.position.assign(dumps, 0);
+  // Participants with a dump, per op, that must arrive for it to start.
+  std::vector<std::vector<size_t>> needed(built.ops.size());
+  for (size_t i = 0; i < built.ops.size(); ++i) {
+    for (int r : built.ops[i].ranks) {
+      auto it = built.dump_of.find(r);
+      if (it != built.dump_of.end() && required(built, it->second, built.ops[i])) needed[i].push_back(it->second);
+    }
+  }
+  std::deque<size_t> ready;
+  auto arrive = [&](size_t d) {
+    if (out.position[d] >= built.per_rank[d].size()) return;
+    const size_t op = built.per_rank[d][out.position[d]].op;
+    out.arrived[op].push_back(d);
+    if (out.arrived[op].size() == needed[op].size()) ready.push_back(op);
+  };
+  for (size_t d = 0; d < dumps; ++d) arrive(d);
+  while (!ready.empty()) {
+    const size_t op = ready.front();
+    ready.pop_front();
+    // Every member is here; with different ops (a desync) it cannot run.
+    std::set<std::string> seen;
+    for (size_t d : out.arrived[op]) seen.insert(signatures[d][out.position[d]]);
+    const bool all_recorded_complete = std::all_of(out.arrived[op].begin(), out.arrived[op].end(), [&](size_t d) {
+      return built.per_rank[d][out.position[d]].entries.back()->state == FrState::kCompleted;
+    });
+    if (seen.size() > 1 || !all_recorded_complete) continue;  // stays where it is: desync or stalled
+    out.order.push_back(op);
+    for (size_t d : out.arrived[op]) {
+      ++out.position[d];
+      arrive(d);
+    }
+  }
+  return out;
+}
+
+// ---- timing -----------------------------------------------------------------------------------
+
+struct TimingQuery {
+  Collective collective = Collective::kAllReduce;
+  int64_t bytes = 0;
+  std::vector<int> ranks;  // = GPUs
+};
+
+std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, const std::vector<TimingQuery>& queries) {
+  if (queries.empty()) return {};
+  const std::string text = sim::run_isolated([&] {
+    // Explicit schedules, as tandem run's collective loops simulate them.
+    sim::CollectiveTimer timer(options.cluster, options.network, true);
+    json out = json::array();
+    for (const TimingQuery& q : queries) {
+      models::CommGroup group{"replay", 1, 1, {q.ranks}};
+      const sim::CollectiveTiming t = timer.time(q.collective, q.bytes, group, options.algorithm);
+      out.push_back({t.seconds, t.algorithm, t.busbw_GBps});
+    }
+    return out.dump();
+  });
+  std::vector<sim::CollectiveTiming> timings;
+  for (const json& j : json::parse(text)) {
+    sim::CollectiveTiming t;
+    t.seconds = j.at(0).get<double>();
+    t.algorithm = j.at(1).get<std::string>();
+    t.busbw_GBps = j.at(2).get<double>();
+    timings.push_back(t);
+  }
+  return timings;
+}
+
+}  // namespace
+
+// "1 rank", "63 ranks".
+std::string count_text(size_t ranks) { return fmt::format("{} rank{}", ranks, ranks == 1 ? "" : "s"); }
+
+std::string_view name(ReplayState state) {
+  switch (state) {
+    case ReplayState::kCompleted:
+      return "completed";
+    case ReplayState::kStuck:
+      return "stuck";
+    case ReplayState::kDesync:
+      return "desync";
+    case ReplayState::kStalled:
+      return "stalled";
+    case ReplayState::kNotReached:
+      return "not_reached";
+  }
+  return "?";
+}
+
+ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& options) {
+  if (input.empty()) fail(ErrorCode::kInvalidArgument, "no dumps to replay");
+  std::vector<FrDump> dumps = input;
+  std::sort(dumps.begin(), dumps.end(), [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; });
+  check_versions(dumps);
+  check_membership(dumps);
+  ReplayResult result;
+  result.analysis = analyze(dumps);
+  result.ranks = static_cast<int>(dumps.size());
+  result.groups = result.analysis.groups;
+  result.entries = result.analysis.entries;
+  result.version = dumps.front().version;
+  result.comm_lib_version = dumps.front().comm_lib_version;
+  const int gpus = options.cluster.nodes * options.cluster.gpus_per_node;
+  result.cluster = models::describe(options.cluster);
+
+  Built built = build_ops(dumps, options.recorded_gaps);
+  describe_ops(built, gpus);
+  std::vector<std::vector<std::string>> signatures(built.per_rank.size());
+  for (size_t d = 0; d < built.per_rank.size(); ++d) {
+    for (const RankOp& r : built.per_rank[d]) signatures[d].push_back(signature(r));
+  }
+  const Replayed logic = replay_logic(built, signatures);
+  std::vector<ReplayOp>& ops = built.ops;
+
+  // Where the ranks stop agreeing: ops some dumps reached but that never ran.
+  std::set<size_t> done(logic.order.begin(), logic.order.end());
+  std::vector<size_t> blocked;          // ops a rank is stuck at
+  std::map<size_t, size_t> blocked_at;  // dump -> op it waits in
+  for (size_t d = 0; d < built.per_rank.size(); ++d) {
+    if (logic.position[d] < built.per_rank[d].size()) {
+      const size_t op = built.per_rank[d][logic.position[d]].op;
+      blocked_at[d] = op;
+      if (std::find(blocked.begin(), blocked.end(), op) == blocked.end()) blocked.push_back(op);
+    }
+  }
+
+  // Timing: every op that ran, and every blocked op on its ranks and on the ranks that would go on.
+  std::vector<TimingQuery> queries;
+  std::map<std::pair<size_t, std::vector<int>>, size_t> query_of;
+  auto ask = [&](size_t op, const std::vector<int>& ranks) {
+    if (!ops[op].simulated || ranks.size() < 2) return;
+    if (query_of.try_emplace({op, ranks}, queries.size()).second) {
+      queries.push_back(TimingQuery{ops[op].collective, ops[op].bytes, ranks});
+    }
+  };
+  for (size_t op : logic.order) ask(op, ops[op].ranks);
+
+  // The culprits of a blocked op: follow each missing rank to where it waits, until a rank that
+  // has nothing more recorded (it never came) or a cycle.
+  auto culprits_of = [&](size_t op) {
+    std::set<int> culprits;
+    std::set<size_t> visited;
+    std::deque<size_t> todo{op};
+    while (!todo.empty()) {
+      const size_t o = todo.front();
+      todo.pop_front();
+      if (!visited.insert(o).second) continue;
+      std::set<size_t> here(logic.arrived[o].begin(), logic.arrived[o].end());
+      for (int r : ops[o].ranks) {
+        auto it = built.dump_of.find(r);
+        if (it == built.dump_of.end()) continue;  // no dump: cannot be judged
+        const size_t d = it->second;
+        if (here.count(d) > 0 || !required(built, d, ops[o])) continue;
+        auto waits = blocked_at.find(d);
+        if (waits == blocked_at.end()) {
+          culprits.insert(r);
+        } else {
+          todo.push_back(waits->second);
+        }
+      }
+    }
+    return std::vector<int>(culprits.begin(), culprits.end());
+  };
+
+  struct BlockedInfo {
+    size_t op;
+    std::vector<int> missing, waiting, culprits;
+  };
+  std::vector<BlockedInfo> infos;
+  for (size_t op : blocked) {
+    BlockedInfo info{op, {}, {}, {}};
+    std::set<size_t> here(logic.arrived[op].begin(), logic.arrived[op].end());
+    for (size_t d : logic.arrived[op]) info.waiting.push_back(built.rank_of[d]);
+    std::sort(info.waiting.begin(), info.waiting.end());
+    for (int r : ops[op].ranks) {
+      auto it = built.dump_of.find(r);
+      if (it == built.dump_of.end() || (here.count(it->second) == 0 && required(built, it->second, ops[op]))) {
+        info.missing.push_back(r);
+      }
+    }
+    info.culprits = culprits_of(op);
+    ops[op].waiting = info.waiting;
+    ops[op].missing = info.missing;
+    std::vector<int> survivors;
+    for (int r : ops[op].ranks) {
+      if (!std::binary_search(info.culprits.begin(), info.culprits.end(), r) &&
+          !std::binary_search(info.missing.begin(), info.missing.end(), r)) {
+        survivors.push_back(r);
+      }
+    }
+    ask(op, ops[op].ranks);
+    ask(op, survivors);
+    infos.push_back(std::move(info));
+  }
+  const std::vector<sim::CollectiveTiming> timings = time_queries(options, queries);
+  auto timing = [&](size_t op, const std::vector<int>& ranks) -> std::optional<sim::CollectiveTiming> {
+    auto it = query_of.find({op, ranks});
+    if (it == query_of.end()) return std::nullopt;
+    return timings[it->second];
+  };
+
+  // The timed replay: an op starts when its last member arrives, each rank arriving after its
+  // previous op plus its recorded gap.
+  std::vector<double> free_at(built.per_rank.size(), 0.0);
+  std::vector<size_t> next(built.per_rank.size(), 0);
+  std::vector<double> arrival_of(built.per_rank.size(), 0.0);
+  auto arrival = [&](size_t d) { return free_at[d] + static_cast<double>(built.gaps_ns[d][next[d]]) / 1e9; };
+  for (size_t op : logic.order) {
+    ReplayOp& o = ops[op];
+    double start = 0;
+    for (size_t d : logic.arrived[op]) start = std::max(start, arrival(d));
+    if (auto t = timing(op, o.ranks)) {
+      o.predicted_s = t->seconds;
+      o.algorithm = t->algorithm;
+      o.busbw_GBps = t->busbw_GBps;
+    }
+    o.state = ReplayState::kCompleted;
+    o.start_s = start;
+    o.end_s = start + o.predicted_s;
+    for (size_t d : logic.arrived[op]) {
+      result.slices.push_back({built.rank_of[d], op, arrival(d), o.end_s});
+      free_at[d] = o.end_s;
+      ++next[d];
+    }
+    result.end_s = std::max(result.end_s, o.end_s);
+    if (o.simulated) {
+      result.predicted_comm_s += o.predicted_s;
+      if (o.recorded_s) {
+        result.recorded_comm_s += *o.recorded_s;
+        ++result.ops_with_recorded;
+      }
+    }
+  }
+
+  // The blocked ops, in the order their last waiting rank arrived.
+  for (BlockedInfo& info : infos) {
+    ReplayOp& o = ops[info.op];
+    double at = 0;
+    for (size_t d : logic.arrived[info.op]) at = std::max(at, arrival(d));
+    o.start_s = o.end_s = at;
+    std::set<std::string> seen;
+    for (size_t d : logic.arrived[info.op]) seen.insert(signatures[d][next[d]]);
+    if (!info.missing.empty()) {
+      o.state = ReplayState::kStuck;
+      const bool chained = info.culprits != info.missing;
+      o.detail = fmt::format("{} {} in {} #{} of group {} ({}) for {}, which never reached it",
+                             ranks_phrase(info.waiting), info.waiting.size() == 1 ? "waits" : "wait", o.profiling_name,
+                             o.sequence, o.label, o.group_desc, ranks_phrase(info.missing));
+      if (chained && !info.culprits.empty()) {
+        o.detail += fmt::format(" (the missing ranks are stuck themselves, behind {})", ranks_phrase(info.culprits));
+      }
+    } else if (seen.size() > 1) {
+      // The majority's op (most ranks; in a tie, the lowest rank's) is the one meant; the others desync.
+      o.state = ReplayState::kDesync;
+      std::map<std::string, std::vector<int>> holders;
+      for (size_t d : logic.arrived[info.op]) holders[signatures[d][next[d]]].push_back(built.rank_of[d]);
+      const std::vector<int>* majority = nullptr;
+      for (auto& [sig, ranks] : holders) {
+        std::sort(ranks.begin(), ranks.end());
+        if (!majority || ranks.size() > majority->size() ||
+            (ranks.size() == majority->size() && ranks.front() < majority->front())) {
+          majority = &ranks;
+        }
+      }
+      info.culprits.clear();
+      for (const auto& [sig, ranks] : holders) {
+        if (&ranks != majority) info.culprits.insert(info.culprits.end(), ranks.begin(), ranks.end());
+      }
+      std::sort(info.culprits.begin(), info.culprits.end());
+      o.detail = fmt::format(
+          "every member reached {} #{} of group {} ({}), but {} with another op than {} (its type, "
+          "sizes or dtype differ): a desync, which no recovery policy fixes",
+          o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(info.culprits), ranks_phrase(*majority));
+    } else {
+      o.state = ReplayState::kStalled;
+      std::vector<int> not_done;
+      for (int r : info.waiting) {
+        if (!std::binary_search(o.completed.begin(), o.completed.end(), r)) not_done.push_back(r);
+      }
+      o.detail = fmt::format(
+          "every member reached {} #{} of group {} ({}), but it never completed on {}: stalled "
+          "inside the collective (a link, a NIC, or a rank stuck in the kernel)",
+          o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(not_done));
+      if (o.completed.size() > 0) info.culprits = not_done;
+    }
+    if (auto t = timing(info.op, o.ranks)) {
+      o.predicted_s = t->seconds;
+      o.algorithm = t->algorithm;
+      o.busbw_GBps = t->busbw_GBps;
+    }
+  }
+  std::stable_sort(infos.begin(), infos.end(),
+                   [&](const BlockedInfo& a, const BlockedInfo& b) { return ops[a.op].start_s < ops[b.op].start_s; });
+
+  // The first divergence and what each policy would have done there.
+  if (!infos.empty()) {
+    const BlockedInfo& first = infos.front();
+    const ReplayOp& o = ops[first.op];
+    result.culprit_ranks = first.culprits;
+    result.verdict = o.detail;
+    const double watchdog = options.watchdog_s.value_or([&] {
+      int64_t timeout_ms = 0;
+      for (size_t d : logic.arrived[first.op]) {
+        timeout_ms = std::max(timeout_ms, built.per_rank[d][next[d]].entries.back()->timeout_ms);
+      }
+      return timeout_ms > 0 ? static_cast<double>(timeout_ms) / 1e3 : 600.0;
+    }());
+    for (RecoveryAction action : options.recoveries) {
+      ReplayRecovery rec;
+      rec.action = action;
+      rec.watchdog_s = watchdog;
+      RecoveryPolicy policy;
+      policy.retry_max = 0;
+      policy.watchdog_s = watchdog;
+      policy.action = action;
+      std::string dumped;
+      const CollectiveOutcome outcome = run_resilient(
+          policy, o.ranks, o.start_s,
+          [&](const AttemptPlan& plan) {
+            AttemptResult a;
+            if (plan.attempt == 0) {
+              a.status =
+                  o.state == ReplayState::kDesync ? AttemptResult::Status::kDesync : AttemptResult::Status::kStuck;
+              a.failed_ranks =
+                  o.state == ReplayState::kStuck || o.completed.size() > 0 ? first.culprits : std::vector<int>{};
+              a.link_fault = o.state == ReplayState::kStalled;
+              // A desync hangs in NCCL too (mismatched sizes never finish): the watchdog sees it.
+              if (o.state == ReplayState::kDesync) a.seconds = watchdog;
+              a.message = o.state == ReplayState::kStuck ? fmt::format("{} never arrived", ranks_phrase(first.culprits))
+                                                         : std::string(name(o.state));
+              return a;
+            }
+            const std::optional<sim::CollectiveTiming> t = timing(first.op, plan.ranks);
+            a.status = AttemptResult::Status::kOk;
+            a.seconds = plan.ranks.size() < 2 ? 0.0 : t ? t->seconds : o.predicted_s;
+            rec.rerun_s = a.seconds;
+            return a;
+          },
+          [&](const std::string& reason) { dumped = reason; });
+      rec.outcome = outcome.outcome;
+      rec.attempts = outcome.attempts;
+      rec.dropped_ranks = outcome.dropped_ranks;
+      rec.end_s = o.start_s + outcome.seconds;
+      rec.detected_s = o.start_s + watchdog;
+      switch (outcome.outcome) {
+        case Outcome::kRecoveredShrink:
+          rec.detail = fmt::format(
+              "the watchdog fires after {} s; the group is rebuilt without {} ({} on) and "
+              "{} #{} runs again in {:.1f} us",
+              watchdog, ranks_phrase(outcome.dropped_ranks),
+              count_text(o.ranks.size() - outcome.dropped_ranks.size()) +
+                  (o.ranks.size() - outcome.dropped_ranks.size() == 1 ? " goes" : " go"),
+              o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+          break;
+        case Outcome::kRecoveredReroute:
+          rec.detail = fmt::format(
+              "the watchdog fires after {} s; the communicator is rebuilt around the failed link "
+              "(which the dumps do not name; timed at the fault-free routes) and {} #{} runs "
+              "again in {:.1f} us",
+              watchdog, o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+          break;
+        default: {
+          std::string why;
+          if (o.state == ReplayState::kDesync) {
+            why = "the ranks called different collectives: fix the program (no policy recovers a desync)";
+          } else if (action == RecoveryAction::kReroute) {
+            why = o.state == ReplayState::kStuck ? "reroute cannot help: a rank never arrived, no link failed"
+                                                 : "rerouting once did not help";
+          } else if (action == RecoveryAction::kShrink) {
+            why =
+                first.culprits.empty() ? "shrink has no rank to drop: every rank is in the op" : "shrink did not help";
+          } else {
+            why = "the policy is to abort";
+          }
+          rec.detail =
+              o.state == ReplayState::kDesync
+                  ? fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts: {}", watchdog, why)
+                  : fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts ({})", watchdog, why);
+          break;
+        }
+      }
+      result.recoveries.push_back(std::move(rec));
+    }
+  } else {
+    result.verdict = fmt::format(
+        "the replay ran to the end: {} ops of {} ranks, none stuck; predicted "
+        "communication {:.1f} us",
+        logic.order.size(), result.ranks, result.predicted_comm_s * 1e6);
+  }
+
+  // Stuck ranks' slices: from their arrival to when the watchdog fires (or the replay's end).
+  const double stop = result.recoveries.empty() ? (infos.empty() ? result.end_s : ops[infos.front().op].start_s)
+                                                : result.recoveries.front().detected_s;
+  for (const BlockedInfo& info : infos) {
+    for (size_t d : logic.arrived[info.op]) {
+      const double at = arrival(d);
+      result.slices.push_back({built.rank_of[d], info.op, at, std::max(at, stop)});
+    }
+  }
+  std::stable_sort(result.slices.begin(), result.slices.end(), [](const ReplaySlice& a, const ReplaySlice& b) {
+    return std::tie(a.rank, a.start_s) < std::tie(b.rank, b.start_s);
+  });
+
+  // Ops in replay order: completed by start time, then blocked, then the rest (not reached).
+  std::vector<size_t> order = logic.order;
+  for (const BlockedInfo& info : infos) order.push_back(info.op);
+  std::vector<bool> placed(ops.size(), false);
+  for (size_t op : order) placed[op] = true;
+  for (size_t op = 0; op < ops.size(); ++op) {
+    if (!placed[op]) order.push_back(op);
+  }
+  std::vector<size_t> new_index(ops.size());
+  for (size_t i = 0; i < order.size(); ++i) new_index[order[i]] = i;
+  for (size_t op : order) result.ops.push_back(std::move(ops[op]));
+  for (ReplaySlice& s : result.slices) s.op = new_index[s.op];
+  if (!infos.empty()) result.first_divergence = new_index[infos.front().op];
+  return result;
+}
+
+// ---- reports ------------------------------------------------------------------------------------
+
+namespace {
+
+std::string us_text(double seconds) { return fmt::format("{:.1f}", seconds * 1e6); }
+
+std::string op_row(const ReplayOp& op) {
+  const std::string recorded = op.recorded_s ? us_text(*op.recorded_s) : "-";
+  const std::string predicted = op.simulated ? us_text(op.predicted_s) : "-";
+  const std::string ratio = op.recorded_s && op.simulated && *op.recorded_s > 0
+                                ? fmt::format("{:.2f}", op.predicted_s / *op.recorded_s)
+                                : "-";
+  return fmt::format("{:>10} {:>5} {:<28} {:>10} {:>6} {:<11} {:>13} {:>13} {:>6}  {}\n", op.label, op.sequence,
+                     op.profiling_name.substr(0, 28), op.bytes > 0 ? format_size(op.bytes) : "-", op.ranks.size(),
+                     name(op.state), predicted, recorded, ratio,
+                     op.algorithm.empty() ? op.note
+                                          : fmt::format("{} {:.1f} GB/s{}", op.algorithm, op.busbw_GBps,
+                                                        op.note.empty() ? "" : "; " + op.note));
+}
+
+}  // namespace
+
+std::string format_text(const ReplayResult& r, size_t max_ops) {
+  std::string out;
+  out += fmt::format("Replay of {} dumps (flight recorder {}, {}): {} group{}, {} entries, rank r on GPU r of {}\n",
+                     r.ranks, r.version, r.comm_lib_version.empty() ? "library unknown" : r.comm_lib_version, r.groups,
+                     r.groups == 1 ? "" : "s", r.entries, r.cluster);
+  out += fmt::format("Verdict: {}\n\n", r.verdict);
+  // The ops shown: the last `max_ops` up to the first divergence, and every blocked one.
+  const size_t stop = r.first_divergence.value_or(r.ops.size());
+  size_t completed = 0;
+  for (const ReplayOp& op : r.ops) completed += op.state == ReplayState::kCompleted ? 1 : 0;
+  out += fmt::format("{:>10} {:>5} {:<28} {:>10} {:>6} {:<11} {:>13} {:>13} {:>6}  {}\n", "group", "seq", "op", "size",
+                     "ranks", "state", "predicted us", "recorded us", "ratio", "simulated as");
+  const size_t first_shown = completed > max_ops ? completed - max_ops : 0;
+  if (first_shown > 0) out += fmt::format("   ... {} earlier ops (all in --json / --out)\n", first_shown);
+  for (size_t i = first_shown; i < r.ops.size(); ++i) {
+    const ReplayOp& op = r.ops[i];
+    if (op.state == ReplayState::kNotReached) continue;
+    out += op_row(op);
+  }
+  size_t not_reached = r.ops.size() - stop;
+  for (size_t i = stop; i < r.ops.size(); ++i) not_reached -= r.ops[i].state != ReplayState::kNotReached ? 1 : 0;
+  if (not_reached > 0) out += fmt::format("   ... {} ops behind the stuck ones, not reached\n", not_reached);
+  out += fmt::format("\nCommunication, completed ops: predicted {} us", us_text(r.predicted_comm_s));
+  if (r.ops_with_recorded > 0) {
+    out += fmt::format(", recorded {} us over the {} ops that carry a duration", us_text(r.recorded_comm_s),
+                       r.ops_with_recorded);
+  }
+  out += fmt::format("; replayed clock at the last completed op: {} us\n", us_text(r.end_s));
+  for (size_t i = stop; i < r.ops.size(); ++i) {
+    const ReplayOp& op = r.ops[i];
+    if (op.state == ReplayState::kNotReached || op.state == ReplayState::kCompleted) continue;
+    out += fmt::format("{} at {} us: {}\n", name(op.state), us_text(op.start_s), op.detail);
+  }
+  if (!r.recoveries.empty()) {
+    out += "\nWhat a recovery policy would have done there:\n";
+    for (const ReplayRecovery& rec : r.recoveries) {
+      out += fmt::format("  {:<8} {:<18} at {:>14} us: {}\n", name(rec.action), name(rec.outcome), us_text(rec.end_s),
+                         rec.detail);
+    }
+  }
+  const std::vector<int>& fr = r.analysis.culprit_ranks;
+  if (fr != r.culprit_ranks) {
+    out += fmt::format("\nNote: the flight-recorder analysis names {}: {}\n",
+                       fr.empty() ? std::string("no rank") : ranks_phrase(fr), r.analysis.verdict);
+  } else {
+    out += fmt::format("\nThe flight-recorder analysis agrees: {}\n", r.analysis.verdict);
+  }
+  return out;
+}
+
+json to_json(const ReplayResult& r) {
+  json ops = json::array();
+  for (const ReplayOp& op : r.ops) {
+    ops.push_back({{"group", op.group},
+                   {"label", op.label},
+                   {"group_desc", op.group_desc},
+                   {"p2p", op.p2p},
+                   {"sequence", op.sequence},
+                   {"profiling_name", op.profiling_name},
+                   {"dtype", op.dtype},
+                   {"bytes", op.bytes},
+                   {"ranks", op.ranks},
+                   {"joined", op.joined.size()},
+                   {"state", std::string(name(op.state))},
+                   {"simulated", op.simulated},
+                   {"note", op.note},
+                   {"predicted_us", op.predicted_s * 1e6},
+                   {"recorded_us", op.recorded_s ? json(*op.recorded_s * 1e6) : json(nullptr)},
+                   {"algorithm", op.algorithm},
+                   {"busbw_GBps", op.busbw_GBps},
+                   {"start_us", op.start_s * 1e6},
+                   {"end_us", op.end_s * 1e6},
+                   {"waiting", op.waiting},
+                   {"missing", op.missing},
+                   {"detail", op.detail}});
+  }
+  json recoveries = json::array();
+  for (const ReplayRecovery& rec : r.recoveries) {
+    recoveries.push_back({{"action", std::string(name(rec.action))},
+                          {"outcome", std::string(name(rec.outcome))},
+                          {"attempts", rec.attempts},
+                          {"watchdog_s", rec.watchdog_s},
+                          {"detected_us", rec.detected_s * 1e6},
+                          {"end_us", rec.end_s * 1e6},
+                          {"dropped_ranks", rec.dropped_ranks},
+                          {"rerun_us", rec.rerun_s * 1e6},
+                          {"detail", rec.detail}});
+  }
+  json slices = json::array();
+  for (const ReplaySlice& s : r.slices) slices.push_back({s.rank, s.op, s.start_s * 1e6, s.end_s * 1e6});
+  return {{"ranks", r.ranks},
+          {"groups", r.groups},
+          {"entries", r.entries},
+          {"version", r.version},
+          {"comm_lib_version", r.comm_lib_version},
+          {"cluster", r.cluster},
+          {"verdict", r.verdict},
+          {"culprit_ranks", r.culprit_ranks},
+          {"first_divergence", r.first_divergence ? json(*r.first_divergence) : json(nullptr)},
+          {"end_us", r.end_s * 1e6},
+          {"predicted_comm_us", r.predicted_comm_s * 1e6},
+          {"recorded_comm_us", r.recorded_comm_s * 1e6},
+          {"ops_with_recorded", r.ops_with_recorded},
+          {"ops", ops},
+          {"slices", slices},
+          {"recoveries", recoveries},
+          {"analysis", json::parse(format_json(r.analysis))}};
+}
+
+std::string ops_csv(const ReplayResult& r) {
+  std::string out =
+      "group,sequence,p2p,op,dtype,bytes,ranks,state,predicted_us,recorded_us,algorithm,busbw_GBps,start_us\n";
+  for (const ReplayOp& op : r.ops) {
+    out +=
+        fmt::format("{},{},{},{},{},{},{},{},{:.3f},{},{},{:.2f},{:.3f}\n", csv_field(op.group), op.sequence,
+                    op.p2p ? 1 : 0, csv_field(op.profiling_name), op.dtype, op.bytes, op.ranks.size(), name(op.state),
+                    op.predicted_s * 1e6, op.recorded_s ? fmt::format("{:.3f}", *op.recorded_s * 1e6) : "",
+                    op.algorithm, op.busbw_GBps, op.start_s * 1e6);
+  }
+  return out;
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,243 @@
+#include "app/report/nccl_tests_table.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tandem::app {
+
+namespace {
+
+// Sizes above this are typos: 1 PiB per rank.
+constexpr int64_t kMaxSizeBytes = int64_t{1} << 50;
+
+}  // namespace
+
+int64_t parse_size_bytes(std::string_view text, std::string_view flag) {
+  auto bad = [&]() -> int64_t {
+    fail(ErrorCode::kInvalidArgument, "invalid size '{}' for {}: expected bytes such as 8, 64K, 64M or 1G", text, flag);
+  };
+  if (text.empty()) return bad();
+  int64_t unit = 1;
+  std::string_view number = text;
+  switch (text.back()) {
+    case 'K':
+    case 'k':
+      unit = int64_t{1} << 10;
+      break;
+    case 'M':
+    case 'm':
+      unit = int64_t{1} << 20;
+      break;
+    case 'G':
+    case 'g':
+      unit = int64_t{1} << 30;
+      break;
+    default:
+      break;
+  }
+  if (unit != 1) number.remove_suffix(1);
+  if (number.empty() || !(std::isdigit(static_cast<unsigned char>(number.front())) || number.front() == '.')) {
+    return bad();
+  }
+  double value = 0;
+  auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value, std::chars_format::fixed);
+  if (error != std::errc() || end != number.data() + number.size() || !std::isfinite(value)) return bad();
+  double bytes = std::floor(value * static_cast<double>(unit));
+  if (bytes > static_cast<double>(kMaxSizeBytes)) {
+    fail(ErrorCode::kInvalidArgument, "size '{}' for {} is larger than the limit of {} bytes", text, flag,
+         kMaxSizeBytes);
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int64_t step_factor, int64_t step_bytes) {
+  if (min_bytes < 0 || max_bytes < 0) fail(ErrorCode::kInvalidArgument, "sizes must not be negative");
+  if (min_bytes > max_bytes) {
+    fail(ErrorCode::kInvalidArgument, "invalid sizes: minimum {} bytes (-b) is larger than maximum {} bytes (-e)",
+         min_bytes, max_bytes);
+  }
+  if (step_factor < 1)
+    fail(ErrorCode::kInvalidArgument, "the step factor (-f) must be at least 1 (got {})", step_factor);
+  bool multiply = step_factor > 1;
+  if (multiply && min_bytes == 0 && max_bytes > 0) {
+    fail(ErrorCode::kInvalidArgument, "a sweep by factor (-f {}) cannot start at 0 bytes (-b 0)", step_factor);
+  }
+  if (!multiply && step_bytes < 1 && min_bytes < max_bytes) {
+    fail(ErrorCode::kInvalidArgument, "the step (-i) must be at least 1 byte (got {})", step_bytes);
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t size = min_bytes;;) {
+    if (sizes.size() == kMaxSweepSizes) {
+      fail(ErrorCode::kInvalidArgument, "the sweep from {} to {} bytes has more than {} sizes; use a larger step",
+           min_bytes, max_bytes, kMaxSweepSizes);
+    }
+    sizes.push_back(size);
+    // Stop before overflowing: the next size must be <= max_bytes.
+    if (multiply) {
+      if (size == 0 || size > max_bytes / step_factor) break;
+      size *= step_factor;
+    } else {
+      if (step_bytes < 1 || size > max_bytes - step_bytes) break;
+      size += step_bytes;
+    }
+  }
+  return sizes;
+}
+
+SizeCounts nccl_tests_counts(Collective collective, int64_t bytes, DataType dtype, int nranks) {
+  const int64_t element_bytes = static_cast<int64_t>(size_bytes(dtype));
+  const int64_t n = nranks;
+  SizeCounts counts;
+  switch (collective) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kSendRecv:
+      counts.count = bytes / element_bytes;
+      counts.input_elements = counts.count;
+      counts.output_elements = counts.count;
+      counts.size_bytes = counts.count * element_bytes;
+      break;
+    case Collective::kAllGather:
+      counts.count = bytes / element_bytes / n;
+      counts.input_elements = counts.count;
+      counts.output_elements = n * counts.count;
+      counts.size_bytes = n * counts.count * element_bytes;
+      break;
+    case Collective::kReduceScatter:
+      counts.count = bytes / element_bytes / n;
+      counts.input_elements = n * counts.count;
+      counts.output_elements = counts.count;
+      counts.size_bytes = n * counts.count * element_bytes;
+      break;
+    case Collective::kAllToAll:
+      counts.count = bytes / element_bytes / n;
+      counts.input_elements = n * counts.count;
+      counts.output_elements = n * counts.count;
+      counts.size_bytes = n * counts.count * element_bytes;
+      break;
+  }
+  return counts;
+}
+
+double bus_bandwidth_factor(Collective collective, int nranks) {
+  const double n = nranks;
+  switch (collective) {
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return (n - 1) / n;
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kSendRecv:
+      return 1.0;
+  }
+  return 1.0;
+}
+
+std::string_view nccl_tests_type_name(DataType dtype) {
+  switch (dtype) {
+    case DataType::kF32:
+      return "float";
+    case DataType::kF16:
+      return "half";
+    case DataType::kBF16:
+      return "bfloat16";
+    case DataType::kF64:
+      return "double";
+    case DataType::kI32:
+      return "int32";
+    case DataType::kI64:
+      return "int64";
+  }
+  return "?";
+}
+
+BenchResult make_result(double seconds, const SizeCounts& counts, Collective collective, int nranks,
+                        std::optional<int64_t> wrong) {
+  BenchResult result;
+  result.time_us = seconds * 1e6;
+  result.algbw_GBps = seconds > 0 ? static_cast<double>(counts.size_bytes) / seconds / 1e9 : 0.0;
+  result.busbw_GBps = result.algbw_GBps * bus_bandwidth_factor(collective, nranks);
+  result.wrong = wrong;
+  return result;
+}
+
+std::string format_time_us(double time_us) {
+  if (time_us >= 10000.0) return fmt::format("{:7.0f}", time_us);
+  if (time_us >= 100.0) return fmt::format("{:7.1f}", time_us);
+  return fmt::format("{:7.2f}", time_us);
+}
+
+std::string format_column_header() {
+  std::string out;
+  out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place\n",
+                     "", "", "", "", "");
+  out += fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6} {:>6}  {:>7}  {:>6}  {:>6} {:>6}\n",
+                     "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+                     "busbw", "#wrong");
+  // nccl-tests pads the units line to full width; the trailing blanks carry nothing.
+  std::string units =
+      fmt::format("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>5}  {:>7}  {:>6}  {:>6}  {:>5}",
+                  "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+  units.erase(units.find_last_not_of(' ') + 1);
+  out += units + "\n";
+  return out;
+}
+
+namespace {
+
+std::string format_result(const std::optional<BenchResult>& result) {
+  if (!result) return fmt::format("  {:>7}  {:>6}  {:>6}  {:>5}", "N/A", "N/A", "N/A", "N/A");
+  std::string wrong = result->wrong ? fmt::format("{}", *result->wrong) : std::string("N/A");
+  return fmt::format("  {}  {:6.2f}  {:6.2f}  {:>5}", format_time_us(result->time_us), result->algbw_GBps,
+                     result->busbw_GBps, wrong);
+}
+
+}  // namespace
+
+std::string format_row(const BenchRow& row) {
+  return fmt::format("{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{}\n", row.counts.size_bytes, row.counts.count,
+                     row.type_name, row.redop, row.root, format_result(row.out_of_place), format_result(row.in_place));
+}
+
+int64_t failed_results(const std::vector<BenchRow>& rows) {
+  int64_t failed = 0;
+  for (const BenchRow& row : rows) {
+    if (row.out_of_place.wrong.value_or(0) > 0) ++failed;
+    if (row.in_place && row.in_place->wrong.value_or(0) > 0) ++failed;
+  }
+  return failed;
+}
+
+double average_bus_bandwidth(const std::vector<BenchRow>& rows) {
+  double sum = 0;
+  int64_t results = 0;
+  for (const BenchRow& row : rows) {
+    sum += row.out_of_place.busbw_GBps;
+    ++results;
+    if (row.in_place) {
+      sum += row.in_place->busbw_GBps;
+      ++results;
+    }
+  }
+  return results > 0 ? sum / static_cast<double>(results) : 0.0;
+}
+
+std::string format_footer(const std::vector<BenchRow>& rows) {
+  int64_t failed = failed_results(rows);
+  std::string out;
+  out += fmt::format("# Out of bounds values : {} {}\n", failed, failed > 0 ? "FAILED" : "OK");
+  out += fmt::format("# Avg bus bandwidth    : {:g}\n", average_bus_bandwidth(rows));
+  out += "#\n";
+  return out;
+}
+
+}  // namespace tandem::app

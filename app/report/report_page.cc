@@ -1,0 +1,445 @@
+#include "app/report/report_page.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace tandem::app {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kStyle = R"(
+body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1d2430;margin:0;background:#f4f6f9}
+header{background:#1d2430;color:#fff;padding:18px 28px}
+header h1{margin:0;font-size:22px;font-weight:600}
+header p{margin:6px 0 0;color:#c9d1dc}
+main{padding:8px 28px 28px}
+section{background:#fff;border:1px solid #dde3ea;border-radius:6px;margin:16px 0;padding:14px 18px}
+h2{font-size:16px;margin:0 0 10px}
+.badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600;font-size:13px;margin-left:10px}
+.pass{background:#2ca02c;color:#fff}.fail{background:#d62728;color:#fff}.warn{background:#ff7f0e;color:#fff}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eef1f4}
+th{background:#f7f9fb;font-weight:600}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.aborted td,tr.culprit td{background:#fdecea}
+tr.recovered td{background:#fff4e5}
+dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px;margin:0}
+dt{color:#5b6675}dd{margin:0}
+.legend span{display:inline-block;margin-right:16px}
+.swatch{display:inline-block;width:12px;height:12px;border-radius:2px;vertical-align:-1px;margin-right:4px}
+svg text{font:11px -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;fill:#1d2430}
+footer{color:#5b6675;font-size:12px;padding:0 28px 24px}
+)";
+
+constexpr const char* kCompleted = "#4c78a8";
+constexpr const char* kFailed = "#d62728";
+constexpr const char* kFault = "#d62728";
+constexpr const char* kRecovery = "#ff7f0e";
+constexpr const char* kCompare = "#59a14f";
+
+std::string num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, digits); }
+
+std::string text_of(const json& j, const char* key, const std::string& fallback = "") {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  return j.at(key).is_string() ? j.at(key).get<std::string>() : j.at(key).dump();
+}
+
+const json& need(const json& j, const char* key, const char* what) {
+  if (!j.contains(key)) fail(ErrorCode::kFormat, "results.json ({}) has no '{}'", what, key);
+  return j.at(key);
+}
+
+std::string badge(bool pass, const std::string& label) {
+  return fmt::format("<span class=\"badge {}\">{}</span>", pass ? "pass" : "fail", html_escape(label));
+}
+
+// The page's verdict (the test finds it by its id).
+std::string verdict_badge(bool pass, const std::string& label) {
+  return fmt::format("<span class=\"badge {}\" id=\"verdict\">{}</span>", pass ? "pass" : "fail", html_escape(label));
+}
+
+std::string expectations_section(const json& results) {
+  if (!results.contains("expectations") || results.at("expectations").empty()) return "";
+  std::string rows;
+  for (const json& e : results.at("expectations")) {
+    const bool pass = e.contains("pass") ? e.at("pass").get<bool>() : text_of(e, "verdict") == "PASS";
+    const std::string line = e.contains("line") ? text_of(e, "line") : text_of(e, "detail");
+    rows += fmt::format("<tr class=\"expectation\"><td>{}</td><td>{}</td></tr>\n", badge(pass, pass ? "PASS" : "FAIL"),
+                        html_escape(line));
+  }
+  return "<section><h2>Expectations</h2><table><tr><th>verdict</th><th>expectation</th></tr>\n" + rows +
+         "</table></section>\n";
+}
+
+std::string page(const std::string& title, const std::string& subtitle, const std::string& body) {
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n<style>{}</style></head>\n"
+      "<body>\n<header><h1>{}</h1><p>{}</p></header>\n<main>\n{}</main>\n"
+      "<footer>Written by tandem report from results.json. Self-contained: no scripts, nothing loaded from the "
+      "network.</footer>\n</body></html>\n",
+      html_escape(title), kStyle, html_escape(title), html_escape(subtitle), body);
+}
+
+// ---- collective loop ------------------------------------------------------------------------------
+
+struct Slice {
+  int rank, iteration, attempt;
+  double start, end;
+  bool ok;
+};
+
+std::vector<Slice> slices_of(const json& results) {
+  std::vector<Slice> out;
+  for (const json& s : need(results, "slices", "collective loop")) {
+    out.push_back({s.at(0).get<int>(), s.at(1).get<int>(), s.at(2).get<int>(), s.at(3).get<double>(),
+                   s.at(4).get<double>(), s.at(5).get<bool>()});
+  }
+  return out;
+}
+
+std::string loop_timeline(const json& results, const std::vector<int>& culprits) {
+  const int ranks = need(results, "ranks", "collective loop").get<int>();
+  const json& iterations = need(results, "iterations", "collective loop");
+  const std::vector<Slice> slices = slices_of(results);
+  double total = results.value("total_seconds", 0.0);
+  for (const Slice& s : slices) total = std::max(total, s.end);
+  if (total <= 0) total = 1e-6;
+  const int row = ranks > 32 ? 10 : 16, left = 124, band = 34, width = 1120, plot = width - left - 40;
+  const int height = band + ranks * row + 34;
+  auto x = [&](double t) { return left + t / total * plot; };
+  std::string svg = fmt::format(
+      "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\" aria-label=\"timeline per rank\">\n",
+      width, height, width, height);
+  // The iterations band.
+  svg += fmt::format("<text x=\"4\" y=\"{}\">iterations</text>\n", band / 2 + 4);
+  for (const json& it : iterations) {
+    const std::string outcome = text_of(it, "outcome");
+    const double start = it.value("start_s", 0.0), seconds = it.value("seconds", 0.0);
+    const char* colour = outcome == "aborted" ? kFailed : outcome == "completed" ? kCompleted : kRecovery;
+    svg += fmt::format(
+        "<g class=\"iteration\" data-outcome=\"{}\"><rect x=\"{:.2f}\" y=\"6\" width=\"{:.2f}\" height=\"{}\" "
+        "fill=\"{}\" opacity=\"0.85\"><title>iteration {}: {} in {} us</title></rect></g>\n",
+        html_escape(outcome), x(start), std::max(1.0, x(start + seconds) - x(start)), band - 14, colour,
+        it.value("iteration", 0), html_escape(outcome), num(seconds * 1e6));
+  }
+  // Rank rows.
+  std::map<int, std::vector<const Slice*>> by_rank;
+  for (const Slice& s : slices) by_rank[s.rank].push_back(&s);
+  for (int r = 0; r < ranks; ++r) {
+    const bool culprit = std::find(culprits.begin(), culprits.end(), r) != culprits.end();
+    const int y = band + r * row;
+    svg += fmt::format("<g class=\"rank-row{}\" data-rank=\"{}\">", culprit ? " culprit" : "", r);
+    if (culprit) {
+      svg += fmt::format("<rect x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" opacity=\"0.14\"/>", y, width,
+                         row, kFault);
+    } else if (r % 2 == 1) {
+      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f2f4f7\"/>", left, y, plot, row);
+    }
+    if (ranks <= 32 || r % 8 == 0 || culprit) {
+      svg += fmt::format("<text x=\"4\" y=\"{}\"{}>rank {}{}</text>", y + row - 2,
+                         culprit ? " style=\"fill:#d62728;font-weight:700\"" : "", r, culprit ? " (culprit)" : "");
+    }
+    for (const Slice* s : by_rank[r]) {
+      svg += fmt::format(
+          "<rect class=\"slice {}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>rank {} "
+          "iteration {} attempt {}: {} us{}</title></rect>",
+          s->ok ? "completed" : "failed", x(s->start), y + 1, std::max(0.8, x(s->end) - x(s->start)), row - 2,
+          s->ok ? kCompleted : kFailed, r, s->iteration, s->attempt, num((s->end - s->start) * 1e6),
+          s->ok ? "" : " (failed)");
+    }
+    svg += "</g>\n";
+  }
+  // Faults where they hit, recovery where it acted.
+  const int bottom = band + ranks * row;
+  for (const json& it : iterations) {
+    const double start = it.value("start_s", 0.0), end = start + it.value("seconds", 0.0);
+    if (!it.value("faults", json::array()).empty()) {
+      svg += fmt::format(
+          "<g class=\"fault-marker\"><line x1=\"{0:.2f}\" y1=\"4\" x2=\"{0:.2f}\" y2=\"{1}\" stroke=\"{2}\" "
+          "stroke-width=\"2\" stroke-dasharray=\"4 3\"/><polygon points=\"{3:.2f},2 {4:.2f},2 {0:.2f},10\" "
+          "fill=\"{2}\"/><title>fault in iteration {5}</title></g>\n",
+          x(start), bottom, kFault, x(start) - 6, x(start) + 6, it.value("iteration", 0));
+    }
+    const std::string outcome = text_of(it, "outcome");
+    if (outcome != "completed") {
+      svg += fmt::format(
+          "<g class=\"recovery-marker\" data-outcome=\"{0}\"><line x1=\"{1:.2f}\" y1=\"4\" x2=\"{1:.2f}\" y2=\"{2}\" "
+          "stroke=\"{3}\" stroke-width=\"2\"/><circle cx=\"{1:.2f}\" cy=\"8\" r=\"5\" fill=\"{3}\"/>"
+          "<title>recovery: {0}</title></g>\n",
+          html_escape(outcome), x(end), bottom, kRecovery);
+    }
+  }
+  // The time axis.
+  for (int i = 0; i <= 5; ++i) {
+    const double t = total * i / 5;
+    svg += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#8a94a3\"/>"
+                       "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"{5}\">{4} ms</text>\n",
+                       x(t), bottom, bottom + 5, bottom + 18, num(t * 1e3, 2), i == 5 ? "end" : "middle");
+  }
+  svg += "</svg>\n";
+  const std::string legend = fmt::format(
+      "<p class=\"legend\"><span><i class=\"swatch\" style=\"background:{}\"></i>completed attempt</span>"
+      "<span><i class=\"swatch\" style=\"background:{}\"></i>failed attempt (a stuck one: waiting until the "
+      "watchdog fires) / fault</span>"
+      "<span><i class=\"swatch\" style=\"background:{}\"></i>recovery action</span>"
+      "<span>a rank with no slice in an attempt never arrived (hung or crashed)</span></p>",
+      kCompleted, kFailed, kRecovery);
+  return "<section><h2>Timeline per rank</h2>" + legend + svg + "</section>\n";
+}
+
+std::string loop_table(const json& results, const json* compare) {
+  std::string out = "<section><h2>Collectives</h2><table id=\"collectives\"><tr><th>iteration</th><th>outcome</th>"
+                    "<th>attempts</th><th class=\"num\">time (us)</th><th class=\"num\">fault-free (us)</th>"
+                    "<th class=\"num\">cost (us)</th>";
+  if (compare) out += "<th class=\"num\">other run (us)</th>";
+  out += "<th>detail</th></tr>\n";
+  const json& iterations = need(results, "iterations", "collective loop");
+  for (size_t i = 0; i < iterations.size(); ++i) {
+    const json& it = iterations[i];
+    const std::string outcome = text_of(it, "outcome");
+    const double seconds = it.value("seconds", 0.0), free = it.value("fault_free_seconds", 0.0);
+    out += fmt::format("<tr class=\"iteration {}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}"
+                       "</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
+                       outcome == "completed" ? "ok" : outcome == "aborted" ? "aborted" : "recovered",
+                       it.value("iteration", 0), html_escape(outcome), it.value("attempts", 0), num(seconds * 1e6),
+                       num(free * 1e6), num(std::max(0.0, seconds - free) * 1e6));
+    if (compare) {
+      const json& other = compare->at("iterations");
+      out += fmt::format("<td class=\"num\">{}</td>",
+                         i < other.size() ? num(other[i].value("seconds", 0.0) * 1e6) : std::string("-"));
+    }
+    out += fmt::format("<td>{}</td></tr>\n", html_escape(text_of(it, "detail")));
+  }
+  return out + "</table></section>\n";
+}
+
+// Bars per iteration: this run against the other (prediction vs measurement).
+std::string compare_plot(const std::vector<std::pair<std::string, std::pair<double, double>>>& bars,
+                         const std::string& mine, const std::string& theirs, const std::string& unit) {
+  double top = 0;
+  for (const auto& [label, v] : bars) top = std::max({top, v.first, v.second});
+  if (top <= 0) top = 1;
+  const int width = 1120, height = 260, left = 70, bottom = 220, plot_h = 190;
+  const double slot = (width - left - 20.0) / std::max<size_t>(1, bars.size());
+  std::string svg = fmt::format("<svg id=\"comparison\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                "viewBox=\"0 0 {} {}\">\n",
+                                width, height, width, height);
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const double x0 = left + i * slot;
+    const auto& [a, b] = bars[i].second;
+    const double ha = a / top * plot_h, hb = b / top * plot_h, w = std::max(2.0, slot * 0.35);
+    svg += fmt::format("<rect class=\"bar mine\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+                       "fill=\"{}\"><title>{}: {} {}</title></rect>",
+                       x0 + slot * 0.12, bottom - ha, w, ha, kCompleted, html_escape(mine), num(a), unit);
+    svg += fmt::format("<rect class=\"bar theirs\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+                       "fill=\"{}\"><title>{}: {} {}</title></rect>",
+                       x0 + slot * 0.12 + w, bottom - hb, w, hb, kCompare, html_escape(theirs), num(b), unit);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x0 + slot / 2, bottom + 16,
+                       html_escape(bars[i].first));
+  }
+  svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/>"
+                     "<text x=\"4\" y=\"{3}\">{4} {5}</text><text x=\"4\" y=\"{1}\">0</text></svg>\n",
+                     left, bottom, width - 10, bottom - plot_h + 4, num(top), html_escape(unit));
+  return fmt::format("<section><h2>Prediction vs measurement</h2><p class=\"legend\"><span><i class=\"swatch\" "
+                     "style=\"background:{}\"></i>{}</span><span><i class=\"swatch\" style=\"background:{}\"></i>{}"
+                     "</span></p>{}</section>\n",
+                     kCompleted, html_escape(mine), kCompare, html_escape(theirs), svg);
+}
+
+std::string loop_page(const json& results, const std::optional<json>& compare) {
+  const bool aborted = results.value("aborted", false);
+  bool expectations_pass = true;
+  for (const json& e : results.value("expectations", json::array())) expectations_pass &= e.value("pass", false);
+  std::vector<int> culprits;
+  if (results.contains("analysis")) culprits = results.at("analysis").value("culprit_ranks", std::vector<int>{});
+  const std::string name = text_of(results, "scenario", "scenario");
+  std::string body = "<section><h2>Outcome" +
+                     verdict_badge(expectations_pass, expectations_pass ? "expectations PASS" : "expectations FAIL") +
+                     badge(!aborted, aborted ? "the loop ABORTED" : "the loop completed") +
+                     "</h2><dl>";
+  auto row = [&](const std::string& key, const std::string& value) {
+    if (!value.empty()) body += fmt::format("<dt>{}</dt><dd>{}</dd>", html_escape(key), html_escape(value));
+  };
+  row("backend", text_of(results, "backend"));
+  row("workload", text_of(results, "workload"));
+  row("recovery", text_of(results, "recovery"));
+  row("total", fmt::format("{} us (fault-free {} us; faults cost {} us)", num(results.value("total_seconds", 0.0) * 1e6),
+                           num(results.value("fault_free_seconds", 0.0) * 1e6),
+                           num((results.value("total_seconds", 0.0) - results.value("fault_free_seconds", 0.0)) * 1e6)));
+  for (const json& f : results.value("faults", json::array())) row("fault", f.get<std::string>());
+  for (const json& d : results.value("dump_reasons", json::array())) row("dumps", d.get<std::string>());
+  if (results.contains("analysis")) {
+    body += fmt::format("<dt>flight recorder</dt><dd id=\"analysis\"><strong>{}</strong></dd>",
+                        html_escape(text_of(results.at("analysis"), "verdict")));
+  }
+  body += "</dl></section>\n";
+  body += loop_timeline(results, culprits);
+  const json* other = compare && compare->contains("iterations") ? &*compare : nullptr;
+  body += loop_table(results, other);
+  if (other) {
+    std::vector<std::pair<std::string, std::pair<double, double>>> bars;
+    const json& mine = results.at("iterations");
+    const json& theirs = other->at("iterations");
+    for (size_t i = 0; i < std::min(mine.size(), theirs.size()); ++i) {
+      bars.push_back({fmt::format("#{}", i), {mine[i].value("seconds", 0.0) * 1e6, theirs[i].value("seconds", 0.0) * 1e6}});
+    }
+    body += compare_plot(bars, fmt::format("this run ({})", text_of(results, "backend")),
+                         fmt::format("other run ({})", text_of(*other, "backend")), "us");
+  }
+  body += expectations_section(results);
+  return page("tandem report: " + name, text_of(results, "description"), body);
+}
+
+// ---- collective sweep -------------------------------------------------------------------------------
+
+std::string sweep_page(const json& results, const std::optional<json>& compare) {
+  const json& scenario = need(results, "scenario", "sweep");
+  const json& points = need(results, "points", "sweep");
+  const bool pass = results.value("passed", false);
+  std::string body = "<section><h2>Outcome" + verdict_badge(pass, pass ? "PASS" : "FAIL") + "</h2><dl>";
+  body += fmt::format("<dt>backend</dt><dd>{}</dd><dt>points</dt><dd>{}</dd></dl></section>\n",
+                      html_escape(text_of(results, "backend")), points.size());
+  // busbw against size, one line per (variant, collective, algorithm); the other run dashed.
+  struct Line {
+    std::vector<std::pair<double, double>> xy;
+    bool other = false;
+  };
+  std::map<std::string, Line> lines;
+  auto add = [&](const json& run, bool other) {
+    for (const json& p : run.at("points")) {
+      if (text_of(p, "status") != "ok") continue;
+      const std::string key = fmt::format("{}{} {} {}", other ? "other: " : "", text_of(p, "variant"),
+                                          text_of(p, "collective"), text_of(p, "algorithm"));
+      lines[key].xy.push_back({p.value("size_bytes", 0.0), p.value("busbw_GBps", 0.0)});
+      lines[key].other = other;
+    }
+  };
+  add(results, false);
+  if (compare && compare->contains("points")) add(*compare, true);
+  double xmin = 1e300, xmax = 0, ymax = 0;
+  for (const auto& [key, line] : lines) {
+    for (const auto& [size, bw] : line.xy) {
+      xmin = std::min(xmin, size);
+      xmax = std::max(xmax, size);
+      ymax = std::max(ymax, bw);
+    }
+  }
+  if (!lines.empty() && xmax > 0) {
+    const int width = 1120, height = 340, left = 70, bottom = 300, plot_w = 1000, plot_h = 270;
+    const double lx0 = std::log2(std::max(1.0, xmin)), lx1 = std::max(lx0 + 1, std::log2(xmax));
+    auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
+    auto py = [&](double bw) { return bottom - bw / std::max(ymax, 1e-9) * plot_h; };
+    const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d"};
+    std::string svg = fmt::format("<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                  "viewBox=\"0 0 {} {}\">\n",
+                                  width, height, width, height);
+    std::string legend;
+    size_t i = 0;
+    for (const auto& [key, line] : lines) {
+      const char* colour = palette[i++ % 7];
+      std::string path;
+      for (const auto& [size, bw] : line.xy) path += fmt::format("{:.1f},{:.1f} ", px(size), py(bw));
+      svg += fmt::format("<polyline class=\"series{}\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}>"
+                         "<title>{}</title></polyline>\n",
+                         line.other ? " other" : "", path, colour, line.other ? " stroke-dasharray=\"6 4\"" : "",
+                         html_escape(key));
+      legend += fmt::format("<span><i class=\"swatch\" style=\"background:{}\"></i>{}</span>", colour, html_escape(key));
+    }
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/><text x=\"{3}\" "
+                       "y=\"{4}\" text-anchor=\"end\">size (bytes, log scale) {5} .. {6}</text><text x=\"4\" y=\"24\">"
+                       "{7} GB/s</text><text x=\"4\" y=\"{1}\">0</text></svg>\n",
+                       left, bottom, left + plot_w, left + plot_w, bottom + 24, num(xmin, 0), num(xmax, 0),
+                       num(ymax));
+    body += "<section><h2>Bus bandwidth against size" +
+            std::string(compare ? " (prediction vs measurement: the other run dashed)" : "") + "</h2><p class=\"legend\">" +
+            legend + "</p>" + svg + "</section>\n";
+  }
+  std::string rows;
+  for (const json& p : points) {
+    rows += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                        "<td class=\"num\">{}</td><td>{}</td></tr>\n",
+                        html_escape(text_of(p, "variant")), html_escape(text_of(p, "collective")),
+                        html_escape(text_of(p, "algorithm_used", text_of(p, "algorithm"))),
+                        p.value("size_bytes", int64_t{0}), num(p.value("time_us", 0.0)), num(p.value("busbw_GBps", 0.0)),
+                        html_escape(text_of(p, "status")));
+  }
+  body += "<section><h2>Points</h2><table id=\"collectives\"><tr><th>variant</th><th>collective</th><th>algorithm"
+          "</th><th class=\"num\">size (B)</th><th class=\"num\">time (us)</th><th class=\"num\">busbw (GB/s)</th>"
+          "<th>status</th></tr>\n" +
+          rows + "</table></section>\n";
+  body += expectations_section(results);
+  return page("tandem report: " + text_of(scenario, "name", "sweep"), text_of(scenario, "description"), body);
+}
+
+// ---- training ---------------------------------------------------------------------------------------
+
+std::string training_page(const json& results) {
+  const json& scenario = need(results, "scenario", "training");
+  const bool pass = results.value("passed", false);
+  std::string body = "<section><h2>Outcome" + verdict_badge(pass, pass ? "PASS" : "FAIL") + "</h2><dl>";
+  const json workload = results.value("workload", json::object());
+  body += fmt::format("<dt>model</dt><dd>{}</dd><dt>precision</dt><dd>{}</dd></dl></section>\n",
+                      html_escape(text_of(workload, "model")), html_escape(text_of(workload, "precision")));
+  std::string rows;
+  for (const json& variant : need(results, "variants", "training")) {
+    for (const json& layout : variant.value("layouts", json::array())) {
+      const std::string variant_name = html_escape(text_of(variant, "variant", text_of(variant, "name")));
+      if (!layout.value("ok", true)) {  // does not fit or does not split: the reason instead of numbers
+        rows += fmt::format("<tr class=\"does-not-run\"><td>{}</td><td>{}</td><td>does not run</td><td colspan=\"5\">"
+                            "{}</td></tr>\n",
+                            variant_name, html_escape(text_of(layout, "layout")), html_escape(text_of(layout, "error")));
+        continue;
+      }
+      rows += fmt::format("<tr><td>{}</td><td>{}</td><td>runs</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                          "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+                          variant_name, html_escape(text_of(layout, "layout")), num(layout.value("step_s", 0.0), 2),
+                          num(layout.value("compute_s", 0.0), 2), num(layout.value("exposed_comm_s", 0.0), 3),
+                          num(layout.value("bubble_s", 0.0), 3), num(100 * layout.value("achieved_mfu", 0.0), 1));
+    }
+  }
+  body += "<section><h2>Step per layout</h2><table id=\"collectives\"><tr><th>variant</th><th>layout</th><th>status"
+          "</th><th class=\"num\">step (s)</th><th class=\"num\">compute (s)</th><th class=\"num\">exposed comm (s)"
+          "</th><th class=\"num\">bubble (s)</th><th class=\"num\">MFU (%)</th></tr>\n" +
+          rows + "</table></section>\n";
+  body += expectations_section(results);
+  return page("tandem report: " + text_of(scenario, "name", "training"), text_of(scenario, "description"), body);
+}
+
+}  // namespace
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string report_html(const json& results, const std::optional<json>& compare) {
+  if (!results.is_object()) fail(ErrorCode::kFormat, "results.json is not a JSON object");
+  if (results.contains("slices") && results.contains("iterations")) return loop_page(results, compare);
+  if (results.contains("points")) return sweep_page(results, compare);
+  if (results.contains("variants")) return training_page(results);
+  fail(ErrorCode::kFormat,
+       "results.json is of no kind the report knows (a collective loop has 'iterations' and 'slices', a sweep "
+       "'points', a training run 'variants'): was it written by tandem run --out?");
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,367 @@
+#include "app/scenario/training_run.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "app/report/scenario_report.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+const sim::TrainingStepResult* TrainingResults::find(const Scenario& scenario, std::string_view variant,
+                                                     std::string_view layout) const {
+  for (size_t v = 0; v < scenario.variants.size() && v < steps.size(); ++v) {
+    if (scenario.variants[v].name != variant) continue;
+    for (const sim::TrainingStepResult& step : steps[v]) {
+      if (step.layout == layout) return &step;
+    }
+  }
+  return nullptr;
+}
+
+namespace {
+
+const TrainingWorkload& training_of(const Scenario& scenario) {
+  const auto* training = std::get_if<TrainingWorkload>(&scenario.workload);
+  if (training == nullptr) fail(ErrorCode::kInvalidArgument, "the scenario's workload is not a training job");
+  return *training;
+}
+
+int gpus_of(const models::ClusterSpec& cluster) { return cluster.nodes * cluster.gpus_per_node; }
+
+}  // namespace
+
+TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress,
+                             bool keep_timeline) {
+  if (backend != ScenarioBackend::kSim) {
+    fail(ErrorCode::kUnsupported,
+         "a training workload runs on the simulator (--backend sim), not on {}: its steps "
+         "are whole-cluster predictions",
+         name(backend));
+  }
+  const TrainingWorkload& training = training_of(scenario);
+  TrainingResults results;
+  for (size_t v = 0; v < scenario.variants.size(); ++v) {
+    const ClusterVariant& variant = scenario.variants[v];
+    sim::TrainingRequest request;
+    request.cluster = variant.cluster;
+    request.network = network_model(scenario.network);
+    request.keep_timeline = keep_timeline;
+    for (size_t l = 0; l < training.layouts.size(); ++l) {
+      request.configs.push_back(training.config_for(l, gpus_of(variant.cluster)));
+    }
+    if (progress) {
+      progress(fmt::format("variant {}/{} ({}): simulating {} layouts", v + 1, scenario.variants.size(), variant.name,
+                           request.configs.size()));
+    }
+    results.steps.push_back(sim::simulate_training(request, /*isolated=*/true));
+    results.configs.push_back(request.configs);
+  }
+  return results;
+}
+
+std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Scenario& scenario,
+                                                                       const TrainingResults& results) {
+  std::vector<TrainingExpectationOutcome> outcomes;
+  for (const TrainingExpectation& e : scenario.training_expectations) {
+    TrainingExpectationOutcome outcome;
+    outcome.expectation = e;
+    if (e.backend && *e.backend != ScenarioBackend::kSim) {
+      outcome.verdict = ExpectationVerdict::kSkip;
+      outcome.detail = fmt::format("for backend {}", name(*e.backend));
+      outcomes.push_back(std::move(outcome));
+      continue;
+    }
+    const sim::TrainingStepResult* step = results.find(scenario, e.variant, e.layout);
+    if (step == nullptr) fail(ErrorCode::kInvalidArgument, "no result for layout '{}' on '{}'", e.layout, e.variant);
+    bool holds = true;
+    std::string& detail = outcome.detail;
+    if (e.fits) {
+      holds = step->ok == *e.fits;
+      detail = step->ok ? fmt::format("fits ({} per GPU)", format_gigabytes(step->memory.total_bytes()))
+                        : fmt::format("does not run: {}", step->error);
+    }
+    const bool bounds = e.step_time_s.set() || e.achieved_mfu.set() || e.exposed_comm_s.set() || e.bubble_s.set() ||
+                        e.memory_GB.set() || e.tokens_per_s_per_gpu.set() || e.speedup.set();
+    if (bounds && !step->ok && !e.memory_GB.set()) {
+      holds = false;
+      if (detail.empty()) detail = fmt::format("does not run: {}", step->error);
+    } else if (bounds) {
+      holds = check_bound(e.memory_GB, step->memory.total_bytes() / 1e9, "memory", "GB", detail) && holds;
+      if (step->ok) {
+        holds = check_bound(e.step_time_s, step->step_s, "step", "s", detail) && holds;
+        holds = check_bound(e.achieved_mfu, step->achieved_mfu, "MFU", "", detail) && holds;
+        holds = check_bound(e.exposed_comm_s, step->exposed_comm_s, "exposed communication", "s", detail) && holds;
+        holds = check_bound(e.bubble_s, step->bubble_s, "bubble", "s", detail) && holds;
+        holds = check_bound(e.tokens_per_s_per_gpu, step->tokens_per_s_per_gpu, "tokens/s/GPU", "", detail) && holds;
+        if (e.relative_to) {
+          const sim::TrainingStepResult* other = results.find(scenario, *e.relative_to, e.layout);
+          if (other == nullptr || !other->ok) {
+            holds = false;
+            detail += fmt::format("{}the layout does not run on {}", detail.empty() ? "" : "; ", *e.relative_to);
+          } else {
+            holds = check_bound(e.speedup, other->step_s / step->step_s, fmt::format("speedup over {}", *e.relative_to),
+                                "x", detail) &&
+                    holds;
+          }
+        }
+      }
+    }
+    outcome.verdict = holds ? ExpectationVerdict::kPass : ExpectationVerdict::kFail;
+    outcomes.push_back(std::move(outcome));
+  }
+  return outcomes;
+}
+
+bool training_passed(const std::vector<TrainingExpectationOutcome>& outcomes) {
+  return std::none_of(outcomes.begin(), outcomes.end(),
+                      [](const auto& o) { return o.verdict == ExpectationVerdict::kFail; });
+}
+
+std::string format_seconds(double seconds) {
+  if (seconds >= 100) return fmt::format("{:.1f}", seconds);
+  if (seconds >= 1) return fmt::format("{:.2f}", seconds);
+  return fmt::format("{:.3f}", seconds);
+}
+
+std::string format_gigabytes(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
+std::string format_percent(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
+
+namespace {
+
+// How many collectives per layout the report lists (results.json has sim::kTopCollectives).
+constexpr size_t kReportedCollectives = 3;
+
+// Decimal units, as bandwidths are: "1.71 GB", "134 MB", "16.8 MB".
+std::string decimal_size(int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1e9) return fmt::format("{:.3g} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.3g} MB", b / 1e6);
+  if (b >= 1e3) return fmt::format("{:.3g} kB", b / 1e3);
+  return fmt::format("{} B", bytes);
+}
+
+std::string describe(const TrainingExpectation& e) {
+  std::string out = fmt::format("{} {}", e.variant, e.layout);
+  if (e.relative_to) out += fmt::format(" vs {}", *e.relative_to);
+  return out;
+}
+
+std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
+                         const std::vector<models::TrainingConfig>& configs) {
+  std::string out = fmt::format("{:<14} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
+                                "layout", "tp", "pp", "dp", "micro", "recompute", "memory/GPU", "step (s)", "compute",
+                                "exposed", "bubble", "MFU", "tok/s/GPU");
+  for (size_t l = 0; l < steps.size(); ++l) {
+    const sim::TrainingStepResult& s = steps[l];
+    const models::TrainingConfig& c = configs[l];
+    const std::string micro =
+        s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch) : std::string("-");
+    out += fmt::format("{:<14} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp, c.layout.pp,
+                       s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro, c.recompute ? "yes" : "no",
+                       s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
+    if (s.ok) {
+      out += fmt::format("{:>9} {:>9} {:>9} {:>8} {:>7} {:>10.0f}\n", format_seconds(s.step_s),
+                         format_seconds(s.compute_s), format_seconds(s.exposed_comm_s), format_seconds(s.bubble_s),
+                         format_percent(s.achieved_mfu), s.tokens_per_s_per_gpu);
+    } else {
+      out += "does not run (below)\n";
+    }
+  }
+  for (const sim::TrainingStepResult& s : steps) {
+    if (!s.ok) out += fmt::format("  {}: {}\n", s.layout, s.error);
+  }
+  out +=
+      "memory per GPU (busiest stage): weights + gradients + optimizer + gathered FSDP units + activations + "
+      "logits + runtime\n";
+  for (const sim::TrainingStepResult& s : steps) {
+    const models::MemoryBreakdown& m = s.memory;
+    if (m.total_bytes() <= 0) continue;
+    out += fmt::format("  {:<14} {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} = {:.1f} GB\n", s.layout,
+                       m.weights_bytes / 1e9, m.gradients_bytes / 1e9, m.optimizer_bytes / 1e9, m.unsharded_bytes / 1e9,
+                       m.activations_bytes / 1e9, m.logits_bytes / 1e9, m.runtime_bytes / 1e9, m.total_bytes() / 1e9);
+  }
+  return out;
+}
+
+std::string top_collectives(const std::vector<sim::TrainingStepResult>& steps) {
+  std::string out = "collectives with the most exposed time (on the stage the breakdown is of):\n";
+  for (const sim::TrainingStepResult& s : steps) {
+    if (!s.ok) continue;
+    for (size_t i = 0; i < s.top.size() && i < kReportedCollectives; ++i) {
+      const models::ExposedComm& e = s.top[i];
+      std::string how;
+      for (const sim::CollectiveTiming& c : s.collectives) {
+        if (c.collective == e.collective && c.bytes == e.bytes && c.group == e.group) {
+          how = fmt::format("{} ranks, {}/{} {:.1f} GB/s busbw", c.ranks, c.algorithm, sim::name(c.protocol),
+                            c.busbw_GBps);
+          break;
+        }
+      }
+      out += fmt::format("  {:<14} {:<28} {:>9} on {:<15} x{:<6} {:>8} s exposed of {:>8} s  ({})\n",
+                         i == 0 ? s.layout : "", e.label, decimal_size(e.bytes), e.group, e.count,
+                         format_seconds(e.exposed_s), format_seconds(e.total_s), how);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_training_report(const Scenario& scenario, const TrainingResults& results,
+                                   const std::vector<TrainingExpectationOutcome>& outcomes, bool quiet) {
+  const TrainingWorkload& training = training_of(scenario);
+  const models::TrainingConfig& base = training.base;
+  std::string out;
+  if (!quiet) {
+    out += fmt::format("tandem run: {} ({})\n", scenario.name, scenario.file);
+    if (!scenario.description.empty()) {
+      std::string description = scenario.description;
+      while (!description.empty() && description.back() == '\n') description.pop_back();
+      out += description + "\n";
+    }
+    out += fmt::format("backend: sim (network model: {})\n", name(scenario.network));
+    const std::string batch = training.batch_per_gpu
+                                  ? fmt::format("{:g} sequences per GPU", *training.batch_per_gpu)
+                                  : fmt::format("global batch {} ({:.2f} M tokens per step)", base.global_batch,
+                                                static_cast<double>(base.global_batch) * base.seq_len / 1e6);
+    out += fmt::format(
+        "workload: training {} ({:.2f} B parameters, {} layers, d_model {}), seq_len {}, {}, {}, compute kernels at "
+        "{} MFU, collectives: {}\n",
+        base.model.name, static_cast<double>(base.model.parameters()) / 1e9, base.model.layers, base.model.d_model,
+        base.seq_len, batch, models::name(base.precision), format_percent(base.mfu), base.algorithm);
+    out +=
+        "step = compute + exposed communication + pipeline bubble, on the busiest pipeline stage; MFU = model "
+        "FLOPs (6N + 12Lds per token, N without the embedding lookup) / (step x GPUs x bf16 peak)\n";
+    for (size_t v = 0; v < scenario.variants.size(); ++v) {
+      const ClusterVariant& variant = scenario.variants[v];
+      out += fmt::format("\n== {}: {}\n", variant.name, models::describe(variant.cluster));
+      out += layout_table(results.steps[v], results.configs[v]);
+      out += top_collectives(results.steps[v]);
+    }
+    if (scenario.variants.size() > 1) {
+      out += "\n== comparison: step time (s) per layout, and the speedup over base\n";
+      out += fmt::format("{:<14}", "layout");
+      for (const ClusterVariant& variant : scenario.variants) out += fmt::format(" {:>18}", variant.name);
+      out += '\n';
+      for (size_t l = 0; l < training.layouts.size(); ++l) {
+        const sim::TrainingStepResult& b = results.steps[0][l];
+        out += fmt::format("{:<14}", b.layout);
+        for (size_t v = 0; v < scenario.variants.size(); ++v) {
+          const sim::TrainingStepResult& s = results.steps[v][l];
+          std::string cell = "does not run";
+          if (s.ok) {
+            cell = format_seconds(s.step_s);
+            if (v > 0 && b.ok) cell += fmt::format(" ({:.2f}x)", b.step_s / s.step_s);
+          }
+          out += fmt::format(" {:>18}", cell);
+        }
+        out += '\n';
+      }
+    }
+  }
+  size_t passed = 0, failed = 0, skipped = 0;
+  if (!outcomes.empty()) out += "\n== expectations\n";
+  for (const TrainingExpectationOutcome& o : outcomes) {
+    out += fmt::format("  {}  {}: {}\n", name(o.verdict), describe(o.expectation), o.detail);
+    passed += o.verdict == ExpectationVerdict::kPass;
+    failed += o.verdict == ExpectationVerdict::kFail;
+    skipped += o.verdict == ExpectationVerdict::kSkip;
+  }
+  if (!quiet) out += '\n';
+  out += format_verdict_line(training_passed(outcomes), passed, failed, skipped, "sim");
+  return out;
+}
+
+std::vector<std::string> training_csv_columns() {
+  return {"variant",
+          "layout",
+          "gpus",
+          "tp",
+          "pp",
+          "dp",
+          "microbatches",
+          "micro_batch",
+          "recompute",
+          "fits",
+          "memory_GB",
+          "step_s",
+          "compute_s",
+          "exposed_comm_s",
+          "bubble_s",
+          "achieved_mfu",
+          "tokens_per_s_per_gpu",
+          "error"};
+}
+
+std::string training_results_csv(const Scenario& scenario, const TrainingResults& results) {
+  std::string out = fmt::format("{}\n", fmt::join(training_csv_columns(), ","));
+  for (size_t v = 0; v < results.steps.size(); ++v) {
+    for (size_t l = 0; l < results.steps[v].size(); ++l) {
+      const sim::TrainingStepResult& s = results.steps[v][l];
+      const models::TrainingConfig& c = results.configs[v][l];
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
+                         gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, s.derived.dp,
+                         s.derived.microbatches, c.micro_batch, c.recompute, s.ok, s.memory.total_bytes() / 1e9);
+      if (s.ok) {
+        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s, s.exposed_comm_s,
+                           s.bubble_s, s.achieved_mfu, s.tokens_per_s_per_gpu);
+      } else {
+        out += ",,,,,,";
+      }
+      out += csv_field(s.error) + "\n";
+    }
+  }
+  return out;
+}
+
+nlohmann::json training_results_json(const Scenario& scenario, const TrainingResults& results,
+                                     const std::vector<TrainingExpectationOutcome>& outcomes) {
+  const TrainingWorkload& training = training_of(scenario);
+  nlohmann::json variants = nlohmann::json::array();
+  for (size_t v = 0; v < scenario.variants.size(); ++v) {
+    nlohmann::json steps = nlohmann::json::parse(sim::to_json_text(results.steps[v]));
+    for (size_t l = 0; l < steps.size(); ++l) {
+      const models::TrainingConfig& c = results.configs[v][l];
+      steps[l]["config"] = {{"tp", c.layout.tp},
+                            {"pp", c.layout.pp},
+                            {"sharding", std::string(models::name(c.layout.sharding))},
+                            {"global_batch", c.global_batch},
+                            {"micro_batch", c.micro_batch},
+                            {"recompute", c.recompute}};
+    }
+    variants.push_back({{"name", scenario.variants[v].name},
+                        {"cluster", cluster_json(scenario.variants[v].cluster)},
+                        {"layouts", steps}});
+  }
+  nlohmann::json expectations = nlohmann::json::array();
+  for (const TrainingExpectationOutcome& o : outcomes) {
+    expectations.push_back({{"variant", o.expectation.variant},
+                            {"layout", o.expectation.layout},
+                            {"verdict", std::string(name(o.verdict))},
+                            {"detail", o.detail}});
+  }
+  const models::TrainingConfig& base = training.base;
+  return {{"tandem_results", kResultsFormatVersion},
+          {"scenario",
+           {{"file", scenario.file},
+            {"name", scenario.name},
+            {"description", scenario.description},
+            {"network", std::string(name(scenario.network))}}},
+          {"workload",
+           {{"type", "training"},
+            {"model", base.model.name},
+            {"parameters", base.model.parameters()},
+            {"seq_len", base.seq_len},
+            {"precision", std::string(models::name(base.precision))},
+            {"mfu", base.mfu},
+            {"algorithm", base.algorithm}}},
+          {"variants", variants},
+          {"expectations", expectations},
+          {"passed", training_passed(outcomes)}};
+}
+
+}  // namespace tandem::app

@@ -1,0 +1,86 @@
+#include "app/scenario/workload_kind.h"
+
+#include <algorithm>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "app/scenario/loop_run.h"
+#include "app/report/scenario_report.h"
+#include "app/report/trace.h"
+#include "app/scenario/training_run.h"
+
+namespace tandem::app {
+namespace {
+
+// workload: {type: collective-sweep}: every collective x size x algorithm on every variant.
+class SweepKind : public WorkloadKind {
+ public:
+  std::string_view type() const override { return "collective-sweep"; }
+  WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
+    const ScenarioResults results = run_scenario(scenario, options.backend, options.progress);
+    const std::vector<ExpectationOutcome> outcomes = evaluate_expectations(scenario, results);
+    WorkloadOutput out;
+    out.report = format_report(scenario, results, outcomes, options.quiet);
+    out.results_json = results_json(scenario, results, outcomes).dump(2) + "\n";
+    out.results_csv = results_csv(results);
+    if (options.trace) out.trace = sweep_trace(scenario, results);
+    out.pass = run_passed(results, outcomes);
+    return out;
+  }
+};
+
+// workload: {type: collective-loop}: faults, recovery and the flight recorder (app/scenario/loop_run.h).
+class LoopKind : public WorkloadKind {
+ public:
+  std::string_view type() const override { return "collective-loop"; }
+  WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
+    const LoopResults results = run_loop(scenario, options.backend, LoopOptions{options.out_dir, options.dump_on_exit});
+    const std::vector<LoopExpectationOutcome> outcomes = evaluate_loop_expectations(scenario, results);
+    const bool pass = std::all_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.pass; });
+    WorkloadOutput out;
+    // Without expectations an aborted loop fails the run; with them, they decide.
+    out.pass = outcomes.empty() ? !results.aborted : pass;
+    out.report =
+        fmt::format("tandem run {}: {}\n{}\nVerdict: {}\n", scenario.name, scenario.description,
+                    format_loop_report(scenario, results, outcomes, options.quiet), out.pass ? "PASS" : "FAIL");
+    out.results_json = loop_results_json(scenario, results, outcomes) + "\n";
+    out.results_csv = loop_results_csv(results);
+    if (options.trace) out.trace = loop_trace(scenario, results);
+    return out;
+  }
+};
+
+// workload: {type: training}: one training step per layout on every variant (app/scenario/training_run.h).
+class TrainingKind : public WorkloadKind {
+ public:
+  std::string_view type() const override { return "training"; }
+  WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
+    const TrainingResults results = run_training(scenario, options.backend, options.progress,
+                                                 /*keep_timeline=*/options.trace);
+    const std::vector<TrainingExpectationOutcome> outcomes = evaluate_training_expectations(scenario, results);
+    WorkloadOutput out;
+    out.report = format_training_report(scenario, results, outcomes, options.quiet);
+    out.results_json = training_results_json(scenario, results, outcomes).dump(2) + "\n";
+    out.results_csv = training_results_csv(scenario, results);
+    if (options.trace) out.trace = training_trace(scenario, results);
+    out.pass = training_passed(outcomes);
+    return out;
+  }
+};
+
+}  // namespace
+
+const WorkloadKind& workload_kind_of(const Scenario& scenario) {
+  static const SweepKind kSweep;
+  static const LoopKind kLoop;
+  static const TrainingKind kTraining;
+  struct Pick {
+    const WorkloadKind& operator()(const CollectiveSweep&) const { return kSweep; }
+    const WorkloadKind& operator()(const CollectiveLoop&) const { return kLoop; }
+    const WorkloadKind& operator()(const TrainingWorkload&) const { return kTraining; }
+  };
+  return std::visit(Pick{}, scenario.workload);
+}
+
+}  // namespace tandem::app

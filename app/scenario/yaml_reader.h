@@ -1,0 +1,204 @@
+// Strict YAML reading for tandem's files (scenarios, plan sweeps): every error names the file,
+// line and column of the node it is about ("scenario.yaml:12:5: workload.sizes.min must be ..."),
+// and a mapping's keys are checked against the keys its section accepts (unknown or duplicate keys
+// are errors). Internal to app/.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "app/report/nccl_tests_table.h"
+#include "app/scenario/scenario.h"
+#include "core/error.h"
+
+namespace tandem::app {
+
+inline SourceMark source_mark(const YAML::Mark& mark) {
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+inline std::string node_kind(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", node.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// One scenario file being read: every error it raises starts with "file:line:column: ".
+class Reader {
+ public:
+  // `document` names the whole file in messages ("unknown key 'x' in the plan").
+  explicit Reader(std::string file, std::string document = "scenario")
+      : file_(std::move(file)), document_(std::move(document)) {}
+
+  const std::string& document() const { return document_; }
+
+  const std::string& file() const { return file_; }
+
+  template <typename... Args>
+  [[noreturn]] void fail_at(const YAML::Node& node, fmt::format_string<Args...> format, Args&&... args) const {
+    fail_at_mark(source_mark(node.Mark()), fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  [[noreturn]] void fail_at_mark(SourceMark mark, const std::string& message) const {
+    if (mark.line == 0) fail(ErrorCode::kFormat, "{}: {}", file_, message);
+    fail(ErrorCode::kFormat, "{}:{}:{}: {}", file_, mark.line, mark.column, message);
+  }
+
+  // Runs `parse` and turns a tandem::Error it throws (a bad name, a bad size) into one at `node`.
+  template <typename Parse>
+  auto at(const YAML::Node& node, std::string_view path, Parse&& parse) const -> decltype(parse()) {
+    try {
+      return parse();
+    } catch (const Error& error) {
+      fail_at(node, "{}: {}", path, error.what());
+    }
+  }
+
+  std::string scalar(const YAML::Node& node, std::string_view path) const {
+    if (!node.IsScalar()) fail_at(node, "{} must be a single value (got {})", path, node_kind(node));
+    return node.Scalar();
+  }
+
+  std::string text(const YAML::Node& node, std::string_view path) const {
+    std::string value = scalar(node, path);
+    if (value.empty()) fail_at(node, "{} must not be empty", path);
+    return value;
+  }
+
+  int64_t integer(const YAML::Node& node, std::string_view path, int64_t min, int64_t max) const {
+    const std::string value = scalar(node, path);
+    int64_t result = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
+    if (error != std::errc() || end != value.data() + value.size() || result < min || result > max) {
+      fail_at(node, "{} must be an integer from {} to {} (got '{}')", path, min, max, value);
+    }
+    return result;
+  }
+
+  // A finite number in [min, max] (or (min, max] when min_exclusive).
+  double number(const YAML::Node& node, std::string_view path, double min, double max, bool min_exclusive) const {
+    const std::string value = scalar(node, path);
+    double result = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), result);
+    const bool in_range = min_exclusive ? result > min : result >= min;
+    if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(result) || !in_range ||
+        result > max) {
+      fail_at(node, "{} must be a number {} {:g} and at most {:g} (got '{}')", path, min_exclusive ? ">" : ">=", min,
+              max, value);
+    }
+    return result;
+  }
+
+  bool boolean(const YAML::Node& node, std::string_view path) const {
+    const std::string value = scalar(node, path);
+    if (value == "true") return true;
+    if (value == "false") return false;
+    fail_at(node, "{} must be true or false (got '{}')", path, value);
+  }
+
+  int64_t size(const YAML::Node& node, std::string_view path) const {
+    const std::string value = scalar(node, path);
+    const int64_t bytes = at(node, path, [&] { return parse_size_bytes(value, path); });
+    if (bytes > kMaxScenarioSizeBytes) {
+      fail_at(node, "{} is {} bytes, above the limit of {} ({})", path, bytes, kMaxScenarioSizeBytes,
+              format_size(kMaxScenarioSizeBytes));
+    }
+    return bytes;
+  }
+
+  // A non-empty list.
+  std::vector<YAML::Node> list(const YAML::Node& node, std::string_view path) const {
+    if (!node.IsSequence()) fail_at(node, "{} must be a list (got {})", path, node_kind(node));
+    if (node.size() == 0) fail_at(node, "{} must not be empty", path);
+    return std::vector<YAML::Node>(node.begin(), node.end());
+  }
+
+ private:
+  std::string file_;
+  std::string document_;
+};
+
+// One mapping of the file, its keys checked against those its section accepts: every key known,
+// none twice. `path` names the section in messages ("workload", "expect[2]"; "" at the top).
+class Mapping {
+ public:
+  template <size_t N>
+  Mapping(const Reader& reader, const YAML::Node& node, std::string path, const std::array<std::string_view, N>& keys)
+      : reader_(reader), node_(node), path_(std::move(path)) {
+    if (!node.IsMap())
+      reader.fail_at(node, "{} must be a mapping of keys to values (got {})", where(), node_kind(node));
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      // By value: the iterator's operator-> hands out a temporary.
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
+      if (!key.IsScalar()) reader.fail_at(key, "keys in {} must be plain names (got {})", where(), node_kind(key));
+      const std::string& key_name = key.Scalar();
+      if (std::find(keys.begin(), keys.end(), key_name) == keys.end()) {
+        reader.fail_at(key, "unknown key '{}' in {} (expected: {})", key_name, where(), fmt::join(keys, ", "));
+      }
+      if (find(key_name) != nullptr) reader.fail_at(key, "duplicate key '{}' in {}", key_name, where());
+      entries_.emplace_back(key_name, value);
+    }
+  }
+
+  const YAML::Node& node() const { return node_; }
+  const std::vector<std::pair<std::string, YAML::Node>>& entries() const { return entries_; }
+
+  // The value of `key`, or nullptr when the mapping does not have it.
+  const YAML::Node* find(std::string_view key) const {
+    for (const auto& [entry_key, value] : entries_) {
+      if (entry_key == key) return &value;
+    }
+    return nullptr;
+  }
+
+  const YAML::Node& require(std::string_view key) const {
+    const YAML::Node* value = find(key);
+    if (value == nullptr) reader_.fail_at(node_, "missing required key '{}' in {}", key, where());
+    return *value;
+  }
+
+  // "workload.sizes" for key "sizes" of "workload".
+  std::string path(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  std::string where() const { return path_.empty() ? "the " + reader_.document() : path_; }
+
+ private:
+  const Reader& reader_;
+  YAML::Node node_;
+  std::string path_;
+  std::vector<std::pair<std::string, YAML::Node>> entries_;
+};
+
+// Sections that scenarios and plan sweeps share (defined in scenario.cc).
+
+// A cluster mapping (preset + overrides) at `node`, resolved and validated.
+models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& node, const std::string& path);
+// `workload: {type: training, ...}` at `node`.
+TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path);
+// {min, max} at `node`.
+Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path);
+
+}  // namespace tandem::app
