@@ -90,7 +90,8 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
   const bool point_to_point = collective == Collective::kAllToAll || collective == Collective::kSendRecv;
-  const bool simulator_model = algorithm == "nvls" || algorithm == "collnet_direct" || algorithm == "collnet_chain";
+  const bool simulator_model =
+      algorithm == "nvls" || algorithm == "nvls_tree" || algorithm == "collnet_direct" || algorithm == "collnet_chain";
   const bool named = algorithm != "auto" && (simulator_model      ? collective == Collective::kAllReduce
                                              : algorithm == "p2p" ? point_to_point
                                                                   : implements(parse_algorithm(algorithm), collective));
@@ -126,13 +127,9 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   SimResult result;
   if (n == 1) {
     result.seconds = 0;
-  } else if (choice.algorithm == "p2p") {
-    result = simulator_.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
-  } else if (choice.algorithm == "collnet_direct" || choice.algorithm == "collnet_chain") {
-    result = simulator_.run_collnet_all_reduce(bytes, instances.front(), shape.per_node,
-                                               choice.algorithm == "collnet_chain");
-  } else if (choice.algorithm == "nvls") {
-    result = simulator_.run_nvls_all_reduce(bytes, instances.front());
+  } else if (std::optional<SimResult> model =
+                 run_simulator_model(simulator_, tuner, choice, collective, bytes, instances, shape.per_node)) {
+    result = *model;
   } else {
     const Algorithm core = parse_algorithm(choice.algorithm);
     // A ring all_gather / reduce_scatter of S bytes is one half of a ring all_reduce of S bytes:

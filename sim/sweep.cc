@@ -24,8 +24,10 @@ int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dty
   switch (collective) {
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-    case Collective::kAllToAll: return bytes / (element * nranks);
-    default: return bytes / element;
+    case Collective::kAllToAll:
+      return bytes / (element * nranks);
+    default:
+      return bytes / element;
   }
 }
 
@@ -61,12 +63,13 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
     try {
       const int64_t count = count_for(point.collective, point.bytes, n, point.dtype);
       const CollectiveSpec spec{point.collective, count, point.dtype, point.op, point.root, n};
-      Choice choice = point.algorithm == "auto" && point.protocol == "auto"
-                          ? tuner.choose(point.collective, point.bytes)
-                          : tuner.choose_for(point.collective, point.bytes,
-                                             point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes).algorithm
-                                                                       : point.algorithm,
-                                             point.protocol);
+      Choice choice =
+          point.algorithm == "auto" && point.protocol == "auto"
+              ? tuner.choose(point.collective, point.bytes)
+              : tuner.choose_for(
+                    point.collective, point.bytes,
+                    point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes).algorithm : point.algorithm,
+                    point.protocol);
       // NCCL's p2p model is a fluid-model one: the packet model runs core's direct schedule.
       if (choice.algorithm == "p2p" && request.network.fidelity == Fidelity::kPacket) {
         choice = tuner.choose_for(point.collective, point.bytes, "direct", point.protocol);
@@ -76,17 +79,9 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
       out.protocol = choice.protocol;
       out.channels = choice.channels;
       SimResult sim;
-      if (choice.algorithm == "p2p") {
-        P2pRequest p2p{point.collective, point.bytes, {gpu_of_rank}, tuner.p2p_plan()};
-        sim = simulator.run_p2p(p2p);
-      } else if (choice.algorithm == "collnet_direct" || choice.algorithm == "collnet_chain") {
-        sim = simulator.run_collnet_all_reduce(point.bytes, gpu_of_rank, per_node, choice.algorithm == "collnet_chain");
-      } else if (choice.algorithm == "nvls" || choice.algorithm == "nvls_tree") {
-        if (point.collective != Collective::kAllReduce) {
-          fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", choice.algorithm, name(point.collective));
-        }
-        sim = choice.algorithm == "nvls" ? simulator.run_nvls_all_reduce(point.bytes, gpu_of_rank)
-                                         : simulator.run_nvls_tree_all_reduce(point.bytes, gpu_of_rank, per_node);
+      if (std::optional<SimResult> model =
+              run_simulator_model(simulator, tuner, choice, point.collective, point.bytes, {gpu_of_rank}, per_node)) {
+        sim = *model;
       } else {
         const Algorithm algorithm = parse_algorithm(choice.algorithm);
         AlgoParams params = request.params;
@@ -96,9 +91,9 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
         // rank-symmetric rounds plus the base latency once, as training steps time them
         // (sim/collective_timer.cc; tests/sim/simulator_test.cc checks it against the explicit
         // schedules). The explicit ring would be simulated op by op, n x channels actors.
-        const bool half_ring = !request.explicit_schedules && algorithm == Algorithm::kRing &&
-                               (point.collective == Collective::kAllGather ||
-                                point.collective == Collective::kReduceScatter);
+        const bool half_ring =
+            !request.explicit_schedules && algorithm == Algorithm::kRing &&
+            (point.collective == Collective::kAllGather || point.collective == Collective::kReduceScatter);
         CollectiveSpec run_spec = spec;
         if (half_ring) {
           run_spec.collective = Collective::kAllReduce;
@@ -108,15 +103,16 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
         auto it = schedules.find(key);
         if (it == schedules.end()) {
           it = schedules
-                   .emplace(key, build_checked_schedule(run_spec, layout, algorithm, params,
-                                                    request.explicit_schedules ? ScheduleForm::kExplicit
-                                                                               : ScheduleForm::kSymmetric))
+                   .emplace(key, build_checked_schedule(
+                                     run_spec, layout, algorithm, params,
+                                     request.explicit_schedules ? ScheduleForm::kExplicit : ScheduleForm::kSymmetric))
                    .first;
         }
         SimRequest run{&it->second, run_spec, gpu_of_rank, choice.protocol, choice.tiles};
         sim = simulator.run(run);
         if (half_ring) {
-          const double base = request.network.protocol_effects ? protocol_base_latency_s(choice.protocol, algorithm) : 0.0;
+          const double base =
+              request.network.protocol_effects ? protocol_base_latency_s(choice.protocol, algorithm) : 0.0;
           sim.seconds = base + (sim.seconds - base) / 2;
         }
       }
@@ -171,11 +167,14 @@ void from_json(const json& rows, std::vector<SweepPointResult>& results) {
 double bus_bandwidth_factor(Collective collective, int nranks) {
   const double n = nranks;
   switch (collective) {
-    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-    case Collective::kAllToAll: return (n - 1) / n;
-    default: return 1.0;
+    case Collective::kAllToAll:
+      return (n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 

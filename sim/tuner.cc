@@ -185,4 +185,19 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
   return {algorithm, to_protocol(p), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
 
+std::optional<SimResult> run_simulator_model(Simulator& simulator, const Tuner& tuner, const Choice& choice,
+                                             Collective collective, int64_t bytes,
+                                             const std::vector<std::vector<int>>& instances, int per_node) {
+  const std::string& a = choice.algorithm;
+  if (a == "p2p") return simulator.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
+  if (a != "nvls" && a != "nvls_tree" && a != "collnet_direct" && a != "collnet_chain") return std::nullopt;
+  if (collective != Collective::kAllReduce) {
+    fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", a, name(collective));
+  }
+  const std::vector<int>& gpus = instances.front();
+  if (a == "nvls") return simulator.run_nvls_all_reduce(bytes, gpus);
+  if (a == "nvls_tree") return simulator.run_nvls_tree_all_reduce(bytes, gpus, per_node);
+  return simulator.run_collnet_all_reduce(bytes, gpus, per_node, a == "collnet_chain");
+}
+
 }  // namespace tandem::sim

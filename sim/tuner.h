@@ -7,7 +7,9 @@
 // schedule, op by op).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/types.h"
 #include "models/cost_model.h"
@@ -19,9 +21,9 @@ namespace tandem::sim {
 struct Choice {
   std::string algorithm;  // a core algorithm name, "nvls", "nvls_tree", "collnet_direct", "collnet_chain" or "p2p"
   Protocol protocol = Protocol::kSimple;
-  uint32_t tiles = 1;     // pipelining depth for the schedule
-  int channels = 1;       // NCCL's runtime channels for this pick (ring and tree schedules run them;
-                          // p2p: the channels each peer's transfer is split over)
+  uint32_t tiles = 1;  // pipelining depth for the schedule
+  int channels = 1;    // NCCL's runtime channels for this pick (ring and tree schedules run them;
+                       // p2p: the channels each peer's transfer is split over)
 };
 
 class Tuner {
@@ -45,5 +47,14 @@ class Tuner {
   int nodes_;
   int gpus_per_node_;
 };
+
+// Runs `choice` when it names one of the simulator's models rather than a core schedule (p2p,
+// nvls, nvls_tree, collnet_direct, collnet_chain) on `instances` (each one group's GPUs,
+// node-major, `per_node` per node; the in-switch models time the first); nullopt for a core
+// algorithm, which the caller runs as a schedule. Throws Error(kUnsupported) for an in-switch
+// model asked for another collective than all_reduce.
+std::optional<SimResult> run_simulator_model(Simulator& simulator, const Tuner& tuner, const Choice& choice,
+                                             Collective collective, int64_t bytes,
+                                             const std::vector<std::vector<int>>& instances, int per_node);
 
 }  // namespace tandem::sim
