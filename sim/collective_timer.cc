@@ -89,12 +89,9 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Shape shape = shape_of(group.instances.front(), cluster_.gpus_per_node);
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
-  const bool point_to_point = collective == Collective::kAllToAll || collective == Collective::kSendRecv;
-  const bool simulator_model =
-      algorithm == "nvls" || algorithm == "nvls_tree" || algorithm == "collnet_direct" || algorithm == "collnet_chain";
-  const bool named = algorithm != "auto" && (simulator_model      ? collective == Collective::kAllReduce
-                                             : algorithm == "p2p" ? point_to_point
-                                                                  : implements(parse_algorithm(algorithm), collective));
+  const bool named =
+      algorithm != "auto" && (is_simulator_model(algorithm) ? simulator_model_applies(algorithm, collective)
+                                                            : implements(parse_algorithm(algorithm), collective));
   Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
   // NCCL's p2p plan assumes the same ranks on every node, and is a fluid-model simulation: the
   // survivors of a shrink, and the packet model, run core's direct schedule op by op instead.

@@ -185,12 +185,22 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
   return {algorithm, to_protocol(p), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
 
+bool is_simulator_model(std::string_view algorithm) {
+  return algorithm == "p2p" || algorithm == "nvls" || algorithm == "nvls_tree" || algorithm == "collnet_direct" ||
+         algorithm == "collnet_chain";
+}
+
+bool simulator_model_applies(std::string_view algorithm, Collective collective) {
+  if (algorithm == "p2p") return collective == Collective::kAllToAll || collective == Collective::kSendRecv;
+  return is_simulator_model(algorithm) && collective == Collective::kAllReduce;
+}
+
 std::optional<SimResult> run_simulator_model(Simulator& simulator, const Tuner& tuner, const Choice& choice,
                                              Collective collective, int64_t bytes,
                                              const std::vector<std::vector<int>>& instances, int per_node) {
   const std::string& a = choice.algorithm;
   if (a == "p2p") return simulator.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
-  if (a != "nvls" && a != "nvls_tree" && a != "collnet_direct" && a != "collnet_chain") return std::nullopt;
+  if (!is_simulator_model(a)) return std::nullopt;
   if (collective != Collective::kAllReduce) {
     fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", a, name(collective));
   }

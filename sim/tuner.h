@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/types.h"
@@ -47,6 +48,12 @@ class Tuner {
   int nodes_;
   int gpus_per_node_;
 };
+
+// The simulator's models that are not core schedules: "p2p" (all_to_all, send_recv), "nvls",
+// "nvls_tree", "collnet_direct", "collnet_chain" (all_reduce). Whether `algorithm` is one, and
+// whether it times `collective`.
+bool is_simulator_model(std::string_view algorithm);
+bool simulator_model_applies(std::string_view algorithm, Collective collective);
 
 // Runs `choice` when it names one of the simulator's models rather than a core schedule (p2p,
 // nvls, nvls_tree, collnet_direct, collnet_chain) on `instances` (each one group's GPUs,

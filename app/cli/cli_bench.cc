@@ -23,20 +23,21 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "app/cli/cli_cluster.h"
+#include "app/cli/commands.h"
+#include "app/common/common.h"
+#include "app/report/nccl_tests_table.h"
+#include "app/report/trace.h"
 #include "app/run/backends.h"
 #include "app/run/bench_check.h"
-#include "app/cli/cli_cluster.h"
-#include "app/common/common.h"
-#include "app/cli/commands.h"
 #include "app/run/host_memory.h"
-#include "app/report/nccl_tests_table.h"
 #include "app/run/run_memory.h"
-#include "app/report/trace.h"
 #include "backend/launch/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
 #include "core/error.h"
 #include "sim/sweep.h"
+#include "sim/tuner.h"
 
 namespace tandem::app {
 
@@ -167,9 +168,7 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   options.ranks_per_node = request.gpus_per_node;
   BenchOptions for_plan = options;
   // Simulator models, not core algorithms.
-  if (for_plan.algorithm == "nvls" || for_plan.algorithm == "p2p" || for_plan.algorithm.starts_with("collnet_")) {
-    for_plan.algorithm = "auto";
-  }
+  if (sim::is_simulator_model(for_plan.algorithm)) for_plan.algorithm = "auto";
   const BenchPlan plan = make_plan(for_plan);
   for (int64_t bytes : plan.sizes) {
     sim::SweepPoint point;

@@ -12,12 +12,13 @@
 #include <CLI/CLI.hpp>
 
 #include "app/cli/cli_cluster.h"
-#include "app/common/common.h"
 #include "app/cli/commands.h"
+#include "app/common/common.h"
 #include "app/replay/replay.h"
 #include "app/report/trace.h"
 #include "core/error.h"
 #include "core/flight_recorder.h"
+#include "sim/tuner.h"
 
 namespace tandem::app {
 
@@ -88,7 +89,9 @@ int run_replay(const ReplayCliOptions& options) {
     fail(ErrorCode::kInvalidArgument, "--gaps '{}': expected recorded or none", options.gaps);
   }
   replay_options.recorded_gaps = options.gaps == "recorded";
-  if (options.algorithm != "auto" && options.algorithm != "nvls") parse_algorithm_name(options.algorithm);
+  if (options.algorithm != "auto" && !sim::is_simulator_model(options.algorithm)) {
+    parse_algorithm_name(options.algorithm);
+  }
   replay_options.algorithm = options.algorithm;
   ReplayResult result;
   try {
@@ -128,19 +131,22 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
                       "file-name prefix before the rank, e.g. nccl_trace_rank_ (default: inferred, as torchfrtrace "
                       "does)");
   add_cluster_options(*command, options->cluster);
-  command->add_option("--recovery", options->recovery,
-                      "the policy to try where the ranks stop agreeing: abort, shrink (drop the ranks the others wait "
-                      "for), reroute (rebuild around a failed link), all (compare the three) or none")
+  command
+      ->add_option("--recovery", options->recovery,
+                   "the policy to try where the ranks stop agreeing: abort, shrink (drop the ranks the others wait "
+                   "for), reroute (rebuild around a failed link), all (compare the three) or none")
       ->capture_default_str();
   command->add_option("--watchdog", options->watchdog,
                       "how long a stuck collective waits before the watchdog fires, e.g. 30s, 100ms (default: the "
                       "timeout the dumps recorded, PyTorch's 10 min unless the job set one)");
-  command->add_option("--algorithm", options->algorithm,
-                      "auto (NCCL's tuner per op), or the algorithm the job forced (NCCL_ALGO): ring, tree, nvls, ... "
-                      "where it implements the op")
+  command
+      ->add_option("--algorithm", options->algorithm,
+                   "auto (NCCL's tuner per op), or the algorithm the job forced (NCCL_ALGO): ring, tree, nvls, ... "
+                   "where it implements the op")
       ->capture_default_str();
-  command->add_option("--gaps", options->gaps,
-                      "recorded: keep each rank's recorded time between its ops (its compute); none: ops back to back")
+  command
+      ->add_option("--gaps", options->gaps,
+                   "recorded: keep each rank's recorded time between its ops (its compute); none: ops back to back")
       ->capture_default_str();
   command->add_option("--ops", options->ops, "ops listed before the first divergence (all in --json / --out)")
       ->capture_default_str();

@@ -20,6 +20,7 @@
 #include "app/scenario/yaml_reader.h"
 #include "core/algorithms.h"
 #include "core/error.h"
+#include "sim/tuner.h"
 
 namespace tandem::app {
 
@@ -81,7 +82,7 @@ const ClusterVariant* Scenario::find_variant(std::string_view variant_name) cons
 
 bool algorithm_applies(std::string_view algorithm, Collective collective) {
   if (algorithm == "auto") return true;
-  if (algorithm == "nvls") return collective == Collective::kAllReduce;
+  if (sim::is_simulator_model(algorithm)) return sim::simulator_model_applies(algorithm, collective);
   return implements(parse_algorithm_name(algorithm), collective);
 }
 

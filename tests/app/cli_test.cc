@@ -277,6 +277,18 @@ TEST(Cli, ScheduleListsTheRegistry) {
   }
 }
 
+// Every simulator model the --algo help lists runs when named (nvls_tree was refused before).
+TEST(Cli, BenchSimRunsEveryNamedSimulatorModel) {
+  for (const char* args : {"all_reduce --nodes 1 --algo nvls", "all_reduce --nodes 2 --algo nvls_tree",
+                           "all_reduce --nodes 2 --sharp --algo collnet_direct",
+                           "all_reduce --nodes 2 --sharp --algo collnet_chain", "all_to_all --nodes 2 --algo p2p"}) {
+    const std::string algo = std::string(args).substr(std::string(args).rfind(' ') + 1);
+    Outcome o = run_tandem(fmt::format("bench {} --backend sim --cluster dgx-h100 -b 64M -e 64M", args));
+    EXPECT_EQ(o.exit_code, 0) << args << "\n" << o.err;
+    EXPECT_TRUE(contains(o.out, "# Simulated with: " + algo + "/")) << args << "\n" << o.out;
+  }
+}
+
 // bench --backend sim prints the same table from simulation: busbw = algbw x 2(n-1)/n, #wrong N/A,
 // and a ring all_reduce on one DGX-H100 reaches NVLink's effective 370.8 GB/s at large sizes.
 TEST(Cli, BenchSimPrintsTheTableFromSimulation) {
