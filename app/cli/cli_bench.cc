@@ -1,6 +1,6 @@
 // tandem bench <collective>: nccl-tests' sweep over message sizes, run through a Communicator on a
 // backend, printed as nccl-tests' table. Conventions (sizes -> counts, busbw) in nccl_tests_table.h;
-// the #wrong check in bench_check.h.
+// the #wrong check in core/data_check.h.
 //
 // Per size and per placement (out-of-place, then in-place where the collective has one):
 //   -w warmup runs, then -n timed runs (time = mean of the backend's own clock over the -n runs),
@@ -29,9 +29,9 @@
 #include "app/report/nccl_tests_table.h"
 #include "app/report/trace.h"
 #include "app/run/backends.h"
-#include "app/run/bench_check.h"
-#include "app/run/host_memory.h"
-#include "app/run/run_memory.h"
+#include "core/data_check.h"
+#include "core/host_memory.h"
+#include "core/run_memory.h"
 #include "backend/launch/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"

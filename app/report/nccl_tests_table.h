@@ -2,18 +2,8 @@
 // collective, bus-bandwidth factors, and the text layout of NVIDIA/nccl-tests (src/common.cu), so a
 // tandem table reads, diffs and parses like an nccl-tests log.
 //
-// Size -> count, as nccl-tests' *GetCollByteCount (n ranks, element size s, B the size given by
-// -b/-e; "count" is what the collective is called with and what the count column shows):
-//
-//   collective                      count            per-rank input   per-rank output   size column = S
-//   all_reduce, broadcast, reduce,  B / s            count            count             count*s
-//   send_recv
-//   all_gather                      B / s / n        count            n*count           n*count*s
-//   reduce_scatter                  B / s / n        n*count          count             n*count*s
-//   all_to_all (count per peer)     B / s / n        n*count          n*count           n*count*s
-//
-// (integer division, so a size that does not divide is rounded down). algbw = S / t in GB/s
-// (1 GB = 1e9 B); busbw = algbw * bus_bandwidth_factor.
+// Size -> count: core/sizes.h (nccl_tests_counts). algbw = S / t in GB/s (1 GB = 1e9 B);
+// busbw = algbw * bus_bandwidth_factor.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/sizes.h"
 #include "core/types.h"
 
 namespace tandem::app {
@@ -39,13 +30,6 @@ int64_t parse_size_bytes(std::string_view text, std::string_view flag);
 // that makes no progress, or more than kMaxSweepSizes sizes.
 std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int64_t step_factor, int64_t step_bytes);
 
-struct SizeCounts {
-  int64_t count = 0;            // elements the collective is called with (the count column)
-  int64_t input_elements = 0;   // per rank
-  int64_t output_elements = 0;  // per rank
-  int64_t size_bytes = 0;       // the size column, and S in algbw = S / t
-};
-SizeCounts nccl_tests_counts(Collective collective, int64_t bytes, DataType dtype, int nranks);
 
 // busbw / algbw: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast,
 // reduce, send_recv 1.

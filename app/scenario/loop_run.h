@@ -1,9 +1,9 @@
 // Running a collective-loop scenario: the collective `iterations` times on the scenario's cluster,
-// with its faults injected and its recovery policy applied (core/faults.h, core/recovery.h), one
-// flight recorder per rank, dumps when the watchdog or an error triggers them (and at the end when
-// asked), and the analyzer's verdict on those dumps. The same driver runs on the simulator
-// (simulated time), on the host backend (real threads, real data, wall time) and on the device
-// backends (cuda, nccl: device time).
+// through a run session (core/session.h: faults injected, the recovery policy applied, one flight
+// recorder per rank, dumps when the watchdog or an error triggers them, and at the end when asked)
+// over the backend's attempts: the simulator's (sim/sim_attempts.h, simulated time), the host's
+// (backend/host/host_attempts.h: real threads, real data, wall time) or any executor's
+// (ExecutorAttempts: cuda, nccl, device time). Then the analyzer's verdict on the dumps.
 #pragma once
 
 #include <cstdint>
@@ -17,33 +17,11 @@
 #include "core/executor.h"
 #include "core/fr_analysis.h"
 #include "core/recovery.h"
+#include "core/session.h"
 
 namespace tandem::app {
 
-struct IterationResult {
-  int iteration = 0;
-  double start_s = 0;  // on the run's clock (simulated on sim, wall on host)
-  Outcome outcome = Outcome::kCompleted;
-  double seconds = 0;             // attempts, backoffs and the watchdog's wait
-  double fault_free_seconds = 0;  // the same collective on the same ranks without faults
-  int attempts = 0;
-  std::vector<int> dropped_ranks;  // shrink
-  bool rerouted = false;
-  std::vector<int> faults;  // the plan's faults that hit this iteration
-  std::string detail;       // what the backend saw
-};
-
-// One rank's part in one attempt of an iteration, for the trace (app/report/trace.h): when it entered
-// the collective and when the attempt ended for it (completed, failed, or given up on).
-struct RankSlice {
-  int rank = 0;
-  int iteration = 0;
-  int attempt = 0;
-  double start_s = 0;
-  double end_s = 0;  // a stuck attempt: when the watchdog fired
-  bool ok = false;   // the attempt completed
-};
-
+// IterationResult and RankSlice: core/session.h.
 struct LoopResults {
   ScenarioBackend backend = ScenarioBackend::kSim;
   int ranks = 0;                            // at the start
@@ -51,6 +29,7 @@ struct LoopResults {
   bool aborted = false;
   std::string dump_prefix;  // where dumps went ("" when none were written)
   std::vector<std::string> dump_reasons;
+  std::string dump_note;  // why a dump could not be written (every rank had crashed), or ""
   std::optional<FrAnalysis> analysis;  // of the dumps, when there are any
   std::vector<RankSlice> slices;       // every rank's attempts (hung and crashed ranks have none)
 

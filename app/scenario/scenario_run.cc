@@ -1,6 +1,6 @@
 #include "app/scenario/scenario_run.h"
 
-#include "app/run/host_memory.h"
+#include "core/host_memory.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,11 +11,11 @@
 #include <fmt/format.h>
 
 #include "app/run/backends.h"
-#include "app/run/bench_check.h"
+#include "core/data_check.h"
 #include "app/common/common.h"
-#include "app/run/host_memory.h"
+#include "core/host_memory.h"
 #include "app/report/nccl_tests_table.h"
-#include "app/run/run_memory.h"
+#include "core/run_memory.h"
 #include "core/communicator.h"
 #include "core/error.h"
 

@@ -18,7 +18,7 @@
 #include "core/executor.h"
 #include "core/types.h"
 
-namespace tandem::app {
+namespace tandem {
 
 struct CheckSpec {
   Collective collective = Collective::kAllReduce;
@@ -63,4 +63,4 @@ int64_t count_wrong(const CheckSpec& spec, std::span<const RankBuffers> buffers)
 // |expected| for its final, rounded division.
 double reduction_tolerance(DataType dtype, ReduceOp op, int nranks, double expected, double magnitude_sum);
 
-}  // namespace tandem::app
+}  // namespace tandem

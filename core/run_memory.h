@@ -1,5 +1,5 @@
 // Rank buffers for the commands that move real data (bench, run): host allocations that the checks
-// fill and read (app/run/bench_check.h), and, for a backend with memory of its own (cuda, nccl: see
+// fill and read (core/data_check.h), and, for a backend with memory of its own (cuda, nccl: see
 // Executor::buffer_space), device allocations of the same sizes that the runs use. Host backends
 // run on the host allocations themselves. Under a process-per-rank launch only this process's
 // ranks (Executor::local_ranks) get memory; the other ranks' buffers are null in both views.
@@ -9,10 +9,10 @@
 #include <memory>
 #include <vector>
 
-#include "app/run/host_memory.h"
+#include "core/host_memory.h"
 #include "core/executor.h"
 
-namespace tandem::app {
+namespace tandem {
 
 class RunMemory {
  public:
@@ -46,4 +46,4 @@ class RunMemory {
   std::vector<void*> device_inputs_, device_outputs_;                       // empty on host memory
 };
 
-}  // namespace tandem::app
+}  // namespace tandem

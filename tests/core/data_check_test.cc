@@ -1,4 +1,4 @@
-#include "app/run/bench_check.h"
+#include "core/data_check.h"
 
 #include <cmath>
 #include <cstddef>
@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/schedule.h"
 
-namespace tandem::app {
+namespace tandem {
 namespace {
 
 // Per-rank allocations large enough for a collective's input and output blocks.
@@ -231,4 +231,4 @@ TEST(BenchCheck, HostExecutorResultsPassTheCheck) {
 }
 
 }  // namespace
-}  // namespace tandem::app
+}  // namespace tandem

@@ -1,10 +1,10 @@
-#include "app/run/host_memory.h"
+#include "core/host_memory.h"
 
 #include <fstream>
 
 #include "core/error.h"
 
-namespace tandem::app {
+namespace tandem {
 
 std::optional<double> available_memory_bytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -24,4 +24,4 @@ void require_host_memory(double needed_bytes, const std::string& what) {
   }
 }
 
-}  // namespace tandem::app
+}  // namespace tandem

@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-namespace tandem::app {
+namespace tandem {
 
 // Buffers start on cache-line boundaries.
 inline constexpr std::align_val_t kBufferAlignment{64};
@@ -35,4 +35,4 @@ std::optional<double> available_memory_bytes();
 // headroom share of the available memory (nothing when that is unknown).
 void require_host_memory(double needed_bytes, const std::string& what);
 
-}  // namespace tandem::app
+}  // namespace tandem

@@ -1,10 +1,10 @@
-#include "app/run/run_memory.h"
+#include "core/run_memory.h"
 
 #include <fmt/format.h>
 
-#include "app/run/bench_check.h"
+#include "core/data_check.h"
 
-namespace tandem::app {
+namespace tandem {
 
 RunMemory::RunMemory(Executor& executor, int nranks, size_t input_bytes, size_t output_bytes)
     : space_(executor.buffer_space()),
@@ -83,4 +83,4 @@ void RunMemory::download() const {
   }
 }
 
-}  // namespace tandem::app
+}  // namespace tandem

@@ -1,4 +1,4 @@
-#include "app/run/bench_check.h"
+#include "core/data_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "core/dtype_traits.h"
 #include "core/schedule.h"
 
-namespace tandem::app {
+namespace tandem {
 
 namespace {
 
@@ -244,4 +244,4 @@ double reduction_tolerance(DataType dtype, ReduceOp op, int nranks, double expec
   return tolerance;
 }
 
-}  // namespace tandem::app
+}  // namespace tandem
