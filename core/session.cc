@@ -188,7 +188,7 @@ void Session::dump(const std::string& reason) {
     dump_prefix_ = prefix;
     dump_reasons_.push_back(reason);
   } else if (recorders_->config().capacity > 0 && !recorders_->any_alive()) {
-    dump_note_ = fmt::format("no dump for {}: every rank had crashed, no survivor could write one", reason);
+    dump_note_ = "none written: every rank had crashed, no survivor could write one";
   }
 }
 

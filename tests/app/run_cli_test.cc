@@ -318,4 +318,37 @@ TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;
 }
 
+// Every rank crashes: no survivor can dump, and the run still reports the aborted iteration and
+// writes its results (it used to stop at "dump directory .../fr does not exist" with nothing written).
+TEST(RunCli, EveryRankCrashedStillReportsAndWritesResults) {
+  const std::string path = write_scenario("all_crash.yaml", R"(tandem_scenario: 1
+name: all-crash
+cluster: {preset: dgx-h100, nodes: 1}
+workload: {type: collective-loop, collective: all_reduce, size: 1M, algorithm: ring, iterations: 3, gpus_per_node: 2}
+faults:
+  - {kind: rank_crash, rank: 0, at_collective: 1}
+  - {kind: rank_crash, rank: 1, at_collective: 1}
+recovery: {watchdog_ms: 50, action: shrink}
+outputs: {dumps: true}
+expect:
+  - {iteration: 1, outcome: aborted}
+)");
+  for (const std::string backend : {"sim", "host"}) {
+    const std::string dir = temp_path("all_crash_out_" + backend);
+    std::filesystem::remove_all(dir);
+    const Outcome outcome = run_tandem(fmt::format("run '{}' --backend {} --out '{}'", path, backend, dir));
+    EXPECT_EQ(outcome.exit_code, 0) << backend << outcome.out << outcome.err;
+    EXPECT_TRUE(contains(outcome.out, "aborted")) << outcome.out;
+    EXPECT_TRUE(contains(outcome.out, "Flight-recorder dumps: none written: every rank had crashed")) << outcome.out;
+    const nlohmann::json results = nlohmann::json::parse(read_text(dir + "/results.json"));
+    EXPECT_EQ(results.at("aborted"), true);
+    EXPECT_EQ(results.at("iterations").at(1).at("outcome"), "aborted");
+    EXPECT_EQ(results.at("dump_prefix"), "");
+    EXPECT_TRUE(std::filesystem::exists(dir + "/results.csv"));
+    EXPECT_FALSE(std::filesystem::exists(dir + "/fr"));
+    std::filesystem::remove_all(dir);
+  }
+  std::filesystem::remove(path);
+}
+
 }  // namespace
