@@ -268,4 +268,69 @@ double required_in_place_fraction(double mtbf, double target) {
   return target <= mtbf ? 0 : 1 - mtbf / target;
 }
 
+double checkpoint_write_s(int64_t bytes_per_gpu, int gpus, double write_GBps) {
+  if (bytes_per_gpu <= 0) {
+    fail(ErrorCode::kInvalidArgument, "the checkpoint bytes per GPU must be > 0, not {}", bytes_per_gpu);
+  }
+  if (gpus < 1) fail(ErrorCode::kInvalidArgument, "a job needs at least one GPU, not {}", gpus);
+  require_positive(write_GBps, "the checkpoint write bandwidth");
+  return static_cast<double>(bytes_per_gpu) * gpus / (write_GBps * 1e9);
+}
+
+namespace {
+
+// The interval the inputs' rule gives at MTBF `mtbf_s`.
+double checkpoint_interval_s(const JobReliabilityInputs& in, double mtbf_s) {
+  switch (in.interval_rule) {
+    case CheckpointIntervalRule::kYoung:
+      return young_interval_s(in.checkpoint_write_s, mtbf_s);
+    case CheckpointIntervalRule::kDaly:
+      return daly_interval_s(in.checkpoint_write_s, mtbf_s);
+    case CheckpointIntervalRule::kFixed:
+      require_positive(in.fixed_interval_s, "the fixed checkpoint interval");
+      return in.fixed_interval_s;
+  }
+  return in.fixed_interval_s;
+}
+
+GoodputAtInterval goodput_at(const JobReliabilityInputs& in, double mtbf_s, double fraction) {
+  GoodputAtInterval out;
+  const double effective_s = fraction < 1 ? mtbf_s / (1 - fraction) : std::numeric_limits<double>::infinity();
+  out.checkpoint_interval_s = checkpoint_interval_s(in, std::isinf(effective_s) ? mtbf_s : effective_s);
+  GoodputInputs g;
+  g.mtbf_s = mtbf_s;
+  g.checkpoint_interval_s = out.checkpoint_interval_s;
+  g.checkpoint_blocking_s = in.checkpoint_blocking_s;
+  g.restart = in.restart;
+  g.in_place_fraction = fraction;
+  g.in_place_recovery_s = in.in_place_recovery_s;
+  g.program_goodput = in.program_goodput;
+  out.result = goodput(g);
+  return out;
+}
+
+}  // namespace
+
+JobReliability assess_job_reliability(const JobReliabilityInputs& in) {
+  JobReliability out;
+  out.mtbf_hours = job_mtbf_hours(in.rates, in.gpus, in.gpus_per_node);
+  if (std::isinf(out.mtbf_hours)) fail(ErrorCode::kInvalidArgument, "every failure rate is 0: the job never fails");
+  out.failures_per_hour = 1 / out.mtbf_hours;
+  for (const FailureCause& cause : in.rates.causes) {
+    const double rate = job_failure_rate_per_hour(cause, in.gpus, in.gpus_per_node);
+    out.causes.push_back({rate, rate / out.failures_per_hour});
+  }
+  out.gpu_hours_per_interruption = out.mtbf_hours * in.gpus;
+  const double mtbf_s = out.mtbf_hours * 3600;
+  out.in_place_fraction = in_place_fraction(in.rates, in.policies, in.gpus_per_node);
+  out.restart_only = goodput_at(in, mtbf_s, 0);
+  out.with_in_place = goodput_at(in, mtbf_s, out.in_place_fraction);
+  out.young_interval_s = young_interval_s(in.checkpoint_write_s, mtbf_s);
+  out.daly_interval_s = daly_interval_s(in.checkpoint_write_s, mtbf_s);
+  if (in.target_mtbf_hours) {
+    out.required_in_place_fraction = required_in_place_fraction(out.mtbf_hours, *in.target_mtbf_hours);
+  }
+  return out;
+}
+
 }  // namespace tandem::models

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -126,5 +127,63 @@ double in_place_fraction(const FailureRates& rates, const RecoveryPolicies& poli
 // The f that raises the MTBF between restarts from `mtbf` to `target` (any one unit, both > 0):
 // 1 - mtbf / target, or 0 when target <= mtbf.
 double required_in_place_fraction(double mtbf, double target);
+
+// ---- One job: everything above together (what `tandem reliability` prints) --------------------
+
+// delta from the checkpoint's size and the storage's write bandwidth for the whole job:
+// bytes_per_gpu x gpus / (write_GBps x 10^9), in seconds. Throws Error(kInvalidArgument) unless
+// bytes_per_gpu > 0, gpus >= 1 and write_GBps > 0.
+double checkpoint_write_s(int64_t bytes_per_gpu, int gpus, double write_GBps);
+
+// How the checkpoint interval is chosen: Daly's or Young's optimum at the MTBF between restarts,
+// or a fixed interval.
+enum class CheckpointIntervalRule : uint8_t { kDaly, kYoung, kFixed };
+
+// What one job is, for the reliability model. Durations in seconds.
+struct JobReliabilityInputs {
+  FailureRates rates;  // at least one rate > 0
+  int gpus = 1;        // >= 1
+  int gpus_per_node = 1;
+  RecoveryPolicies policies;         // what recovers in place
+  double checkpoint_write_s = 0;     // delta, > 0
+  double checkpoint_blocking_s = 0;  // delta_block, [0, delta]
+  CheckpointIntervalRule interval_rule = CheckpointIntervalRule::kDaly;
+  double fixed_interval_s = 0;              // kFixed: the interval, > 0
+  RestartCost restart;                      // its checkpoint_load_s is the checkpoint's load time
+  double in_place_recovery_s = 0;           // cost of one in-place recovery, >= 0
+  double program_goodput = 1;               // e.g. MFU, (0, 1]
+  std::optional<double> target_mtbf_hours;  // an MTBF between restarts to reach, > 0
+};
+
+// goodput() at one in-place fraction f, with the checkpoint interval the rule gives at the MTBF
+// between restarts, M / (1 - f) (at M when f = 1: with no restarts left it would be unbounded).
+struct GoodputAtInterval {
+  double checkpoint_interval_s = 0;
+  GoodputResult result;
+};
+
+// One cause's part in the job's failures.
+struct CauseFailures {
+  double failures_per_hour = 0;  // job_failure_rate_per_hour for this cause
+  double share = 0;              // of the job's failures, [0, 1]
+};
+
+struct JobReliability {
+  double mtbf_hours = 0;                             // M (job_mtbf_hours)
+  double failures_per_hour = 0;                      // 1 / M
+  std::vector<CauseFailures> causes;                 // per cause of the inputs' rates, in their order
+  double gpu_hours_per_interruption = 0;             // M x gpus
+  double young_interval_s = 0;                       // at M
+  double daly_interval_s = 0;                        // at M
+  double in_place_fraction = 0;                      // f (in_place_fraction)
+  GoodputAtInterval restart_only;                    // f = 0: every interruption restarts the job
+  GoodputAtInterval with_in_place;                   // the policies' f
+  std::optional<double> required_in_place_fraction;  // for target_mtbf_hours, when given
+};
+
+// The job's MTBF, its failures by cause, the checkpoint intervals, and goodput with and without
+// recovery in place. Throws Error(kInvalidArgument) when every rate is 0, or from the functions
+// above for an input out of its range.
+JobReliability assess_job_reliability(const JobReliabilityInputs& inputs);
 
 }  // namespace tandem::models

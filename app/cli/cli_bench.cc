@@ -270,47 +270,132 @@ std::pair<double, std::optional<int64_t>> combine_over_processes(double seconds,
   return {slowest, total};
 }
 
-void run_bench(const BenchOptions& options, CommandStatus& status) {
-  if (options.backend == "sim") {
-    run_sim_bench(options, status);
-    return;
-  }
-  const BenchPlan plan = make_plan(options);
-  std::unique_ptr<Executor> executor = make_executor(options.backend);
-  const int nranks = plan.layout.nranks;
+// The largest size's buffers, per rank: what the sweep allocates.
+struct BufferBytes {
+  int64_t input = 0;
+  int64_t output = 0;
+};
 
-  CommunicatorOptions communicator_options;
-  communicator_options.algorithm = plan.algorithm;
-  communicator_options.params.channels = channels_for(options, plan.layout);
-  Communicator communicator(*executor, plan.layout, communicator_options);
-
-  // Memory for the largest size, per rank, checked against what the machine has.
-  int64_t max_input_bytes = 0, max_output_bytes = 0;
+BufferBytes largest_buffers(const BenchPlan& plan) {
+  BufferBytes largest;
   const int64_t element_bytes = static_cast<int64_t>(size_bytes(plan.dtype));
   for (int64_t bytes : plan.sizes) {
-    SizeCounts counts = nccl_tests_counts(plan.collective, bytes, plan.dtype, nranks);
-    max_input_bytes = std::max(max_input_bytes, counts.input_elements * element_bytes);
-    max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
+    SizeCounts counts = nccl_tests_counts(plan.collective, bytes, plan.dtype, plan.layout.nranks);
+    largest.input = std::max(largest.input, counts.input_elements * element_bytes);
+    largest.output = std::max(largest.output, counts.output_elements * element_bytes);
   }
-  const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
+  return largest;
+}
+
+// Allocates every rank's buffers for the largest size, after checking them against the machine's memory.
+RunMemory allocate_bench_memory(Executor& executor, const BenchPlan& plan) {
+  const int nranks = plan.layout.nranks;
+  const BufferBytes largest = largest_buffers(plan);
+  const double needed = double(nranks) * double(largest.input + largest.output);
   require_host_memory(needed,
                       fmt::format("bench for {} ranks up to {} bytes (-e; lower -e or -g)", nranks, plan.max_bytes));
-  const RunMemory memory(*executor, nranks, static_cast<size_t>(max_input_bytes),
-                         static_cast<size_t>(max_output_bytes));
+  return RunMemory(executor, nranks, static_cast<size_t>(largest.input), static_cast<size_t>(largest.output));
+}
+
+// What every size of the sweep runs with.
+struct BenchContext {
+  const BenchOptions& options;
+  const BenchPlan& plan;
+  Communicator& communicator;
+  const RunMemory& memory;
   // Under a process-per-rank launch (nccl under mpirun) every process runs its own ranks; times and
-  // #wrong are combined over the processes and rank 0 prints.
-  const bool per_process = executor->local_ranks(nranks).size() < static_cast<size_t>(nranks);
-  const bool printing = !per_process || nccl::current_launch().info().rank == 0;
+  // #wrong are combined over the processes.
+  bool per_process = false;
+  Progress& progress;
+};
 
-  // Header, as nccl-tests prints it.
-  if (printing) print_bench_header(options, plan, *executor);
+// One size in one placement, on its buffers.
+struct Placement {
+  const CollectiveSpec& spec;
+  const SizeCounts& counts;
+  bool in_place = false;
+  std::vector<RankBuffers> buffers;      // the host view
+  std::vector<RankBuffers> run_buffers;  // what the backend runs on
+};
 
-  const bool in_place_supported = buffer_geometry(plan.collective, nranks).in_place_supported;
-  const bool reduction = is_reduction(plan.collective);
-  Progress progress;
+// The mean time of -n timed runs after -w warm-up runs. They work on the pattern; in place, a
+// reduction would compound it run after run (sums overflow), so those runs reduce zeros instead.
+double timed_runs_s(const BenchContext& context, const Placement& placement, const CheckSpec& check) {
+  const BenchPlan& plan = context.plan;
+  if (placement.in_place && is_reduction(plan.collective)) {
+    const int64_t element_bytes = static_cast<int64_t>(size_bytes(plan.dtype));
+    for (const RankBuffers& b : placement.buffers) {
+      if (b.input != nullptr) {
+        std::memset(b.input, 0, static_cast<size_t>(placement.counts.input_elements * element_bytes));
+      }
+    }
+  } else {
+    fill_inputs(check, placement.buffers);
+  }
+  context.memory.upload();
+  for (int i = 0; i < context.options.warmup_iters; ++i) {
+    context.communicator.run(placement.spec, placement.run_buffers, plan.algorithm);
+  }
+  double seconds = 0;
+  for (int i = 0; i < context.options.iters; ++i) {
+    seconds += context.communicator.run(placement.spec, placement.run_buffers, plan.algorithm).seconds;
+  }
+  return seconds / context.options.iters;
+}
+
+// #wrong over up to -c check runs, each on fresh inputs with poisoned outputs, stopping at the
+// first run with wrong elements.
+std::optional<int64_t> checked_runs_wrong(const BenchContext& context, const Placement& placement, CheckSpec check) {
+  std::optional<int64_t> wrong = 0;
+  for (int c = 0; c < context.options.check_iters && *wrong == 0; ++c) {
+    check.seed = static_cast<uint64_t>(c) + 1;
+    poison_outputs(check, placement.buffers);
+    fill_inputs(check, placement.buffers);  // after the poison: in place, the input lives in the output
+    context.memory.upload();
+    context.communicator.run(placement.spec, placement.run_buffers, context.plan.algorithm);
+    context.memory.download();
+    wrong = count_wrong(check, placement.buffers);
+    if (context.per_process) std::tie(std::ignore, wrong) = combine_over_processes(0, wrong);
+  }
+  return wrong;
+}
+
+// Times one size in one placement, then checks it (-c): one half of its table row.
+BenchResult measure(const BenchContext& context, const CollectiveSpec& spec, const SizeCounts& counts,
+                    size_t size_index, bool in_place) {
+  const BenchPlan& plan = context.plan;
+  const int nranks = plan.layout.nranks;
+  auto phase = [&](const char* what) {
+    context.progress.update(fmt::format("tandem bench: {} B ({}/{}), {}, {}", counts.size_bytes, size_index + 1,
+                                        plan.sizes.size(), in_place ? "in-place" : "out-of-place", what));
+  };
+  const Placement placement{spec, counts, in_place,
+                            context.memory.host(plan.collective, counts.count, plan.dtype, in_place),
+                            context.memory.run(plan.collective, counts.count, plan.dtype, in_place)};
+  const CheckSpec check{plan.collective, plan.dtype, plan.op, plan.root, nranks, counts.count, 0};
+  phase("timing");
+  double seconds = timed_runs_s(context, placement, check);
+  std::optional<int64_t> wrong;
+  if (context.options.check_iters > 0) {
+    phase("checking");
+    wrong = checked_runs_wrong(context, placement, check);
+  }
+  if (context.per_process) std::tie(seconds, std::ignore) = combine_over_processes(seconds, std::nullopt);
+  return make_result(seconds, counts, plan.collective, nranks, wrong);
+}
+
+// The sweep's rows, and which algorithm kAuto picked per size (empty unless --algo auto).
+struct BenchSweep {
   std::vector<BenchRow> rows;
   std::vector<std::pair<int64_t, Algorithm>> auto_choices;
+};
 
+// Measures every size, out of place and then in place, printing each row as it comes.
+BenchSweep measure_sizes(const BenchContext& context, bool printing) {
+  const BenchPlan& plan = context.plan;
+  const int nranks = plan.layout.nranks;
+  const bool in_place_supported = buffer_geometry(plan.collective, nranks).in_place_supported;
+  BenchSweep out;
   for (size_t size_index = 0; size_index < plan.sizes.size(); ++size_index) {
     const SizeCounts counts = nccl_tests_counts(plan.collective, plan.sizes[size_index], plan.dtype, nranks);
     CollectiveSpec spec;
@@ -321,86 +406,67 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
     spec.root = plan.root;
     spec.nranks = nranks;
     if (plan.algorithm == Algorithm::kAuto) {
-      auto_choices.emplace_back(counts.size_bytes, communicator.choose(spec));
+      out.auto_choices.emplace_back(counts.size_bytes, context.communicator.choose(spec));
     }
-
-    auto measure = [&](bool in_place) {
-      const char* placement = in_place ? "in-place" : "out-of-place";
-      auto phase = [&](const char* what) {
-        progress.update(fmt::format("tandem bench: {} B ({}/{}), {}, {}", counts.size_bytes, size_index + 1,
-                                    plan.sizes.size(), placement, what));
-      };
-      const std::vector<RankBuffers> buffers = memory.host(plan.collective, counts.count, plan.dtype, in_place);
-      const std::vector<RankBuffers> run_buffers = memory.run(plan.collective, counts.count, plan.dtype, in_place);
-      CheckSpec check{plan.collective, plan.dtype, plan.op, plan.root, nranks, counts.count, 0};
-
-      // Timed runs work on the pattern; in place, a reduction would compound it run after run
-      // (sums overflow), so those runs reduce zeros instead.
-      phase("timing");
-      if (in_place && reduction) {
-        for (const RankBuffers& b : buffers) {
-          if (b.input != nullptr) std::memset(b.input, 0, static_cast<size_t>(counts.input_elements * element_bytes));
-        }
-      } else {
-        fill_inputs(check, buffers);
-      }
-      memory.upload();
-      for (int i = 0; i < options.warmup_iters; ++i) communicator.run(spec, run_buffers, plan.algorithm);
-      double seconds = 0;
-      for (int i = 0; i < options.iters; ++i) seconds += communicator.run(spec, run_buffers, plan.algorithm).seconds;
-      seconds /= options.iters;
-
-      std::optional<int64_t> wrong;
-      if (options.check_iters > 0) {
-        phase("checking");
-        wrong = 0;
-        for (int c = 0; c < options.check_iters && *wrong == 0; ++c) {
-          check.seed = static_cast<uint64_t>(c) + 1;
-          poison_outputs(check, buffers);
-          fill_inputs(check, buffers);  // after the poison: in place, the input lives in the output
-          memory.upload();
-          communicator.run(spec, run_buffers, plan.algorithm);
-          memory.download();
-          wrong = count_wrong(check, buffers);
-          if (per_process) std::tie(std::ignore, wrong) = combine_over_processes(0, wrong);
-        }
-      }
-      if (per_process) std::tie(seconds, std::ignore) = combine_over_processes(seconds, std::nullopt);
-      return make_result(seconds, counts, plan.collective, nranks, wrong);
-    };
-
     BenchRow row;
     row.counts = counts;
     row.type_name = nccl_tests_type_name(plan.dtype);
-    row.redop = reduction ? name(plan.op) : std::string_view("none");
+    row.redop = is_reduction(plan.collective) ? name(plan.op) : std::string_view("none");
     row.root = plan.rooted ? plan.root : -1;
-    row.out_of_place = measure(false);
-    if (in_place_supported) row.in_place = measure(true);
-    progress.clear();
+    row.out_of_place = measure(context, spec, counts, size_index, false);
+    if (in_place_supported) row.in_place = measure(context, spec, counts, size_index, true);
+    context.progress.clear();
     if (printing) fmt::print("{}", format_row(row));
     std::fflush(stdout);
-    rows.push_back(row);
+    out.rows.push_back(row);
   }
+  return out;
+}
 
-  if (printing) {
-    fmt::print("{}", format_footer(rows));
-    if (!auto_choices.empty()) fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(auto_choices));
+// The table's footer, kAuto's choices, and the --trace file with the algorithm of each size.
+void finish_bench_output(const BenchOptions& options, const BenchPlan& plan, const BenchSweep& sweep) {
+  fmt::print("{}", format_footer(sweep.rows));
+  if (!sweep.auto_choices.empty()) {
+    fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(sweep.auto_choices));
   }
   std::fflush(stdout);
-
-  if (printing) {
-    std::vector<std::string> algorithms;
-    for (const BenchRow& row : rows) {
-      std::string algorithm(name(plan.algorithm));
-      for (const auto& [bytes, chosen] : auto_choices) {
-        if (bytes == row.counts.size_bytes) algorithm = std::string(name(chosen));
-      }
-      algorithms.push_back(algorithm);
+  std::vector<std::string> algorithms;
+  for (const BenchRow& row : sweep.rows) {
+    std::string algorithm(name(plan.algorithm));
+    for (const auto& [bytes, chosen] : sweep.auto_choices) {
+      if (bytes == row.counts.size_bytes) algorithm = std::string(name(chosen));
     }
-    write_bench_trace(options, plan.collective, nranks, rows, algorithms);
+    algorithms.push_back(algorithm);
+  }
+  write_bench_trace(options, plan.collective, plan.layout.nranks, sweep.rows, algorithms);
+}
+
+void run_bench(const BenchOptions& options, CommandStatus& status) {
+  if (options.backend == "sim") {
+    run_sim_bench(options, status);
+    return;
+  }
+  const BenchPlan plan = make_plan(options);
+  std::unique_ptr<Executor> executor = make_executor(options.backend);
+  CommunicatorOptions communicator_options;
+  communicator_options.algorithm = plan.algorithm;
+  communicator_options.params.channels = channels_for(options, plan.layout);
+  Communicator communicator(*executor, plan.layout, communicator_options);
+  const RunMemory memory = allocate_bench_memory(*executor, plan);
+  const int nranks = plan.layout.nranks;
+  const bool per_process = executor->local_ranks(nranks).size() < static_cast<size_t>(nranks);
+  const bool printing = !per_process || nccl::current_launch().info().rank == 0;  // one process prints: rank 0's
+
+  if (printing) print_bench_header(options, plan, *executor);
+  Progress progress;
+  const BenchSweep sweep = measure_sizes({options, plan, communicator, memory, per_process, progress}, printing);
+  if (printing) {
+    finish_bench_output(options, plan, sweep);
+  } else {
+    std::fflush(stdout);
   }
 
-  const int64_t failed = failed_results(rows);
+  const int64_t failed = failed_results(sweep.rows);
   if (failed > 0) {
     std::fprintf(stderr, "tandem: error: %lld of the results above have wrong elements (#wrong)\n",
                  static_cast<long long>(failed));

@@ -4,7 +4,6 @@
 // Formulas and defaults: docs/reliability.md.
 #include <cmath>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -114,78 +113,55 @@ std::string duration(double seconds) {
 
 std::string percent(double share) { return fmt::format("{:.2f}%", share * 100); }
 
+// The job as the command line describes it: the model's inputs, its cluster and the simulated
+// communicator start-up.
 struct Scenario {
   models::ClusterSpec spec;
-  int gpus = 0;
-  int gpus_per_node = 0;
-  models::FailureRates rates;
-  models::RecoveryPolicies policies;
-  double checkpoint_write_s = 0;
-  double checkpoint_blocking_s = 0;
+  models::JobReliabilityInputs job;
   double checkpoint_load_s = 0;
   sim::StartupResult startup;
-  models::RestartCost restart;
 };
 
-// The interval --checkpoint-interval asks for, at MTBF `mtbf_s`.
-double interval_s(const ReliabilityOptions& options, double write_s, double mtbf_s) {
-  if (options.checkpoint_interval == "young") return models::young_interval_s(write_s, mtbf_s);
-  if (options.checkpoint_interval == "auto" || options.checkpoint_interval == "daly") {
-    return models::daly_interval_s(write_s, mtbf_s);
+// --checkpoint-interval: auto (Daly), young, daly or a positive duration.
+void parse_interval(const std::string& text, models::JobReliabilityInputs& job) {
+  if (text == "young") {
+    job.interval_rule = models::CheckpointIntervalRule::kYoung;
+    return;
   }
-  const double interval = parse_duration_s(options.checkpoint_interval, "--checkpoint-interval");
+  if (text == "auto" || text == "daly") {
+    job.interval_rule = models::CheckpointIntervalRule::kDaly;
+    return;
+  }
+  const double interval = parse_duration_s(text, "--checkpoint-interval");
   if (!(interval > 0)) {
     fail(ErrorCode::kInvalidArgument, "--checkpoint-interval {}: expected auto, young, daly or a positive duration",
-         options.checkpoint_interval);
+         text);
   }
-  return interval;
+  job.interval_rule = models::CheckpointIntervalRule::kFixed;
+  job.fixed_interval_s = interval;
 }
 
-struct Column {
-  double mtbf_s = 0;
-  double interval_s = 0;
-  models::GoodputResult result;
-};
-
-Column column(const ReliabilityOptions& options, const Scenario& s, double mtbf_s, double fraction) {
-  Column c;
-  c.mtbf_s = mtbf_s;
-  const double effective_s = fraction < 1 ? mtbf_s / (1 - fraction) : std::numeric_limits<double>::infinity();
-  // An interval from an infinite MTBF between restarts is unbounded: keep the restart-only one.
-  c.interval_s = interval_s(options, s.checkpoint_write_s, std::isinf(effective_s) ? mtbf_s : effective_s);
-  models::GoodputInputs in;
-  in.mtbf_s = mtbf_s;
-  in.checkpoint_interval_s = c.interval_s;
-  in.checkpoint_blocking_s = s.checkpoint_blocking_s;
-  in.restart = s.restart;
-  in.in_place_fraction = fraction;
-  in.in_place_recovery_s = options.in_place_recovery_s;
-  in.program_goodput = options.mfu.value_or(1);
-  c.result = models::goodput(in);
-  return c;
-}
-
-Scenario build_scenario(const ReliabilityOptions& options) {
-  Scenario s;
-  s.spec = cluster_spec(options.cluster);
-  s.gpus = options.gpus;
-  s.gpus_per_node = s.spec.gpus_per_node;
-  const int nodes = (s.gpus + s.gpus_per_node - 1) / s.gpus_per_node;
-  if (s.gpus > s.gpus_per_node && s.gpus % s.gpus_per_node != 0) {
-    fail(ErrorCode::kInvalidArgument, "--gpus {} is not a multiple of the {} GPUs per node", s.gpus, s.gpus_per_node);
+// The job's nodes from --gpus, checked against --nodes.
+int job_nodes(const ReliabilityOptions& options, int gpus_per_node) {
+  const int gpus = options.gpus;
+  const int nodes = (gpus + gpus_per_node - 1) / gpus_per_node;
+  if (gpus > gpus_per_node && gpus % gpus_per_node != 0) {
+    fail(ErrorCode::kInvalidArgument, "--gpus {} is not a multiple of the {} GPUs per node", gpus, gpus_per_node);
   }
   if (nodes > models::kMaxNodes) {
-    fail(ErrorCode::kInvalidArgument, "--gpus {} needs {} nodes, over the limit of {}", s.gpus, nodes,
-         models::kMaxNodes);
+    fail(ErrorCode::kInvalidArgument, "--gpus {} needs {} nodes, over the limit of {}", gpus, nodes, models::kMaxNodes);
   }
   if (options.nodes_given && options.cluster.nodes != nodes) {
     fail(ErrorCode::kInvalidArgument, "--nodes {} disagrees with --gpus {} ({} nodes of {} GPUs)",
-         options.cluster.nodes, s.gpus, nodes, s.gpus_per_node);
+         options.cluster.nodes, gpus, nodes, gpus_per_node);
   }
-  s.spec.nodes = nodes;
+  return nodes;
+}
 
-  s.rates = models::failure_rates(options.rates);
-  models::scale_rates(s.rates, options.rate_scale);
+// --rates, --rate-scale and each --cause-rate CAUSE=RATE (per 10^6 unit-hours).
+models::FailureRates parse_rates(const ReliabilityOptions& options) {
+  models::FailureRates rates = models::failure_rates(options.rates);
+  models::scale_rates(rates, options.rate_scale);
   for (const std::string& item : options.cause_rates) {
     const size_t eq = item.find('=');
     double rate = -1;
@@ -204,39 +180,59 @@ Scenario build_scenario(const ReliabilityOptions& options) {
            "node-hours (>= 0)",
            item);
     }
-    models::set_cause_rate(s.rates, item.substr(0, eq), rate / kRatePerMillion);
+    models::set_cause_rate(rates, item.substr(0, eq), rate / kRatePerMillion);
   }
-  if (std::isinf(models::job_mtbf_hours(s.rates, s.gpus, s.gpus_per_node))) {
-    fail(ErrorCode::kInvalidArgument,
-         "every failure rate is 0: the job never fails (check --rate-scale, --cause-rate)");
-  }
-  s.policies = parse_policies(options.recovery);
+  return rates;
+}
 
+// The checkpoint's write, blocking and load times from the --checkpoint-* options.
+void parse_checkpoint(const ReliabilityOptions& options, Scenario& s) {
+  models::JobReliabilityInputs& job = s.job;
   if (options.checkpoint_GBps) {
     const int64_t bytes = parse_size_bytes(*options.checkpoint_bytes_per_gpu, "--checkpoint-bytes-per-gpu");
     if (bytes <= 0) fail(ErrorCode::kInvalidArgument, "--checkpoint-bytes-per-gpu must be > 0");
-    s.checkpoint_write_s = static_cast<double>(bytes) * s.gpus / (*options.checkpoint_GBps * 1e9);
+    job.checkpoint_write_s = models::checkpoint_write_s(bytes, job.gpus, *options.checkpoint_GBps);
   } else {
-    s.checkpoint_write_s = options.checkpoint_write_s.value_or(kDefaultCheckpointWrite_s);
+    job.checkpoint_write_s = options.checkpoint_write_s.value_or(kDefaultCheckpointWrite_s);
   }
-  s.checkpoint_blocking_s = options.checkpoint_blocking_s.value_or(s.checkpoint_write_s);
-  s.checkpoint_load_s = options.checkpoint_load_s.value_or(s.checkpoint_write_s);
-  if (s.checkpoint_blocking_s > s.checkpoint_write_s) {
+  job.checkpoint_blocking_s = options.checkpoint_blocking_s.value_or(job.checkpoint_write_s);
+  s.checkpoint_load_s = options.checkpoint_load_s.value_or(job.checkpoint_write_s);
+  if (job.checkpoint_blocking_s > job.checkpoint_write_s) {
     fail(ErrorCode::kInvalidArgument, "--checkpoint-blocking-s {} is longer than the checkpoint write ({} s)",
-         s.checkpoint_blocking_s, s.checkpoint_write_s);
+         job.checkpoint_blocking_s, job.checkpoint_write_s);
   }
-  interval_s(options, s.checkpoint_write_s, 3600);  // a bad --checkpoint-interval fails before any simulation
+}
 
-  s.startup = sim::simulate_startup(s.spec, s.gpus);
-  s.restart = {options.detection_s, options.rendezvous_s, options.init_s.value_or(s.startup.total_s),
-               s.checkpoint_load_s};
+// Reads and checks the options, then simulates the communicator start-up for the restart cost.
+Scenario build_scenario(const ReliabilityOptions& options) {
+  Scenario s;
+  models::JobReliabilityInputs& job = s.job;
+  s.spec = cluster_spec(options.cluster);
+  job.gpus = options.gpus;
+  job.gpus_per_node = s.spec.gpus_per_node;
+  s.spec.nodes = job_nodes(options, job.gpus_per_node);
+  job.rates = parse_rates(options);
+  if (std::isinf(models::job_mtbf_hours(job.rates, job.gpus, job.gpus_per_node))) {
+    fail(ErrorCode::kInvalidArgument,
+         "every failure rate is 0: the job never fails (check --rate-scale, --cause-rate)");
+  }
+  job.policies = parse_policies(options.recovery);
+  parse_checkpoint(options, s);
+  parse_interval(options.checkpoint_interval, job);  // a bad --checkpoint-interval fails before any simulation
+  job.in_place_recovery_s = options.in_place_recovery_s;
+  job.program_goodput = options.mfu.value_or(1);
+  job.target_mtbf_hours = options.target_mtbf_hours;
+
+  s.startup = sim::simulate_startup(s.spec, job.gpus);
+  job.restart = {options.detection_s, options.rendezvous_s, options.init_s.value_or(s.startup.total_s),
+                 s.checkpoint_load_s};
   return s;
 }
 
 // 8, 32, 128, ... (one node, then x kStartupTableFactor) and --gpus itself.
 std::vector<sim::StartupResult> startup_table(const Scenario& s) {
   std::vector<sim::StartupResult> rows;
-  for (int gpus = s.gpus_per_node; gpus < s.gpus; gpus *= kStartupTableFactor) {
+  for (int gpus = s.job.gpus_per_node; gpus < s.job.gpus; gpus *= kStartupTableFactor) {
     rows.push_back(sim::simulate_startup(s.spec, gpus));
   }
   rows.push_back(s.startup);
@@ -255,9 +251,9 @@ json startup_json(const sim::StartupResult& r) {
           {"total_s", r.total_s}};
 }
 
-json column_json(const Column& c) {
+json column_json(const models::GoodputAtInterval& c) {
   return {{"mtbf_between_restarts_hours", c.result.effective_mtbf_s / 3600},
-          {"checkpoint_interval_s", c.interval_s},
+          {"checkpoint_interval_s", c.checkpoint_interval_s},
           {"lost_work_s", c.result.lost_work_s},
           {"restart_loss_s", c.result.restart_loss_s},
           {"checkpoint_efficiency", c.result.checkpoint_efficiency},
@@ -266,77 +262,69 @@ json column_json(const Column& c) {
           {"goodput", c.result.goodput}};
 }
 
-void run_reliability(const ReliabilityOptions& options) {
-  const Scenario s = build_scenario(options);
-  const double mtbf_h = models::job_mtbf_hours(s.rates, s.gpus, s.gpus_per_node);
-  const double mtbf_s = mtbf_h * 3600;
-  const double job_rate = 1 / mtbf_h;
-  const double fraction = models::in_place_fraction(s.rates, s.policies, s.gpus_per_node);
-  const Column restart_only = column(options, s, mtbf_s, 0);
-  const Column in_place = column(options, s, mtbf_s, fraction);
-  const double young_s = models::young_interval_s(s.checkpoint_write_s, mtbf_s);
-  const double daly_s = models::daly_interval_s(s.checkpoint_write_s, mtbf_s);
-  const std::vector<sim::StartupResult> table = startup_table(s);
-  std::optional<double> required;
-  if (options.target_mtbf_hours) required = models::required_in_place_fraction(mtbf_h, *options.target_mtbf_hours);
-
-  if (options.json) {
-    json causes = json::array();
-    for (const models::FailureCause& c : s.rates.causes) {
-      const double rate = models::job_failure_rate_per_hour(c, s.gpus, s.gpus_per_node);
-      causes.push_back({{"name", c.name},
-                        {"description", c.description},
-                        {"rate_per_hour", c.rate_per_hour},
-                        {"unit", models::name(c.unit)},
-                        {"job_rate_per_hour", rate},
-                        {"share", rate / job_rate},
-                        {"recoverable_by", models::name(c.recoverable_by)},
-                        {"in_place_share", c.in_place_share}});
-    }
-    json out = {{"cluster", models::describe(s.spec)},
-                {"gpus", s.gpus},
-                {"nodes", s.spec.nodes},
-                {"rates", s.rates.preset},
-                {"rates_source", s.rates.source},
-                {"causes", causes},
-                {"job_mtbf_hours", mtbf_h},
-                {"gpu_hours_per_interruption", mtbf_h * s.gpus},
-                {"checkpoint",
-                 {{"write_s", s.checkpoint_write_s},
-                  {"blocking_s", s.checkpoint_blocking_s},
-                  {"load_s", s.checkpoint_load_s},
-                  {"young_interval_s", young_s},
-                  {"daly_interval_s", daly_s}}},
-                {"restart",
-                 {{"detection_s", s.restart.detection_s},
-                  {"rendezvous_s", s.restart.rendezvous_s},
-                  {"communicator_init_s", s.restart.communicator_init_s},
-                  {"checkpoint_load_s", s.restart.checkpoint_load_s},
-                  {"total_s", s.restart.total_s()}}},
-                {"recovery",
-                 {{"policies", policies_text(s.policies)},
-                  {"in_place_fraction", fraction},
-                  {"in_place_recovery_s", options.in_place_recovery_s}}},
-                {"restart_only", column_json(restart_only)},
-                {"with_in_place_recovery", column_json(in_place)},
-                {"startup", json::array()}};
-    if (options.mfu) out["mfu"] = *options.mfu;
-    if (required) {
-      out["target"] = {{"mtbf_hours", *options.target_mtbf_hours},
-                       {"required_in_place_fraction", *required},
-                       {"reached", fraction >= *required}};
-    }
-    for (const sim::StartupResult& r : table) out["startup"].push_back(startup_json(r));
-    std::cout << out.dump(2) << "\n";
-    return;
+// --json: the whole assessment as one JSON object.
+void print_json(const ReliabilityOptions& options, const Scenario& s, const models::JobReliability& r,
+                const std::vector<sim::StartupResult>& table) {
+  const models::JobReliabilityInputs& job = s.job;
+  json causes = json::array();
+  for (size_t i = 0; i < job.rates.causes.size(); ++i) {
+    const models::FailureCause& c = job.rates.causes[i];
+    causes.push_back({{"name", c.name},
+                      {"description", c.description},
+                      {"rate_per_hour", c.rate_per_hour},
+                      {"unit", models::name(c.unit)},
+                      {"job_rate_per_hour", r.causes[i].failures_per_hour},
+                      {"share", r.causes[i].share},
+                      {"recoverable_by", models::name(c.recoverable_by)},
+                      {"in_place_share", c.in_place_share}});
   }
+  json out = {{"cluster", models::describe(s.spec)},
+              {"gpus", job.gpus},
+              {"nodes", s.spec.nodes},
+              {"rates", job.rates.preset},
+              {"rates_source", job.rates.source},
+              {"causes", causes},
+              {"job_mtbf_hours", r.mtbf_hours},
+              {"gpu_hours_per_interruption", r.gpu_hours_per_interruption},
+              {"checkpoint",
+               {{"write_s", job.checkpoint_write_s},
+                {"blocking_s", job.checkpoint_blocking_s},
+                {"load_s", s.checkpoint_load_s},
+                {"young_interval_s", r.young_interval_s},
+                {"daly_interval_s", r.daly_interval_s}}},
+              {"restart",
+               {{"detection_s", job.restart.detection_s},
+                {"rendezvous_s", job.restart.rendezvous_s},
+                {"communicator_init_s", job.restart.communicator_init_s},
+                {"checkpoint_load_s", job.restart.checkpoint_load_s},
+                {"total_s", job.restart.total_s()}}},
+              {"recovery",
+               {{"policies", policies_text(job.policies)},
+                {"in_place_fraction", r.in_place_fraction},
+                {"in_place_recovery_s", options.in_place_recovery_s}}},
+              {"restart_only", column_json(r.restart_only)},
+              {"with_in_place_recovery", column_json(r.with_in_place)},
+              {"startup", json::array()}};
+  if (options.mfu) out["mfu"] = *options.mfu;
+  if (r.required_in_place_fraction) {
+    out["target"] = {{"mtbf_hours", *options.target_mtbf_hours},
+                     {"required_in_place_fraction", *r.required_in_place_fraction},
+                     {"reached", r.in_place_fraction >= *r.required_in_place_fraction}};
+  }
+  for (const sim::StartupResult& row : table) out["startup"].push_back(startup_json(row));
+  std::cout << out.dump(2) << "\n";
+}
 
-  std::cout << fmt::format("{} GPUs on {}\n", s.gpus, models::describe(s.spec));
-  std::cout << fmt::format("failure rates '{}': {}\n\n", s.rates.preset, s.rates.source);
+// The causes' table, the job MTBF, the checkpoint's times and intervals.
+void print_failures(const Scenario& s, const models::JobReliability& r) {
+  const models::JobReliabilityInputs& job = s.job;
+  std::cout << fmt::format("{} GPUs on {}\n", job.gpus, models::describe(s.spec));
+  std::cout << fmt::format("failure rates '{}': {}\n\n", job.rates.preset, job.rates.source);
   std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}  {}\n", "cause", "per 10^6", "unit",
                            "job per day", "MTBF alone h", "share", "recoverable in place by");
-  for (const models::FailureCause& c : s.rates.causes) {
-    const double rate = models::job_failure_rate_per_hour(c, s.gpus, s.gpus_per_node);
+  for (size_t i = 0; i < job.rates.causes.size(); ++i) {
+    const models::FailureCause& c = job.rates.causes[i];
+    const double rate = r.causes[i].failures_per_hour;
     const std::string policy =
         c.recoverable_by == models::RecoveryPolicy::kNone
             ? "none"
@@ -344,53 +332,63 @@ void run_reliability(const ReliabilityOptions& options) {
                           c.in_place_share < 1 ? fmt::format(" ({:.0f}%)", c.in_place_share * 100) : "");
     std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}  {}\n", c.description,
                              number(c.rate_per_hour * kRatePerMillion), models::name(c.unit), number(rate * 24),
-                             rate > 0 ? number(1 / rate) : "inf", percent(rate / job_rate), policy);
+                             rate > 0 ? number(1 / rate) : "inf", percent(r.causes[i].share), policy);
   }
-  std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}\n\n", "all causes", "", "", number(24 * job_rate),
-                           number(mtbf_h), percent(1));
-  std::cout << fmt::format("job MTBF: {} h ({} GPU-hours per interruption)\n", number(mtbf_h), number(mtbf_h * s.gpus));
-  std::cout << fmt::format("checkpoint: write {}, blocking {}, load {}\n", duration(s.checkpoint_write_s),
-                           duration(s.checkpoint_blocking_s), duration(s.checkpoint_load_s));
-  std::cout << fmt::format("checkpoint interval at the job MTBF: Young {}, Daly {}\n\n", duration(young_s),
-                           duration(daly_s));
+  std::cout << fmt::format("  {:<32} {:>12} {:<6} {:>11} {:>13} {:>7}\n\n", "all causes", "", "",
+                           number(24 * r.failures_per_hour), number(r.mtbf_hours), percent(1));
+  std::cout << fmt::format("job MTBF: {} h ({} GPU-hours per interruption)\n", number(r.mtbf_hours),
+                           number(r.gpu_hours_per_interruption));
+  std::cout << fmt::format("checkpoint: write {}, blocking {}, load {}\n", duration(job.checkpoint_write_s),
+                           duration(job.checkpoint_blocking_s), duration(s.checkpoint_load_s));
+  std::cout << fmt::format("checkpoint interval at the job MTBF: Young {}, Daly {}\n\n", duration(r.young_interval_s),
+                           duration(r.daly_interval_s));
+}
 
+// What one job restart costs, part by part.
+void print_restart(const ReliabilityOptions& options, const models::RestartCost& restart) {
   std::cout << fmt::format("restart cost (one job restart)\n");
-  std::cout << fmt::format("  {:<28} {:>12}\n", "detection", duration(s.restart.detection_s));
-  std::cout << fmt::format("  {:<28} {:>12}\n", "rendezvous", duration(s.restart.rendezvous_s));
-  std::cout << fmt::format("  {:<28} {:>12}  {}\n", "communicator init", duration(s.restart.communicator_init_s),
+  std::cout << fmt::format("  {:<28} {:>12}\n", "detection", duration(restart.detection_s));
+  std::cout << fmt::format("  {:<28} {:>12}\n", "rendezvous", duration(restart.rendezvous_s));
+  std::cout << fmt::format("  {:<28} {:>12}  {}\n", "communicator init", duration(restart.communicator_init_s),
                            options.init_s ? "(--init-s)" : "(simulated, below)");
-  std::cout << fmt::format("  {:<28} {:>12}\n", "checkpoint load", duration(s.restart.checkpoint_load_s));
+  std::cout << fmt::format("  {:<28} {:>12}\n", "checkpoint load", duration(restart.checkpoint_load_s));
   std::cout << fmt::format("  {:<28} {:>12}  (+ lost work: half the checkpoint interval)\n\n", "total",
-                           duration(s.restart.total_s()));
+                           duration(restart.total_s()));
+}
 
-  std::cout << fmt::format("in-place recovery ({}): {} of interruptions, {} each\n", policies_text(s.policies),
-                           percent(fraction), duration(options.in_place_recovery_s));
+// Goodput restarting on every interruption beside goodput with recovery in place, and the target.
+void print_goodput(const ReliabilityOptions& options, const Scenario& s, const models::JobReliability& r) {
+  const std::string policies = policies_text(s.job.policies);
+  std::cout << fmt::format("in-place recovery ({}): {} of interruptions, {} each\n", policies,
+                           percent(r.in_place_fraction), duration(options.in_place_recovery_s));
   std::cout << fmt::format("  {:<28} {:>14} {:>24}\n", "", "restart only", "with in-place recovery");
   auto row = [](const std::string& label, const std::string& a, const std::string& b) {
     std::cout << fmt::format("  {:<28} {:>14} {:>24}\n", label, a, b);
   };
-  row("MTBF between restarts", duration(restart_only.result.effective_mtbf_s),
-      duration(in_place.result.effective_mtbf_s));
-  row(fmt::format("checkpoint interval ({})", options.checkpoint_interval), duration(restart_only.interval_s),
-      duration(in_place.interval_s));
-  row("lost work per restart", duration(restart_only.result.lost_work_s), duration(in_place.result.lost_work_s));
-  row("checkpoint efficiency", percent(restart_only.result.checkpoint_efficiency),
-      percent(in_place.result.checkpoint_efficiency));
-  row("failure efficiency", percent(restart_only.result.failure_efficiency),
-      percent(in_place.result.failure_efficiency));
-  row("ETTR", percent(restart_only.result.ettr), percent(in_place.result.ettr));
+  const models::GoodputResult& restart = r.restart_only.result;
+  const models::GoodputResult& in_place = r.with_in_place.result;
+  row("MTBF between restarts", duration(restart.effective_mtbf_s), duration(in_place.effective_mtbf_s));
+  row(fmt::format("checkpoint interval ({})", options.checkpoint_interval),
+      duration(r.restart_only.checkpoint_interval_s), duration(r.with_in_place.checkpoint_interval_s));
+  row("lost work per restart", duration(restart.lost_work_s), duration(in_place.lost_work_s));
+  row("checkpoint efficiency", percent(restart.checkpoint_efficiency), percent(in_place.checkpoint_efficiency));
+  row("failure efficiency", percent(restart.failure_efficiency), percent(in_place.failure_efficiency));
+  row("ETTR", percent(restart.ettr), percent(in_place.ettr));
   if (options.mfu) {
-    row(fmt::format("goodput (ETTR x MFU {:g})", *options.mfu), percent(restart_only.result.goodput),
-        percent(in_place.result.goodput));
+    row(fmt::format("goodput (ETTR x MFU {:g})", *options.mfu), percent(restart.goodput), percent(in_place.goodput));
   }
-  if (required) {
+  if (r.required_in_place_fraction) {
+    const double required = *r.required_in_place_fraction;
     std::cout << fmt::format(
         "\ntarget MTBF between restarts {} h: {} of interruptions must be recovered in place; {} "
         "recovers {}: {}\n",
-        number(*options.target_mtbf_hours), percent(*required), policies_text(s.policies), percent(fraction),
-        fraction >= *required ? "reached" : "not reached");
+        number(*options.target_mtbf_hours), percent(required), policies, percent(r.in_place_fraction),
+        r.in_place_fraction >= required ? "reached" : "not reached");
   }
+}
 
+// The simulated start-up as the job grows.
+void print_startup(const std::vector<sim::StartupResult>& table) {
   std::cout << "\nstart-up: simulated communicator initialisation (sim/startup.h; software costs assumed)\n";
   std::cout << fmt::format("  {:>6} {:>12} {:>15} {:>14} {:>12}\n", "GPUs", "bootstrap", "peer-info AG", "connections",
                            "total");
@@ -400,6 +398,20 @@ void run_reliability(const ReliabilityOptions& options) {
         duration(r.connection_setup_s), duration(r.total_s),
         r.simulated_gpus < r.gpus ? fmt::format("  (ring steps scaled from {} simulated GPUs)", r.simulated_gpus) : "");
   }
+}
+
+void run_reliability(const ReliabilityOptions& options) {
+  const Scenario s = build_scenario(options);
+  const models::JobReliability r = models::assess_job_reliability(s.job);
+  const std::vector<sim::StartupResult> table = startup_table(s);
+  if (options.json) {
+    print_json(options, s, r, table);
+    return;
+  }
+  print_failures(s, r);
+  print_restart(options, s.job.restart);
+  print_goodput(options, s, r);
+  print_startup(table);
 }
 
 }  // namespace

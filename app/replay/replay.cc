@@ -396,12 +396,22 @@ std::string_view name(ReplayState state) {
   return "?";
 }
 
-ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& options) {
+namespace {
+
+using Signatures = std::vector<std::vector<std::string>>;  // per dump: each of its ops' signature()
+
+// The dumps in rank order, checked to come from one job (one recorder version, one membership per group).
+std::vector<FrDump> sorted_and_checked(const std::vector<FrDump>& input) {
   if (input.empty()) fail(ErrorCode::kInvalidArgument, "no dumps to replay");
   std::vector<FrDump> dumps = input;
   std::sort(dumps.begin(), dumps.end(), [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; });
   check_versions(dumps);
   check_membership(dumps);
+  return dumps;
+}
+
+// The result's header: what was read, the flight-recorder analysis of it, and the cluster.
+ReplayResult result_header(const std::vector<FrDump>& dumps, const ReplayOptions& options) {
   ReplayResult result;
   result.analysis = analyze(dumps);
   result.ranks = static_cast<int>(dumps.size());
@@ -409,116 +419,150 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
   result.entries = result.analysis.entries;
   result.version = dumps.front().version;
   result.comm_lib_version = dumps.front().comm_lib_version;
-  const int gpus = options.cluster.nodes * options.cluster.gpus_per_node;
   result.cluster = models::describe(options.cluster);
+  return result;
+}
 
-  Built built = build_ops(dumps, options.recorded_gaps);
-  describe_ops(built, gpus);
-  std::vector<std::vector<std::string>> signatures(built.per_rank.size());
+// Each dump's ops as the cross-rank comparison sees them.
+Signatures signatures_of(const Built& built) {
+  Signatures signatures(built.per_rank.size());
   for (size_t d = 0; d < built.per_rank.size(); ++d) {
     for (const RankOp& r : built.per_rank[d]) signatures[d].push_back(signature(r));
   }
-  const Replayed logic = replay_logic(built, signatures);
-  std::vector<ReplayOp>& ops = built.ops;
+  return signatures;
+}
 
-  // Where the ranks stop agreeing: ops some dumps reached but that never ran.
-  std::set<size_t> done(logic.order.begin(), logic.order.end());
-  std::vector<size_t> blocked;          // ops a rank is stuck at
-  std::map<size_t, size_t> blocked_at;  // dump -> op it waits in
+// Where the ranks stop agreeing: ops some dumps reached but that never ran.
+struct Blocked {
+  std::vector<size_t> ops;         // ops a rank is stuck at, in the order of the first dump in each
+  std::map<size_t, size_t> op_of;  // dump -> the op it waits in
+};
+
+// Finds the op each unfinished dump waits in.
+Blocked find_blocked(const Built& built, const Replayed& logic) {
+  Blocked blocked;
   for (size_t d = 0; d < built.per_rank.size(); ++d) {
     if (logic.position[d] < built.per_rank[d].size()) {
       const size_t op = built.per_rank[d][logic.position[d]].op;
-      blocked_at[d] = op;
-      if (std::find(blocked.begin(), blocked.end(), op) == blocked.end()) blocked.push_back(op);
+      blocked.op_of[d] = op;
+      if (std::find(blocked.ops.begin(), blocked.ops.end(), op) == blocked.ops.end()) blocked.ops.push_back(op);
     }
   }
+  return blocked;
+}
 
-  // Timing: every op that ran, and every blocked op on its ranks and on the ranks that would go on.
+// The culprits of a blocked op: follow each missing rank to where it waits, until a rank that
+// has nothing more recorded (it never came) or a cycle.
+std::vector<int> culprits_of(const Built& built, const Replayed& logic, const Blocked& blocked, size_t op) {
+  std::set<int> culprits;
+  std::set<size_t> visited;
+  std::deque<size_t> todo{op};
+  while (!todo.empty()) {
+    const size_t o = todo.front();
+    todo.pop_front();
+    if (!visited.insert(o).second) continue;
+    std::set<size_t> here(logic.arrived[o].begin(), logic.arrived[o].end());
+    for (int r : built.ops[o].ranks) {
+      auto it = built.dump_of.find(r);
+      if (it == built.dump_of.end()) continue;  // no dump: cannot be judged
+      const size_t d = it->second;
+      if (here.count(d) > 0 || !required(built, d, built.ops[o])) continue;
+      auto waits = blocked.op_of.find(d);
+      if (waits == blocked.op_of.end()) {
+        culprits.insert(r);
+      } else {
+        todo.push_back(waits->second);
+      }
+    }
+  }
+  return std::vector<int>(culprits.begin(), culprits.end());
+}
+
+// A blocked op: who waits in it, who never came, who is to blame, and who would go on without them.
+struct BlockedInfo {
+  size_t op;
+  std::vector<int> missing, waiting, culprits;
+  std::vector<int> survivors;  // its ranks less the culprits and the missing
+};
+
+// Describes each blocked op (BlockedInfo) and records its waiting and missing ranks on the op.
+std::vector<BlockedInfo> describe_blocked(Built& built, const Replayed& logic, const Blocked& blocked) {
+  std::vector<BlockedInfo> infos;
+  for (size_t op : blocked.ops) {
+    BlockedInfo info{op, {}, {}, {}, {}};
+    std::set<size_t> here(logic.arrived[op].begin(), logic.arrived[op].end());
+    for (size_t d : logic.arrived[op]) info.waiting.push_back(built.rank_of[d]);
+    std::sort(info.waiting.begin(), info.waiting.end());
+    ReplayOp& o = built.ops[op];
+    for (int r : o.ranks) {
+      auto it = built.dump_of.find(r);
+      if (it == built.dump_of.end() || (here.count(it->second) == 0 && required(built, it->second, o))) {
+        info.missing.push_back(r);
+      }
+    }
+    info.culprits = culprits_of(built, logic, blocked, op);
+    o.waiting = info.waiting;
+    o.missing = info.missing;
+    for (int r : o.ranks) {
+      if (!std::binary_search(info.culprits.begin(), info.culprits.end(), r) &&
+          !std::binary_search(info.missing.begin(), info.missing.end(), r)) {
+        info.survivors.push_back(r);
+      }
+    }
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+// The simulated timings of ops on sets of ranks, as the replay asked for them.
+struct Timings {
+  std::map<std::pair<size_t, std::vector<int>>, size_t> index;  // (op, ranks) -> timings
+  std::vector<sim::CollectiveTiming> timings;
+  std::optional<sim::CollectiveTiming> find(size_t op, const std::vector<int>& ranks) const {
+    auto it = index.find({op, ranks});
+    if (it == index.end()) return std::nullopt;
+    return timings[it->second];
+  }
+};
+
+// Simulates every op that ran on its ranks, and every blocked op on its ranks and on its survivors.
+Timings time_ops(const ReplayOptions& options, const std::vector<ReplayOp>& ops, const Replayed& logic,
+                 const std::vector<BlockedInfo>& infos) {
+  Timings out;
   std::vector<TimingQuery> queries;
-  std::map<std::pair<size_t, std::vector<int>>, size_t> query_of;
   auto ask = [&](size_t op, const std::vector<int>& ranks) {
     if (!ops[op].simulated || ranks.size() < 2) return;
-    if (query_of.try_emplace({op, ranks}, queries.size()).second) {
+    if (out.index.try_emplace({op, ranks}, queries.size()).second) {
       queries.push_back(TimingQuery{ops[op].collective, ops[op].bytes, ranks});
     }
   };
   for (size_t op : logic.order) ask(op, ops[op].ranks);
-
-  // The culprits of a blocked op: follow each missing rank to where it waits, until a rank that
-  // has nothing more recorded (it never came) or a cycle.
-  auto culprits_of = [&](size_t op) {
-    std::set<int> culprits;
-    std::set<size_t> visited;
-    std::deque<size_t> todo{op};
-    while (!todo.empty()) {
-      const size_t o = todo.front();
-      todo.pop_front();
-      if (!visited.insert(o).second) continue;
-      std::set<size_t> here(logic.arrived[o].begin(), logic.arrived[o].end());
-      for (int r : ops[o].ranks) {
-        auto it = built.dump_of.find(r);
-        if (it == built.dump_of.end()) continue;  // no dump: cannot be judged
-        const size_t d = it->second;
-        if (here.count(d) > 0 || !required(built, d, ops[o])) continue;
-        auto waits = blocked_at.find(d);
-        if (waits == blocked_at.end()) {
-          culprits.insert(r);
-        } else {
-          todo.push_back(waits->second);
-        }
-      }
-    }
-    return std::vector<int>(culprits.begin(), culprits.end());
-  };
-
-  struct BlockedInfo {
-    size_t op;
-    std::vector<int> missing, waiting, culprits;
-  };
-  std::vector<BlockedInfo> infos;
-  for (size_t op : blocked) {
-    BlockedInfo info{op, {}, {}, {}};
-    std::set<size_t> here(logic.arrived[op].begin(), logic.arrived[op].end());
-    for (size_t d : logic.arrived[op]) info.waiting.push_back(built.rank_of[d]);
-    std::sort(info.waiting.begin(), info.waiting.end());
-    for (int r : ops[op].ranks) {
-      auto it = built.dump_of.find(r);
-      if (it == built.dump_of.end() || (here.count(it->second) == 0 && required(built, it->second, ops[op]))) {
-        info.missing.push_back(r);
-      }
-    }
-    info.culprits = culprits_of(op);
-    ops[op].waiting = info.waiting;
-    ops[op].missing = info.missing;
-    std::vector<int> survivors;
-    for (int r : ops[op].ranks) {
-      if (!std::binary_search(info.culprits.begin(), info.culprits.end(), r) &&
-          !std::binary_search(info.missing.begin(), info.missing.end(), r)) {
-        survivors.push_back(r);
-      }
-    }
-    ask(op, ops[op].ranks);
-    ask(op, survivors);
-    infos.push_back(std::move(info));
+  for (const BlockedInfo& info : infos) {
+    ask(info.op, ops[info.op].ranks);
+    ask(info.op, info.survivors);
   }
-  const std::vector<sim::CollectiveTiming> timings = time_queries(options, queries);
-  auto timing = [&](size_t op, const std::vector<int>& ranks) -> std::optional<sim::CollectiveTiming> {
-    auto it = query_of.find({op, ranks});
-    if (it == query_of.end()) return std::nullopt;
-    return timings[it->second];
-  };
+  out.timings = time_queries(options, queries);
+  return out;
+}
 
-  // The timed replay: an op starts when its last member arrives, each rank arriving after its
-  // previous op plus its recorded gap.
-  std::vector<double> free_at(built.per_rank.size(), 0.0);
-  std::vector<size_t> next(built.per_rank.size(), 0);
-  std::vector<double> arrival_of(built.per_rank.size(), 0.0);
-  auto arrival = [&](size_t d) { return free_at[d] + static_cast<double>(built.gaps_ns[d][next[d]]) / 1e9; };
+// The replayed clock, per dump: when its rank is free again and the index of its next op. A rank
+// reaches its next op when it is free plus the time it recorded before that op.
+struct RankClock {
+  explicit RankClock(const Built& ops) : built(ops), free_at(ops.per_rank.size(), 0.0), next(ops.per_rank.size(), 0) {}
+  double arrival(size_t d) const { return free_at[d] + static_cast<double>(built.gaps_ns[d][next[d]]) / 1e9; }
+  const Built& built;
+  std::vector<double> free_at;
+  std::vector<size_t> next;
+};
+
+// Runs the completed ops on the replayed clock: an op starts when its last member arrives.
+void run_completed(Built& built, const Replayed& logic, const Timings& timings, RankClock& clock,
+                   ReplayResult& result) {
   for (size_t op : logic.order) {
-    ReplayOp& o = ops[op];
+    ReplayOp& o = built.ops[op];
     double start = 0;
-    for (size_t d : logic.arrived[op]) start = std::max(start, arrival(d));
-    if (auto t = timing(op, o.ranks)) {
+    for (size_t d : logic.arrived[op]) start = std::max(start, clock.arrival(d));
+    if (auto t = timings.find(op, o.ranks)) {
       o.predicted_s = t->seconds;
       o.algorithm = t->algorithm;
       o.busbw_GBps = t->busbw_GBps;
@@ -527,9 +571,9 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
     o.start_s = start;
     o.end_s = start + o.predicted_s;
     for (size_t d : logic.arrived[op]) {
-      result.slices.push_back({built.rank_of[d], op, arrival(d), o.end_s});
-      free_at[d] = o.end_s;
-      ++next[d];
+      result.slices.push_back({built.rank_of[d], op, clock.arrival(d), o.end_s});
+      clock.free_at[d] = o.end_s;
+      ++clock.next[d];
     }
     result.end_s = std::max(result.end_s, o.end_s);
     if (o.simulated) {
@@ -540,177 +584,214 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
       }
     }
   }
+}
 
-  // The blocked ops, in the order their last waiting rank arrived.
-  for (BlockedInfo& info : infos) {
-    ReplayOp& o = ops[info.op];
-    double at = 0;
-    for (size_t d : logic.arrived[info.op]) at = std::max(at, arrival(d));
-    o.start_s = o.end_s = at;
-    std::set<std::string> seen;
-    for (size_t d : logic.arrived[info.op]) seen.insert(signatures[d][next[d]]);
-    if (!info.missing.empty()) {
-      o.state = ReplayState::kStuck;
-      const bool chained = info.culprits != info.missing;
-      o.detail = fmt::format("{} {} in {} #{} of group {} ({}) for {}, which never reached it",
-                             ranks_phrase(info.waiting), info.waiting.size() == 1 ? "waits" : "wait", o.profiling_name,
-                             o.sequence, o.label, o.group_desc, ranks_phrase(info.missing));
-      if (chained && !info.culprits.empty()) {
-        o.detail += fmt::format(" (the missing ranks are stuck themselves, behind {})", ranks_phrase(info.culprits));
-      }
-    } else if (seen.size() > 1) {
-      // The majority's op (most ranks; in a tie, the lowest rank's) is the one meant; the others desync.
-      o.state = ReplayState::kDesync;
-      std::map<std::string, std::vector<int>> holders;
-      for (size_t d : logic.arrived[info.op]) holders[signatures[d][next[d]]].push_back(built.rank_of[d]);
-      const std::vector<int>* majority = nullptr;
-      for (auto& [sig, ranks] : holders) {
-        std::sort(ranks.begin(), ranks.end());
-        if (!majority || ranks.size() > majority->size() ||
-            (ranks.size() == majority->size() && ranks.front() < majority->front())) {
-          majority = &ranks;
-        }
-      }
-      info.culprits.clear();
-      for (const auto& [sig, ranks] : holders) {
-        if (&ranks != majority) info.culprits.insert(info.culprits.end(), ranks.begin(), ranks.end());
-      }
-      std::sort(info.culprits.begin(), info.culprits.end());
-      o.detail = fmt::format(
-          "every member reached {} #{} of group {} ({}), but {} with another op than {} (its type, "
-          "sizes or dtype differ): a desync, which no recovery policy fixes",
-          o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(info.culprits), ranks_phrase(*majority));
-    } else {
-      o.state = ReplayState::kStalled;
-      std::vector<int> not_done;
-      for (int r : info.waiting) {
-        if (!std::binary_search(o.completed.begin(), o.completed.end(), r)) not_done.push_back(r);
-      }
-      o.detail = fmt::format(
-          "every member reached {} #{} of group {} ({}), but it never completed on {}: stalled "
-          "inside the collective (a link, a NIC, or a rank stuck in the kernel)",
-          o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(not_done));
-      if (o.completed.size() > 0) info.culprits = not_done;
-    }
-    if (auto t = timing(info.op, o.ranks)) {
-      o.predicted_s = t->seconds;
-      o.algorithm = t->algorithm;
-      o.busbw_GBps = t->busbw_GBps;
+// A desync: the ranks that hold the majority's op (most ranks; in a tie, the lowest rank's), the
+// one meant, and the others, its culprits.
+struct DesyncSides {
+  std::vector<int> majority, culprits;
+};
+
+// Splits the ranks waiting in `op` by the op each of them holds.
+DesyncSides desync_sides(const Built& built, const Replayed& logic, const Signatures& signatures,
+                         const RankClock& clock, size_t op) {
+  std::map<std::string, std::vector<int>> holders;
+  for (size_t d : logic.arrived[op]) holders[signatures[d][clock.next[d]]].push_back(built.rank_of[d]);
+  const std::vector<int>* majority = nullptr;
+  for (auto& [sig, ranks] : holders) {
+    std::sort(ranks.begin(), ranks.end());
+    if (!majority || ranks.size() > majority->size() ||
+        (ranks.size() == majority->size() && ranks.front() < majority->front())) {
+      majority = &ranks;
     }
   }
-  std::stable_sort(infos.begin(), infos.end(),
-                   [&](const BlockedInfo& a, const BlockedInfo& b) { return ops[a.op].start_s < ops[b.op].start_s; });
+  DesyncSides sides{*majority, {}};
+  for (const auto& [sig, ranks] : holders) {
+    if (&ranks != majority) sides.culprits.insert(sides.culprits.end(), ranks.begin(), ranks.end());
+  }
+  std::sort(sides.culprits.begin(), sides.culprits.end());
+  return sides;
+}
 
-  // The first divergence and what each policy would have done there.
-  if (!infos.empty()) {
-    const BlockedInfo& first = infos.front();
-    const ReplayOp& o = ops[first.op];
-    result.culprit_ranks = first.culprits;
-    result.verdict = o.detail;
-    const double watchdog = options.watchdog_s.value_or([&] {
-      int64_t timeout_ms = 0;
-      for (size_t d : logic.arrived[first.op]) {
-        timeout_ms = std::max(timeout_ms, built.per_rank[d][next[d]].entries.back()->timeout_ms);
-      }
-      return timeout_ms > 0 ? static_cast<double>(timeout_ms) / 1e3 : 600.0;
-    }());
-    for (RecoveryAction action : options.recoveries) {
-      ReplayRecovery rec;
-      rec.action = action;
-      rec.watchdog_s = watchdog;
-      RecoveryPolicy policy;
-      policy.retry_max = 0;
-      policy.watchdog_s = watchdog;
-      policy.action = action;
-      std::string dumped;
-      const CollectiveOutcome outcome = run_resilient(
-          policy, o.ranks, o.start_s,
-          [&](const AttemptPlan& plan) {
-            AttemptResult a;
-            if (plan.attempt == 0) {
-              a.status =
-                  o.state == ReplayState::kDesync ? AttemptResult::Status::kDesync : AttemptResult::Status::kStuck;
-              a.failed_ranks =
-                  o.state == ReplayState::kStuck || o.completed.size() > 0 ? first.culprits : std::vector<int>{};
-              a.link_fault = o.state == ReplayState::kStalled;
-              // A desync hangs in NCCL too (mismatched sizes never finish): the watchdog sees it.
-              if (o.state == ReplayState::kDesync) a.seconds = watchdog;
-              a.message = o.state == ReplayState::kStuck ? fmt::format("{} never arrived", ranks_phrase(first.culprits))
-                                                         : std::string(name(o.state));
-              return a;
-            }
-            const std::optional<sim::CollectiveTiming> t = timing(first.op, plan.ranks);
-            a.status = AttemptResult::Status::kOk;
-            a.seconds = plan.ranks.size() < 2 ? 0.0 : t ? t->seconds : o.predicted_s;
-            rec.rerun_s = a.seconds;
-            return a;
-          },
-          [&](const std::string& reason) { dumped = reason; });
-      rec.outcome = outcome.outcome;
-      rec.attempts = outcome.attempts;
-      rec.dropped_ranks = outcome.dropped_ranks;
-      rec.end_s = o.start_s + outcome.seconds;
-      rec.detected_s = o.start_s + watchdog;
-      switch (outcome.outcome) {
-        case Outcome::kRecoveredShrink:
-          rec.detail = fmt::format(
-              "the watchdog fires after {} s; the group is rebuilt without {} ({} on) and "
-              "{} #{} runs again in {:.1f} us",
-              watchdog, ranks_phrase(outcome.dropped_ranks),
-              count_text(o.ranks.size() - outcome.dropped_ranks.size()) +
-                  (o.ranks.size() - outcome.dropped_ranks.size() == 1 ? " goes" : " go"),
-              o.profiling_name, o.sequence, rec.rerun_s * 1e6);
-          break;
-        case Outcome::kRecoveredReroute:
-          rec.detail = fmt::format(
-              "the watchdog fires after {} s; the communicator is rebuilt around the failed link "
-              "(which the dumps do not name; timed at the fault-free routes) and {} #{} runs "
-              "again in {:.1f} us",
-              watchdog, o.profiling_name, o.sequence, rec.rerun_s * 1e6);
-          break;
-        default: {
-          std::string why;
-          if (o.state == ReplayState::kDesync) {
-            why = "the ranks called different collectives: fix the program (no policy recovers a desync)";
-          } else if (action == RecoveryAction::kReroute) {
-            why = o.state == ReplayState::kStuck ? "reroute cannot help: a rank never arrived, no link failed"
-                                                 : "rerouting once did not help";
-          } else if (action == RecoveryAction::kShrink) {
-            why =
-                first.culprits.empty() ? "shrink has no rank to drop: every rank is in the op" : "shrink did not help";
-          } else {
-            why = "the policy is to abort";
-          }
-          rec.detail =
-              o.state == ReplayState::kDesync
-                  ? fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts: {}", watchdog, why)
-                  : fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts ({})", watchdog, why);
-          break;
-        }
-      }
-      result.recoveries.push_back(std::move(rec));
+// Places one blocked op on the clock and says why it never ran: stuck, desync or stalled.
+void judge_blocked(Built& built, const Replayed& logic, const Signatures& signatures, const Timings& timings,
+                   const RankClock& clock, BlockedInfo& info) {
+  ReplayOp& o = built.ops[info.op];
+  double at = 0;
+  for (size_t d : logic.arrived[info.op]) at = std::max(at, clock.arrival(d));
+  o.start_s = o.end_s = at;
+  std::set<std::string> seen;
+  for (size_t d : logic.arrived[info.op]) seen.insert(signatures[d][clock.next[d]]);
+  if (!info.missing.empty()) {
+    o.state = ReplayState::kStuck;
+    const bool chained = info.culprits != info.missing;
+    o.detail = fmt::format("{} {} in {} #{} of group {} ({}) for {}, which never reached it",
+                           ranks_phrase(info.waiting), info.waiting.size() == 1 ? "waits" : "wait", o.profiling_name,
+                           o.sequence, o.label, o.group_desc, ranks_phrase(info.missing));
+    if (chained && !info.culprits.empty()) {
+      o.detail += fmt::format(" (the missing ranks are stuck themselves, behind {})", ranks_phrase(info.culprits));
     }
+  } else if (seen.size() > 1) {
+    o.state = ReplayState::kDesync;
+    const DesyncSides sides = desync_sides(built, logic, signatures, clock, info.op);
+    info.culprits = sides.culprits;
+    o.detail = fmt::format(
+        "every member reached {} #{} of group {} ({}), but {} with another op than {} (its type, "
+        "sizes or dtype differ): a desync, which no recovery policy fixes",
+        o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(info.culprits), ranks_phrase(sides.majority));
   } else {
+    o.state = ReplayState::kStalled;
+    std::vector<int> not_done;
+    for (int r : info.waiting) {
+      if (!std::binary_search(o.completed.begin(), o.completed.end(), r)) not_done.push_back(r);
+    }
+    o.detail = fmt::format(
+        "every member reached {} #{} of group {} ({}), but it never completed on {}: stalled "
+        "inside the collective (a link, a NIC, or a rank stuck in the kernel)",
+        o.profiling_name, o.sequence, o.label, o.group_desc, ranks_phrase(not_done));
+    if (o.completed.size() > 0) info.culprits = not_done;
+  }
+  if (auto t = timings.find(info.op, o.ranks)) {
+    o.predicted_s = t->seconds;
+    o.algorithm = t->algorithm;
+    o.busbw_GBps = t->busbw_GBps;
+  }
+}
+
+// The watchdog at the first divergence: --watchdog, else the longest timeout its waiting ranks
+// recorded, else 600 s.
+double watchdog_at(const Built& built, const Replayed& logic, const RankClock& clock, const ReplayOptions& options,
+                   size_t op) {
+  return options.watchdog_s.value_or([&] {
+    int64_t timeout_ms = 0;
+    for (size_t d : logic.arrived[op]) {
+      timeout_ms = std::max(timeout_ms, built.per_rank[d][clock.next[d]].entries.back()->timeout_ms);
+    }
+    return timeout_ms > 0 ? static_cast<double>(timeout_ms) / 1e3 : 600.0;
+  }());
+}
+
+// Says in words how a recovery at the blocked op `o` ended.
+std::string recovery_detail(const ReplayRecovery& rec, const ReplayOp& o, const BlockedInfo& first) {
+  const double watchdog = rec.watchdog_s;
+  switch (rec.outcome) {
+    case Outcome::kRecoveredShrink:
+      return fmt::format(
+          "the watchdog fires after {} s; the group is rebuilt without {} ({} on) and "
+          "{} #{} runs again in {:.1f} us",
+          watchdog, ranks_phrase(rec.dropped_ranks),
+          count_text(o.ranks.size() - rec.dropped_ranks.size()) +
+              (o.ranks.size() - rec.dropped_ranks.size() == 1 ? " goes" : " go"),
+          o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+    case Outcome::kRecoveredReroute:
+      return fmt::format(
+          "the watchdog fires after {} s; the communicator is rebuilt around the failed link "
+          "(which the dumps do not name; timed at the fault-free routes) and {} #{} runs "
+          "again in {:.1f} us",
+          watchdog, o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+    default: {
+      std::string why;
+      if (o.state == ReplayState::kDesync) {
+        why = "the ranks called different collectives: fix the program (no policy recovers a desync)";
+      } else if (rec.action == RecoveryAction::kReroute) {
+        why = o.state == ReplayState::kStuck ? "reroute cannot help: a rank never arrived, no link failed"
+                                             : "rerouting once did not help";
+      } else if (rec.action == RecoveryAction::kShrink) {
+        why = first.culprits.empty() ? "shrink has no rank to drop: every rank is in the op" : "shrink did not help";
+      } else {
+        why = "the policy is to abort";
+      }
+      return o.state == ReplayState::kDesync
+                 ? fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts: {}", watchdog, why)
+                 : fmt::format("the watchdog fires after {} s, every rank dumps, the job aborts ({})", watchdog, why);
+    }
+  }
+}
+
+// What `action` would have done at the first divergence: core/recovery.h's run_resilient, whose
+// first attempt fails as the dumps say and whose later ones run on the simulator.
+ReplayRecovery recover(RecoveryAction action, double watchdog, const ReplayOp& o, const BlockedInfo& first,
+                       const Timings& timings) {
+  ReplayRecovery rec;
+  rec.action = action;
+  rec.watchdog_s = watchdog;
+  RecoveryPolicy policy;
+  policy.retry_max = 0;
+  policy.watchdog_s = watchdog;
+  policy.action = action;
+  std::string dumped;
+  const CollectiveOutcome outcome = run_resilient(
+      policy, o.ranks, o.start_s,
+      [&](const AttemptPlan& plan) {
+        AttemptResult a;
+        if (plan.attempt == 0) {
+          a.status = o.state == ReplayState::kDesync ? AttemptResult::Status::kDesync : AttemptResult::Status::kStuck;
+          a.failed_ranks =
+              o.state == ReplayState::kStuck || o.completed.size() > 0 ? first.culprits : std::vector<int>{};
+          a.link_fault = o.state == ReplayState::kStalled;
+          // A desync hangs in NCCL too (mismatched sizes never finish): the watchdog sees it.
+          if (o.state == ReplayState::kDesync) a.seconds = watchdog;
+          a.message = o.state == ReplayState::kStuck ? fmt::format("{} never arrived", ranks_phrase(first.culprits))
+                                                     : std::string(name(o.state));
+          return a;
+        }
+        const std::optional<sim::CollectiveTiming> t = timings.find(first.op, plan.ranks);
+        a.status = AttemptResult::Status::kOk;
+        a.seconds = plan.ranks.size() < 2 ? 0.0 : t ? t->seconds : o.predicted_s;
+        rec.rerun_s = a.seconds;
+        return a;
+      },
+      [&](const std::string& reason) { dumped = reason; });
+  rec.outcome = outcome.outcome;
+  rec.attempts = outcome.attempts;
+  rec.dropped_ranks = outcome.dropped_ranks;
+  rec.end_s = o.start_s + outcome.seconds;
+  rec.detected_s = o.start_s + watchdog;
+  rec.detail = recovery_detail(rec, o, first);
+  return rec;
+}
+
+// The verdict: the first divergence (its culprits, and what each policy would have done there),
+// or that the replay ran to the end.
+void judge_replay(const Built& built, const Replayed& logic, const Timings& timings, const RankClock& clock,
+                  const std::vector<BlockedInfo>& infos, const ReplayOptions& options, ReplayResult& result) {
+  if (infos.empty()) {
     result.verdict = fmt::format(
         "the replay ran to the end: {} ops of {} ranks, none stuck; predicted "
         "communication {:.1f} us",
         logic.order.size(), result.ranks, result.predicted_comm_s * 1e6);
+    return;
   }
+  const BlockedInfo& first = infos.front();
+  const ReplayOp& o = built.ops[first.op];
+  result.culprit_ranks = first.culprits;
+  result.verdict = o.detail;
+  const double watchdog = watchdog_at(built, logic, clock, options, first.op);
+  for (RecoveryAction action : options.recoveries) {
+    result.recoveries.push_back(recover(action, watchdog, o, first, timings));
+  }
+}
 
-  // Stuck ranks' slices: from their arrival to when the watchdog fires (or the replay's end).
-  const double stop = result.recoveries.empty() ? (infos.empty() ? result.end_s : ops[infos.front().op].start_s)
+// Stuck ranks' slices: from their arrival to when the watchdog fires (or the replay's end).
+void add_stuck_slices(const Built& built, const Replayed& logic, const RankClock& clock,
+                      const std::vector<BlockedInfo>& infos, ReplayResult& result) {
+  const double stop = result.recoveries.empty() ? (infos.empty() ? result.end_s : built.ops[infos.front().op].start_s)
                                                 : result.recoveries.front().detected_s;
   for (const BlockedInfo& info : infos) {
     for (size_t d : logic.arrived[info.op]) {
-      const double at = arrival(d);
+      const double at = clock.arrival(d);
       result.slices.push_back({built.rank_of[d], info.op, at, std::max(at, stop)});
     }
   }
   std::stable_sort(result.slices.begin(), result.slices.end(), [](const ReplaySlice& a, const ReplaySlice& b) {
     return std::tie(a.rank, a.start_s) < std::tie(b.rank, b.start_s);
   });
+}
 
-  // Ops in replay order: completed by start time, then blocked, then the rest (not reached).
+// Moves the ops into the result in replay order (completed by start time, then blocked, then the
+// rest, not reached) and renumbers the slices and the first divergence to match.
+void place_ops(Built& built, const Replayed& logic, const std::vector<BlockedInfo>& infos, ReplayResult& result) {
+  std::vector<ReplayOp>& ops = built.ops;
   std::vector<size_t> order = logic.order;
   for (const BlockedInfo& info : infos) order.push_back(info.op);
   std::vector<bool> placed(ops.size(), false);
@@ -723,6 +804,30 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
   for (size_t op : order) result.ops.push_back(std::move(ops[op]));
   for (ReplaySlice& s : result.slices) s.op = new_index[s.op];
   if (!infos.empty()) result.first_divergence = new_index[infos.front().op];
+}
+
+}  // namespace
+
+ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& options) {
+  const std::vector<FrDump> dumps = sorted_and_checked(input);
+  ReplayResult result = result_header(dumps, options);
+  Built built = build_ops(dumps, options.recorded_gaps);
+  describe_ops(built, options.cluster.nodes * options.cluster.gpus_per_node);
+  const Signatures signatures = signatures_of(built);
+  const Replayed logic = replay_logic(built, signatures);
+  std::vector<BlockedInfo> infos = describe_blocked(built, logic, find_blocked(built, logic));
+  const Timings timings = time_ops(options, built.ops, logic, infos);
+
+  RankClock clock(built);
+  run_completed(built, logic, timings, clock, result);
+  for (BlockedInfo& info : infos) judge_blocked(built, logic, signatures, timings, clock, info);
+  // The blocked ops in the order their last waiting rank arrived.
+  std::stable_sort(infos.begin(), infos.end(), [&](const BlockedInfo& a, const BlockedInfo& b) {
+    return built.ops[a.op].start_s < built.ops[b.op].start_s;
+  });
+  judge_replay(built, logic, timings, clock, infos, options, result);
+  add_stuck_slices(built, logic, clock, infos, result);
+  place_ops(built, logic, infos, result);
   return result;
 }
 

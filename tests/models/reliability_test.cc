@@ -198,5 +198,94 @@ TEST(Recovery, RequiredInPlaceFraction) {
   EXPECT_NEAR(goodput(in).effective_mtbf_s / kHour, 160, 1e-9);
 }
 
+TEST(JobReliability, CheckpointWriteTimeFromBytesAndBandwidth) {
+  // 4 GiB per GPU on 16,384 GPUs to 2000 GB/s: 2^32 x 2^14 / 2e12 = 35.18 s.
+  EXPECT_NEAR(checkpoint_write_s(int64_t{4} << 30, 16384, 2000), 35.184372088832, 1e-9);
+  EXPECT_NEAR(checkpoint_write_s(1'000'000'000, 1, 1), 1.0, 1e-12);
+  EXPECT_THROW(checkpoint_write_s(0, 8, 1), Error);
+  EXPECT_THROW(checkpoint_write_s(1, 0, 1), Error);
+  EXPECT_THROW(checkpoint_write_s(1, 8, 0), Error);
+}
+
+// Two causes, easy to follow by hand: per GPU 1e-5 / h (shrink recovers it), per node 4e-5 / h
+// (only a restart). On 64 GPUs in 8 nodes: 6.4e-4 + 3.2e-4 = 9.6e-4 / h, M = 1041.67 h.
+JobReliabilityInputs two_cause_job() {
+  JobReliabilityInputs in;
+  in.rates.preset = "test";
+  in.rates.causes = {{"gpu", "GPU", 1e-5, RateUnit::kPerGpuHour, RecoveryPolicy::kShrink, 1.0},
+                     {"host", "Host", 4e-5, RateUnit::kPerNodeHour, RecoveryPolicy::kNone, 0.0}};
+  in.gpus = 64;
+  in.gpus_per_node = 8;
+  in.policies.shrink = true;
+  in.checkpoint_write_s = 60;
+  in.checkpoint_blocking_s = 60;
+  in.restart = {300, 120, 30, 60};  // 510 s
+  in.in_place_recovery_s = 45;
+  in.program_goodput = 0.5;
+  return in;
+}
+
+TEST(JobReliability, MtbfCausesAndIntervals) {
+  const JobReliability r = assess_job_reliability(two_cause_job());
+  EXPECT_NEAR(r.mtbf_hours, 1041.6666666666667, 1e-9);
+  EXPECT_NEAR(r.failures_per_hour, 9.6e-4, 1e-15);
+  ASSERT_EQ(r.causes.size(), 2u);
+  EXPECT_NEAR(r.causes[0].failures_per_hour, 6.4e-4, 1e-15);
+  EXPECT_NEAR(r.causes[1].failures_per_hour, 3.2e-4, 1e-15);
+  EXPECT_NEAR(r.causes[0].share, 2.0 / 3, 1e-12);
+  EXPECT_NEAR(r.causes[1].share, 1.0 / 3, 1e-12);
+  EXPECT_NEAR(r.gpu_hours_per_interruption, 66666.666666666667, 1e-6);
+  // At M = 3.75e6 s with delta = 60 s: Young sqrt(2 x 60 x 3.75e6); Daly a little shorter.
+  EXPECT_NEAR(r.young_interval_s, 21213.203435596424, 1e-6);
+  EXPECT_NEAR(r.daly_interval_s, 21173.22229177726, 1e-6);
+  // Shrink recovers the per-GPU cause: per node 8e-5 of 1.2e-4.
+  EXPECT_NEAR(r.in_place_fraction, 2.0 / 3, 1e-12);
+  EXPECT_FALSE(r.required_in_place_fraction.has_value());
+}
+
+TEST(JobReliability, GoodputWithAndWithoutRecoveryInPlace) {
+  const JobReliability r = assess_job_reliability(two_cause_job());
+  // Restart only: Daly's interval at M; ETTR = (1 - 60 / dt) (1 - (dt / 2 + 510) / M).
+  EXPECT_NEAR(r.restart_only.checkpoint_interval_s, 21173.22229177726, 1e-6);
+  EXPECT_NEAR(r.restart_only.result.effective_mtbf_s, 3.75e6, 1e-6);
+  EXPECT_NEAR(r.restart_only.result.ettr, 0.9942155210768345, 1e-12);
+  EXPECT_NEAR(r.restart_only.result.goodput, 0.49710776053841726, 1e-12);
+  // In place: a third of the interruptions restart, so Daly's interval at 3 M = 1.125e7 s.
+  EXPECT_NEAR(r.with_in_place.checkpoint_interval_s, 36702.35702836875, 1e-6);
+  EXPECT_NEAR(r.with_in_place.result.effective_mtbf_s, 1.125e7, 1e-6);
+  EXPECT_NEAR(r.with_in_place.result.ettr, 0.9966834322610298, 1e-12);
+  EXPECT_NEAR(r.with_in_place.result.goodput, 0.4983417161305149, 1e-12);
+}
+
+TEST(JobReliability, IntervalRulesTargetAndErrors) {
+  JobReliabilityInputs in = two_cause_job();
+  in.interval_rule = CheckpointIntervalRule::kYoung;
+  EXPECT_NEAR(assess_job_reliability(in).restart_only.checkpoint_interval_s, 21213.203435596424, 1e-6);
+  in.interval_rule = CheckpointIntervalRule::kFixed;
+  in.fixed_interval_s = 1800;
+  const JobReliability fixed = assess_job_reliability(in);
+  EXPECT_DOUBLE_EQ(fixed.restart_only.checkpoint_interval_s, 1800);
+  EXPECT_DOUBLE_EQ(fixed.with_in_place.checkpoint_interval_s, 1800);
+  EXPECT_NEAR(fixed.restart_only.result.lost_work_s, 900, 1e-12);
+  in.fixed_interval_s = 0;
+  EXPECT_THROW(assess_job_reliability(in), Error);
+
+  // To 3000 h between restarts: 1 - 1041.67 / 3000 = 65.3% in place, which shrink's 66.7% reaches.
+  in = two_cause_job();
+  in.target_mtbf_hours = 3000;
+  EXPECT_NEAR(assess_job_reliability(in).required_in_place_fraction.value(), 0.6527777777777778, 1e-12);
+
+  // Every interruption recovered in place: no restart left, the interval stays the one at M.
+  in = two_cause_job();
+  in.rates.causes[1].rate_per_hour = 0;
+  const JobReliability all_in_place = assess_job_reliability(in);
+  EXPECT_DOUBLE_EQ(all_in_place.in_place_fraction, 1);
+  EXPECT_TRUE(std::isinf(all_in_place.with_in_place.result.effective_mtbf_s));
+  EXPECT_DOUBLE_EQ(all_in_place.with_in_place.checkpoint_interval_s, all_in_place.daly_interval_s);
+
+  in.rates.causes[0].rate_per_hour = 0;  // no failures at all
+  EXPECT_THROW(assess_job_reliability(in), Error);
+}
+
 }  // namespace
 }  // namespace tandem::models
