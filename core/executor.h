@@ -73,6 +73,9 @@ class Executor {
   virtual std::string name() const = 0;
   // Where run() wants the RankBuffers' memory; nullptr: the caller's host memory (host, sim).
   virtual BufferSpace* buffer_space() { return nullptr; }
+  // False for an executor that times a schedule without moving data (sim): run() neither reads nor
+  // writes the buffers, which may be empty, so there is nothing to fill or check.
+  virtual bool moves_data() const { return true; }
   // The ranks of an `nranks` collective this process runs: every rank, except under a
   // process-per-rank launch (nccl under mpirun / srun), where run() reads and writes only these
   // ranks' buffers and the others may be null.

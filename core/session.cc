@@ -291,15 +291,22 @@ AttemptResult ExecutorAttempts::run(const std::vector<int>& ranks, const std::ve
     result.message = *faults.desync;
     return result;
   }
+  // Buffers, inputs and the reference check for an executor that moves data; none for one that
+  // only times the schedule (sim).
+  const bool data = executor_.moves_data();
   const SizeCounts counts = nccl_tests_counts(spec.collective, config.work.size_bytes, spec.dtype, m);
   const int64_t element_bytes = static_cast<int64_t>(size_bytes(spec.dtype));
-  const RunMemory memory(executor_, m, static_cast<size_t>(counts.input_elements * element_bytes),
-                         static_cast<size_t>(counts.output_elements * element_bytes));
-  const std::vector<RankBuffers> buffers = memory.host(spec.collective, spec.count, spec.dtype, false);
+  std::optional<RunMemory> memory;
+  std::vector<RankBuffers> buffers(static_cast<size_t>(m));
   const CheckSpec check{spec.collective, spec.dtype, spec.op, 0, m, spec.count, static_cast<uint64_t>(attempt) + 1};
-  fill_inputs(check, buffers);
-  poison_outputs(check, buffers);
-  memory.upload();
+  if (data) {
+    memory.emplace(executor_, m, static_cast<size_t>(counts.input_elements * element_bytes),
+                   static_cast<size_t>(counts.output_elements * element_bytes));
+    buffers = memory->host(spec.collective, spec.count, spec.dtype, false);
+    fill_inputs(check, buffers);
+    poison_outputs(check, buffers);
+    memory->upload();
+  }
 
   const Schedule schedule = build_checked_schedule(spec, RankLayout::flat(m), config.work.algorithm);
   RunContext context;
@@ -320,14 +327,16 @@ AttemptResult ExecutorAttempts::run(const std::vector<int>& ranks, const std::ve
   std::vector<std::optional<Error>> errors(1);
   double seconds = 0;
   try {
-    seconds = executor_.run(schedule, spec, memory.run(spec.collective, spec.count, spec.dtype, false), context).seconds;
+    const std::vector<RankBuffers> run_buffers =
+        data ? memory->run(spec.collective, spec.count, spec.dtype, false) : buffers;
+    seconds = executor_.run(schedule, spec, run_buffers, context).seconds;
   } catch (const Error& e) {
     errors[0] = e;
     seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   AttemptResult result = attempt_outcome(session_, active, faults, errors, seconds, executor_.name());
-  if (result.status == Status::kOk && config.recovery.verify) {
-    memory.download();
+  if (result.status == Status::kOk && config.recovery.verify && data) {
+    memory->download();
     if (const int64_t wrong = count_wrong(check, buffers); wrong > 0) {
       result.status = Status::kCorrupt;
       result.message = fmt::format("{} wrong elements", wrong);

@@ -66,6 +66,7 @@ class SimExecutor : public Executor {
   explicit SimExecutor(const models::ClusterSpec& cluster, SimExecutorOptions options = {});
   ~SimExecutor() override;
 
+  bool moves_data() const override { return false; }
   std::string name() const override { return "sim"; }
 
   // Rank r runs on GPU gpu_of_rank[r] (distinct GPUs of the cluster; a run needs at least as many
