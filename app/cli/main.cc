@@ -1,13 +1,17 @@
 // tandem: the command line. Each subcommand lives in its own file (cli_*.cc) and registers itself
 // through app/cli/commands.h. Errors a user can cause never show a stack trace: one line,
 // "tandem: error: <message>", on stderr and a non-zero exit (2 for usage errors, 1 for failures).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <new>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include <CLI/CLI.hpp>
 
@@ -29,6 +33,22 @@ std::string one_line(std::string text) {
 
 int report(const std::string& message, int exit_code) {
   std::fprintf(stderr, "tandem: error: %s\n", one_line(message).c_str());
+  return exit_code;
+}
+
+// Every output is checked, standard output included: what a command printed is only written when
+// the buffers are flushed, so a full disk or a closed pipe shows here. A command whose output was
+// lost failed, whatever it computed.
+int finish(int exit_code) {
+  std::cout.flush();
+  const bool stream_failed = std::cout.bad();
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || stream_failed) {
+    const int error = errno;
+    return report(std::string("could not write the standard output: ") +
+                      (error != 0 ? std::strerror(error) : "the device is full or the reader went away"),
+                  tandem::app::kExitFailure);
+  }
   return exit_code;
 }
 
@@ -76,9 +96,9 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-    return status.exit_code;
+    return finish(status.exit_code);
   } catch (const CLI::Success& success) {
-    return app.exit(success);  // --help, --version
+    return finish(app.exit(success));  // --help, --version
   } catch (const CLI::ParseError& error) {
     std::string hint = app.get_subcommands().empty()
                            ? std::string(" (see 'tandem --help')")
@@ -86,6 +106,9 @@ int main(int argc, char** argv) {
     return report(error.what() + hint, kExitUsage);
   } catch (const tandem::Error& error) {
     return report(error.what(), exit_code_for(error));
+  } catch (const std::system_error& error) {
+    // fmt::print reports a failed write of a full buffer this way.
+    return report(std::string("could not write the output: ") + error.what(), kExitFailure);
   } catch (const std::bad_alloc&) {
     return report("out of memory", kExitFailure);
   } catch (const std::exception& error) {

@@ -2,6 +2,8 @@
 // the exit code.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -332,6 +334,24 @@ TEST(Cli, PacketModelRunsWithItsNs3Defaults) {
   ASSERT_EQ(time_us.size(), 2u);
   EXPECT_GT(time_us["packet"], time_us["fluid"]);
   EXPECT_LT(time_us["packet"], 1.3 * time_us["fluid"]) << "window-bound: ns-3's TCP defaults are in place";
+}
+
+// Every output is checked, standard output included: a command whose output could not be written
+// (a full disk: /dev/full) fails with one line, instead of exiting 0 having written nothing.
+TEST(Cli, AFailedWriteOfStandardOutputIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string err = temp_path("full_stderr");
+  for (const std::string args : {"schedule --collective all_reduce --nranks 64 --json", "topo --cluster dgx-h100",
+                                 "bound all_reduce 1G", "reliability --gpus 1024",
+                                 "bench all_reduce --backend sim --nodes 2 -b 1M -e 1M", "--help"}) {
+    const int status = std::system(fmt::format("'{}' {} >/dev/full 2>'{}'", TANDEM_BINARY, args, err).c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << args;
+    const std::vector<std::string> lines = lines_of(tandem::testing::read_text(err));
+    ASSERT_EQ(lines.size(), 1u) << args;
+    EXPECT_TRUE(contains(lines[0], "tandem: error: could not write the standard output")) << lines[0];
+  }
+  std::filesystem::remove(err);
 }
 
 }  // namespace
