@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/cli/cli_cluster.h"
+#include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
 #include "app/common/common.h"
 #include "app/report/nccl_tests_table.h"
@@ -537,7 +538,9 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
                       "ranks per node (hierarchical); default: 1, a flat layout");
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
-                      "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)");
+                      "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)")
+      ->check(output_file_path())
+      ->type_name("FILE");
   command
       ->add_option("--channels", options->channels,
                    "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/common/common.h"
+#include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
 #include "app/plan/plan.h"
 #include "backend/launch/launch.h"
@@ -134,7 +135,9 @@ void add_plan_command(CLI::App& app, CommandStatus& status) {
       "GPU-hours per 1T tokens per point. Runs its clusters in parallel, in shards (--shard) or across MPI ranks "
       "(mpirun -np K tandem plan ...).");
   command->add_option("sweep", options->plan, "the sweep file (YAML, tandem_plan: 1)")->required();
-  command->add_option("--out", options->out_dir, "write plan.csv and plan.json into this folder");
+  command->add_option("--out", options->out_dir, "write plan.csv and plan.json into this folder")
+      ->check(output_folder_path())
+      ->type_name("DIR");
   command->add_option("--jobs,-j", options->jobs, "local processes at once (default: one per core)")
       ->check(CLI::Range(1, 1024));
   command->add_option("--shard", options->shard,

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "app/cli/cli_cluster.h"
+#include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
 #include "app/common/common.h"
 #include "app/replay/replay.h"
@@ -151,10 +152,14 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--ops", options->ops, "ops listed before the first divergence (all in --json / --out)")
       ->capture_default_str();
   command->add_flag("--json", options->json, "print the whole replay as JSON instead of the report");
-  command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder");
+  command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder")
+      ->check(output_folder_path())
+      ->type_name("DIR");
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the replay: a track per rank, a slice per op, the "
-                      "divergence and recovery as instant events (docs/traces.md)");
+                      "divergence and recovery as instant events (docs/traces.md)")
+      ->check(output_file_path())
+      ->type_name("FILE");
   command->footer(kReplayFooter);
   command->callback([options, command, &status] {
     options->nodes_given = command->count("--nodes") > 0;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/common/common.h"
+#include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
 #include "app/report/report_page.h"
 #include "core/error.h"
@@ -72,7 +73,9 @@ void add_report_command(CLI::App& app, CommandStatus& status) {
       "timeline per rank with faults, recovery actions and the culprit marked, the per-iteration table. Sweeps: "
       "busbw against size. Training: the step per layout.");
   command->add_option("run_dir", options->run_dir, "the run's folder (holding results.json)")->required();
-  command->add_option("-o,--output", options->output, "the HTML file to write (default: RUN_DIR/report.html)");
+  command->add_option("-o,--output", options->output, "the HTML file to write (default: RUN_DIR/report.html)")
+      ->check(output_file_path())
+      ->type_name("FILE");
   command->add_option("--compare", options->compare,
                       "a second run of the same scenario (e.g. sim next to host): plotted as the measurement against "
                       "this run's prediction");

@@ -12,6 +12,7 @@
 
 #include "app/run/backends.h"
 #include "app/common/common.h"
+#include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
 #include "app/scenario/scenario.h"
 #include "app/scenario/workload_kind.h"
@@ -82,12 +83,16 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--backend", options->backend,
                       "sim (the simulator), host (real data, one thread per rank), cuda (every rank on one GPU) or "
                       "nccl (tandem's schedules on NCCL; GPUs needed for both); default: the scenario's");
-  command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder");
+  command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder")
+      ->check(output_folder_path())
+      ->type_name("DIR");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
                       "rank with faults and recovery actions as instant events, sweeps a track per collective and "
-                      "algorithm, training steps a track per stream of the step (docs/traces.md)");
+                      "algorithm, training steps a track per stream of the step (docs/traces.md)")
+      ->check(output_file_path())
+      ->type_name("FILE");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
   command->callback([options, &status] { run_command(*options, status); });
