@@ -39,22 +39,6 @@ Fidelity parse_fidelity(std::string_view text) {
   fail(ErrorCode::kInvalidArgument, "unknown network fidelity '{}' (expected fluid or packet)", text);
 }
 
-std::string_view name(Protocol protocol) {
-  switch (protocol) {
-    case Protocol::kLL: return "LL";
-    case Protocol::kLL128: return "LL128";
-    case Protocol::kSimple: return "Simple";
-  }
-  return "?";
-}
-
-Protocol parse_protocol(std::string_view text) {
-  for (Protocol p : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
-    if (name(p) == text) return p;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown protocol '{}' (expected LL, LL128 or Simple)", text);
-}
-
 NetworkModel NetworkModel::ideal() {
   NetworkModel model;
   model.nvlink_efficiency = 1.0;
@@ -1252,7 +1236,7 @@ SimResult Simulator::run_p2p(const P2pRequest& request) {
   const bool all_to_all = request.collective == Collective::kAllToAll;
   const int64_t peer_bytes = all_to_all ? request.bytes / n : request.bytes;
   const bool ll = plan.uses_ll(peer_bytes);
-  const double wire = s.model.protocol_effects && ll ? protocol_wire_factor(Protocol::kLL) : 1.0;
+  const double wire = s.model.protocol_effects && ll ? protocol_wire_factor(models::NcclProtocol::kLL) : 1.0;
   const int parts = plan.peer_channels(peer_bytes);
   const double part_bytes = static_cast<double>(peer_bytes) * wire / parts;
   const std::vector<int> deltas = plan.group_deltas();
@@ -1321,7 +1305,7 @@ SimResult Simulator::run_p2p(const P2pRequest& request) {
   for (const std::vector<int>& e : epochs_of_channel) epochs = std::max(epochs, e.size());
   double latency = 0;
   if (s.model.protocol_effects) {
-    const Protocol protocol = ll ? Protocol::kLL : Protocol::kSimple;
+    const models::NcclProtocol protocol = ll ? models::NcclProtocol::kLL : models::NcclProtocol::kSimple;
     latency = protocol_base_latency_s(protocol, Algorithm::kDirect) +
               static_cast<double>(epochs) * protocol_hop_latency_s(protocol, Algorithm::kDirect, plan.nodes > 1);
   }
