@@ -624,6 +624,100 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
   return total;
 }
 
+namespace {
+
+// A replayed schedule's connections: one per (rank, peer, lane) that sends; its sends go one after
+// the other. Each with its first message's wire bytes (tile 0) and the Snapshot it contends in.
+struct ReplayConnections {
+  struct Ends {
+    int from = 0, to = 0;
+  };
+  std::vector<Ends> connections;
+  std::vector<size_t> connection_of_send;  // by op id (SIZE_MAX: not a send)
+  std::vector<double> first_bytes;         // wire bytes of each connection's first message (tile 0)
+  std::vector<size_t> group_of;            // the Snapshot each connection contends in
+  size_t groups = 0;                       // Snapshots: one, or one per round (contention_by_round)
+};
+
+ReplayConnections replay_connections(const Schedule& schedule, const Dag& dag,
+                                     const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, double wire,
+                                     bool contention_by_round) {
+  ReplayConnections out;
+  std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
+  out.connection_of_send.assign(dag.index.total, SIZE_MAX);
+  std::map<uint32_t, size_t> group_of_round;
+  for (uint32_t gid = 0; gid < dag.index.total; ++gid) {
+    const OpLoc& at = dag.loc[gid];
+    const Lane& lane = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane];
+    const Op& op = lane.ops[at.index];
+    if (op.kind != OpKind::kSend) continue;
+    const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), out.connections.size());
+    if (fresh) {
+      out.connections.push_back({at.rank, op.peer});
+      out.first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
+      const uint32_t round = contention_by_round && at.index < lane.rounds.size() ? lane.rounds[at.index] : 0;
+      out.group_of.push_back(group_of_round.emplace(round, group_of_round.size()).first->second);
+    }
+    out.connection_of_send[gid] = it->second;
+  }
+  out.groups = group_of_round.size();
+  return out;
+}
+
+// The replay's static part, flattened once in topological order: per op its kind, lane, cross-lane
+// dependencies, connection or matched send, and chunks.
+struct ReplayStep {
+  OpKind kind;
+  uint32_t lane_slot;
+  uint32_t deps_begin, deps_end;  // into ReplayProgram::step_deps
+  size_t id;
+  size_t link;  // send: its connection; receive: its matched send's op id
+  uint32_t chunk_first, chunk_count;
+};
+struct ReplayProgram {
+  std::vector<ReplayStep> steps;
+  std::vector<size_t> step_deps;
+  std::vector<uint32_t> first_lane;  // lanes numbered like ops: slot = rank's first lane + lane
+};
+
+ReplayProgram flatten_replay(const Schedule& schedule, const Dag& dag, const std::vector<size_t>& connection_of_send) {
+  ReplayProgram out;
+  out.first_lane.assign(static_cast<size_t>(schedule.nranks) + 1, 0);
+  for (int r = 0; r < schedule.nranks; ++r) {
+    out.first_lane[static_cast<size_t>(r) + 1] =
+        out.first_lane[static_cast<size_t>(r)] +
+        static_cast<uint32_t>(schedule.ranks[static_cast<size_t>(r)].lanes.size());
+  }
+  out.steps.reserve(dag.index.total);
+  for (const uint32_t id : dag.order) {
+    const OpLoc& w = dag.loc[id];
+    const Lane& lane = schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane];
+    const Op& op = lane.ops[w.index];
+    ReplayStep step{op.kind,
+                    out.first_lane[static_cast<size_t>(w.rank)] + w.lane,
+                    static_cast<uint32_t>(out.step_deps.size()),
+                    0,
+                    id,
+                    0,
+                    0,
+                    0};
+    for (size_t d = 0; d < lane.dep_count(w.index); ++d) {
+      const OpRef dep = lane.deps_of(w.index)[d];
+      if (dep.lane != w.lane) out.step_deps.push_back(dag.index.gid(static_cast<size_t>(w.rank), dep.lane, dep.index));
+    }
+    step.deps_end = static_cast<uint32_t>(out.step_deps.size());
+    const SlotRange& range = op.kind == OpKind::kSend ? op.src : op.dst;
+    step.chunk_first = range.first;
+    step.chunk_count = range.count;
+    if (op.kind == OpKind::kSend) step.link = connection_of_send[id];
+    if (op.is_recv()) step.link = dag.matched_send[id];
+    out.steps.push_back(step);
+  }
+  return out;
+}
+
+}  // namespace
+
 // Explicit schedules whose connections all carry traffic at once in steady state (a pipelined
 // tree: every edge busy up and down): one Snapshot round with each connection's first message
 // gives its transfer time under contention, then the program is replayed analytically, tile by
@@ -642,41 +736,15 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
   // builds (core/schedule_dag.h).
   const Dag dag = build_dag(schedule);
   const size_t total_ops = dag.index.total;
-  // A connection per (rank, peer, lane) that sends; its sends go one after the other.
-  struct Connection {
-    int from = 0, to = 0;
-  };
-  std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
-  std::vector<Connection> connections;
-  std::vector<size_t> connection_of_send(total_ops, SIZE_MAX);
-  std::vector<double> first_bytes;  // wire bytes of each connection's first message (tile 0)
-  std::vector<size_t> group_of;      // the Snapshot each connection contends in
-  std::map<uint32_t, size_t> group_of_round;
-  for (uint32_t gid = 0; gid < total_ops; ++gid) {
-    const OpLoc& at = dag.loc[gid];
-    const Lane& lane = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane];
-    const Op& op = lane.ops[at.index];
-    if (op.kind != OpKind::kSend) continue;
-    const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), connections.size());
-    if (fresh) {
-      connections.push_back({at.rank, op.peer});
-      first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
-      const uint32_t round = contention_by_round && at.index < lane.rounds.size() ? lane.rounds[at.index] : 0;
-      group_of.push_back(group_of_round.emplace(round, group_of_round.size()).first->second);
-    }
-    connection_of_send[gid] = it->second;
-  }
-  // Lanes numbered like ops: slot = rank's first lane + lane.
-  std::vector<uint32_t> first_lane(static_cast<size_t>(schedule.nranks) + 1, 0);
-  for (int r = 0; r < schedule.nranks; ++r) {
-    first_lane[static_cast<size_t>(r) + 1] =
-        first_lane[static_cast<size_t>(r)] + static_cast<uint32_t>(schedule.ranks[static_cast<size_t>(r)].lanes.size());
-  }
+  const ReplayConnections replay = replay_connections(schedule, dag, bytes_of, wire, contention_by_round);
+  const auto& connections = replay.connections;
+  const std::vector<double>& first_bytes = replay.first_bytes;
+  const std::vector<size_t>& group_of = replay.group_of;
 
   double total = 0;
   const double hbm = hbm_Bps();
   // Contention over all placements at once, as the compressed rings take it.
-  std::vector<Snapshot> snapshots(std::max<size_t>(1, group_of_round.size()));
+  std::vector<Snapshot> snapshots(std::max<size_t>(1, replay.groups));
   for (const std::vector<int>& gpu_of_rank : placements) {
     for (size_t c = 0; c < connections.size(); ++c) {
       snapshots[group_of[c]].add(gpu_of_rank[static_cast<size_t>(connections[c].from)],
@@ -689,37 +757,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
     result.simulated_transfers += snapshot.pairs();
   }
 
-  // The sweep's static part, flattened once in topological order: per op its kind, lane, cross-lane
-  // dependencies, connection or matched send, and chunks; per tile the bytes of each sub-chunk.
-  struct Step {
-    OpKind kind;
-    uint32_t lane_slot;
-    uint32_t deps_begin, deps_end;  // into step_deps
-    size_t id;
-    size_t link;                    // send: its connection; receive: its matched send's op id
-    uint32_t chunk_first, chunk_count;
-  };
-  std::vector<Step> steps;
-  std::vector<size_t> step_deps;
-  steps.reserve(total_ops);
-  for (const uint32_t id : dag.order) {
-    const OpLoc& w = dag.loc[id];
-    const Lane& lane = schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane];
-    const Op& op = lane.ops[w.index];
-    Step step{op.kind, first_lane[static_cast<size_t>(w.rank)] + w.lane, static_cast<uint32_t>(step_deps.size()),
-              0, id, 0, 0, 0};
-    for (size_t d = 0; d < lane.dep_count(w.index); ++d) {
-      const OpRef dep = lane.deps_of(w.index)[d];
-      if (dep.lane != w.lane) step_deps.push_back(dag.index.gid(static_cast<size_t>(w.rank), dep.lane, dep.index));
-    }
-    step.deps_end = static_cast<uint32_t>(step_deps.size());
-    const SlotRange& range = op.kind == OpKind::kSend ? op.src : op.dst;
-    step.chunk_first = range.first;
-    step.chunk_count = range.count;
-    if (op.kind == OpKind::kSend) step.link = connection_of_send[id];
-    if (op.is_recv()) step.link = dag.matched_send[id];
-    steps.push_back(step);
-  }
+  const ReplayProgram program = flatten_replay(schedule, dag, replay.connection_of_send);
+  const std::vector<uint32_t>& first_lane = program.first_lane;
+  // Per tile the bytes of each sub-chunk.
   const uint32_t k = schedule.chunks_per_block;
   std::vector<double> sub_bytes(static_cast<size_t>(tiles) * k);
   for (uint32_t t = 0; t < tiles; ++t) {
@@ -744,9 +784,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
     double finish = 0;
     for (uint32_t t = 0; t < tiles; ++t) {
       const double* tile_bytes = sub_bytes.data() + static_cast<size_t>(t) * k;
-      for (const Step& step : steps) {
+      for (const ReplayStep& step : program.steps) {
         double ready = lane_end[step.lane_slot];
-        for (uint32_t d = step.deps_begin; d < step.deps_end; ++d) ready = std::max(ready, done[step_deps[d]]);
+        for (uint32_t d = step.deps_begin; d < step.deps_end; ++d) ready = std::max(ready, done[program.step_deps[d]]);
         double bytes = 0;
         for (uint32_t c = step.chunk_first; c < step.chunk_first + step.chunk_count; ++c) bytes += tile_bytes[c % k];
         double end = ready;
