@@ -267,12 +267,10 @@ std::optional<Function> nccl_function(Collective collective) {
 constexpr std::array kAlgorithms = {NcclAlgorithm::kTree,         NcclAlgorithm::kRing, NcclAlgorithm::kCollNetDirect,
                                     NcclAlgorithm::kCollNetChain, NcclAlgorithm::kNvls, NcclAlgorithm::kNvlsTree,
                                     NcclAlgorithm::kPat};
-constexpr std::array kProtocols = {NcclProtocol::kLL, NcclProtocol::kLL128, NcclProtocol::kSimple};
 
 }  // namespace
 
 std::span<const NcclAlgorithm> all_nccl_algorithms() { return kAlgorithms; }
-std::span<const NcclProtocol> all_nccl_protocols() { return kProtocols; }
 
 std::string_view name(NcclAlgorithm algorithm) {
   switch (algorithm) {
@@ -290,18 +288,6 @@ std::string_view name(NcclAlgorithm algorithm) {
       return "nvls_tree";
     case NcclAlgorithm::kPat:
       return "pat";
-  }
-  return "?";
-}
-
-std::string_view name(NcclProtocol protocol) {
-  switch (protocol) {
-    case NcclProtocol::kLL:
-      return "LL";
-    case NcclProtocol::kLL128:
-      return "LL128";
-    case NcclProtocol::kSimple:
-      return "Simple";
   }
   return "?";
 }
@@ -552,7 +538,7 @@ std::optional<NcclPrediction> NcclCostModel::select(Collective collective, uint6
   if (!nccl_function(collective)) return std::nullopt;
   std::optional<NcclPrediction> best;
   for (NcclAlgorithm algorithm : kAlgorithms) {
-    for (NcclProtocol protocol : kProtocols) {
+    for (NcclProtocol protocol : all_nccl_protocols()) {
       const std::optional<double> t = time_us(collective, bytes, algorithm, protocol);
       if (t && (!best || *t < best->time_us)) best = NcclPrediction{algorithm, protocol, *t};
     }

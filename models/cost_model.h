@@ -23,20 +23,17 @@
 
 #include "core/types.h"
 #include "models/cluster.h"
+#include "models/nccl_protocol.h"
 
 namespace tandem::models {
 
 // NCCL's algorithm ids (nccl_tuner.h): Tree=0, Ring=1, CollNetDirect=2, CollNetChain=3, NVLS=4,
 // NVLSTree=5, PAT=6.
 enum class NcclAlgorithm : uint8_t { kTree, kRing, kCollNetDirect, kCollNetChain, kNvls, kNvlsTree, kPat };
-enum class NcclProtocol : uint8_t { kLL, kLL128, kSimple };
 inline constexpr int kNcclAlgorithmCount = 7;
-inline constexpr int kNcclProtocolCount = 3;
 
 std::span<const NcclAlgorithm> all_nccl_algorithms();
-std::span<const NcclProtocol> all_nccl_protocols();
 std::string_view name(NcclAlgorithm algorithm);  // "tree", "ring", "collnet_direct", ..., "nvls_tree", "pat"
-std::string_view name(NcclProtocol protocol);    // "LL", "LL128", "Simple"
 
 // NCCL's latency tables, for models that time hops themselves (the simulator): hwLat, the latency
 // of one step of `algorithm` over a link class, and baseLat, the fixed cost of one collective (µs).

@@ -29,7 +29,7 @@ struct CollectiveTiming {
   int ranks = 0;          // in one instance of the group
   int instances = 0;      // instances of the group simulated at once
   std::string algorithm;  // what ran (auto resolved)
-  Protocol protocol = Protocol::kSimple;
+  models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   double seconds = 0;
   double busbw_GBps = 0;
 };

@@ -7,42 +7,33 @@
 namespace tandem::sim {
 namespace {
 
-models::NcclProtocol nccl(Protocol protocol) {
-  switch (protocol) {
-    case Protocol::kLL: return models::NcclProtocol::kLL;
-    case Protocol::kLL128: return models::NcclProtocol::kLL128;
-    case Protocol::kSimple: return models::NcclProtocol::kSimple;
-  }
-  return models::NcclProtocol::kSimple;
-}
-
 // Tree's latencies for the tree, PAT's for PAT (NCCL has them for Simple only, the one protocol it
 // runs PAT with); Ring's for every other schedule (each hop of a ring, doubling or direct step is
 // one point-to-point step like a ring's).
-models::NcclAlgorithm nccl(Algorithm algorithm, Protocol protocol) {
+models::NcclAlgorithm nccl(Algorithm algorithm, models::NcclProtocol protocol) {
   if (algorithm == Algorithm::kTree) return models::NcclAlgorithm::kTree;
-  if (algorithm == Algorithm::kPat && protocol == Protocol::kSimple) return models::NcclAlgorithm::kPat;
+  if (algorithm == Algorithm::kPat && protocol == models::NcclProtocol::kSimple) return models::NcclAlgorithm::kPat;
   return models::NcclAlgorithm::kRing;
 }
 
 }  // namespace
 
-double protocol_wire_factor(Protocol protocol) {
+double protocol_wire_factor(models::NcclProtocol protocol) {
   switch (protocol) {
-    case Protocol::kLL: return 2.0;              // ncclLLFifoLine: 4 B data + 4 B flag per 8 B
-    case Protocol::kLL128: return 128.0 / 120.0;  // 120 B of data per 128 B line
-    case Protocol::kSimple: return 1.0;
+    case models::NcclProtocol::kLL: return 2.0;               // ncclLLFifoLine: 4 B data + 4 B flag per 8 B
+    case models::NcclProtocol::kLL128: return 128.0 / 120.0;  // 120 B of data per 128 B line
+    case models::NcclProtocol::kSimple: return 1.0;
   }
   return 1.0;
 }
 
-double protocol_hop_latency_s(Protocol protocol, Algorithm algorithm, bool network_hop) {
+double protocol_hop_latency_s(models::NcclProtocol protocol, Algorithm algorithm, bool network_hop) {
   const auto link = network_hop ? models::NcclLinkClass::kNet : models::NcclLinkClass::kNvLink;
-  return models::nccl_hop_latency_us(link, nccl(algorithm, protocol), nccl(protocol)) * 1e-6;
+  return models::nccl_hop_latency_us(link, nccl(algorithm, protocol), protocol) * 1e-6;
 }
 
-double protocol_base_latency_s(Protocol protocol, Algorithm algorithm) {
-  return models::nccl_base_latency_us(nccl(algorithm, protocol), nccl(protocol)) * 1e-6;
+double protocol_base_latency_s(models::NcclProtocol protocol, Algorithm algorithm) {
+  return models::nccl_base_latency_us(nccl(algorithm, protocol), protocol) * 1e-6;
 }
 
 double nvls_latency_s() {

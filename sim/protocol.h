@@ -4,18 +4,18 @@
 #pragma once
 
 #include "core/types.h"
-#include "sim/simulator.h"
+#include "models/nccl_protocol.h"
 
 namespace tandem::sim {
 
 // Wire bytes per payload byte: LL 2 (4 B of data per 8 B line), LL128 128/120, Simple 1.
-double protocol_wire_factor(Protocol protocol);
+double protocol_wire_factor(models::NcclProtocol protocol);
 
 // NCCL's hwLat for one hop of `algorithm` (ring-like unless tree or PAT) over NVLink or the network, s.
-double protocol_hop_latency_s(Protocol protocol, Algorithm algorithm, bool network_hop);
+double protocol_hop_latency_s(models::NcclProtocol protocol, Algorithm algorithm, bool network_hop);
 
 // NCCL's baseLat: the fixed cost of launching one collective, s.
-double protocol_base_latency_s(Protocol protocol, Algorithm algorithm);
+double protocol_base_latency_s(models::NcclProtocol protocol, Algorithm algorithm);
 
 // NVLS all_reduce's latency (NCCL models it as one NVLink hop of 25 us, no base latency), s.
 double nvls_latency_s();

@@ -57,7 +57,7 @@ namespace tandem::sim {
 
 struct SimExecutorOptions {
   NetworkModel network;                // the fluid model with its default efficiencies
-  Protocol protocol = Protocol::kSimple;  // NCCL's protocol every message pays
+  models::NcclProtocol protocol = models::NcclProtocol::kSimple;  // NCCL's protocol every message pays
 };
 
 class SimExecutor : public Executor {

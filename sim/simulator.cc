@@ -39,22 +39,6 @@ Fidelity parse_fidelity(std::string_view text) {
   fail(ErrorCode::kInvalidArgument, "unknown network fidelity '{}' (expected fluid or packet)", text);
 }
 
-std::string_view name(Protocol protocol) {
-  switch (protocol) {
-    case Protocol::kLL: return "LL";
-    case Protocol::kLL128: return "LL128";
-    case Protocol::kSimple: return "Simple";
-  }
-  return "?";
-}
-
-Protocol parse_protocol(std::string_view text) {
-  for (Protocol p : {Protocol::kLL, Protocol::kLL128, Protocol::kSimple}) {
-    if (name(p) == text) return p;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown protocol '{}' (expected LL, LL128 or Simple)", text);
-}
-
 NetworkModel NetworkModel::ideal() {
   NetworkModel model;
   model.nvlink_efficiency = 1.0;
@@ -151,6 +135,59 @@ constexpr std::string_view kPacketModelNs3Defaults =
     "ns3::TcpSocket::InitialCwnd=1000000;"
     "ns3::DropTailQueue<Packet>::MaxSize=100000000p;ns3::FqCoDelQueueDisc::MaxSize=100000000p";
 
+// The bytes of each op of a schedule for one tile: chunk sizes from the balanced partition.
+struct Sizer {
+  ChunkMap map;
+  int64_t element_bytes;
+  uint32_t k;
+  int64_t bytes(const SlotRange& range, uint32_t tile) const {
+    int64_t total = 0;
+    for (uint32_t c = range.first; c < range.first + range.count; ++c) total += map.range(tile, c % k).count;
+    return total * element_bytes;
+  }
+};
+
+// Op by op: one actor per (rank, lane), and one per connection (rank pair and lane) that carries
+// that connection's messages one after the other, as NCCL's per-peer FIFO (and its proxy) does.
+// A send only queues its message, so the lane goes on at once (eager); a receive waits until the
+// connection has delivered the message. Cross-lane dependencies wait on the rank's completion
+// counters. Without the per-connection order, 64 pipelined chunks issued at once would share the
+// link and all arrive at the end, and nothing would pipeline.
+struct RankState {
+  sg4::MutexPtr mutex = sg4::Mutex::create();
+  sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
+  std::vector<uint64_t> done;  // per lane: ops completed (over all tiles)
+};
+struct Connection {
+  int from = 0, to = 0;
+  uint64_t messages = 0;              // over all tiles
+  std::deque<uint64_t> queue;         // bytes of the messages waiting to go
+  std::deque<double> send_slowdowns;  // their SimRequest::send_slowdown (when set)
+  std::deque<double> arrivals;        // when moved messages reach the receiver
+  double latency_s = 0;               // route + protocol latency of each message
+  sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
+  sg4::SemaphorePtr in_flight = sg4::Semaphore::create(0);
+  sg4::SemaphorePtr delivered = sg4::Semaphore::create(0);
+};
+
+// What the op-by-op actors share; it outlives them (Impl::run_op_by_op holds it until the engine
+// has run). Ranks are global here (group * n + rank): concurrent groups run side by side.
+struct OpByOpRun {
+  const Schedule& explicit_form;  // the schedule with every rank's program written out
+  int n;                          // ranks of one group
+  const SimRequest& request;
+  const Sizer& sizer;
+  uint32_t tiles;
+  double wire;          // wire bytes per payload byte
+  double base_latency;  // s, every lane waits it before its first op
+  std::vector<int> gpu_of_global;
+  std::vector<RankState> states;
+  std::map<std::tuple<int, int, uint32_t>, Connection> connections;  // by (from, to, lane)
+
+  const RankProgram& program_of(int global) const { return explicit_form.ranks[static_cast<size_t>(global % n)]; }
+  int peer_of(int global, int peer) const { return global - global % n + peer; }
+};
+
 }  // namespace
 
 struct Simulator::Impl {
@@ -177,6 +214,14 @@ struct Simulator::Impl {
                       const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
                       const std::function<double(int, int)>& hop_latency, double base_latency, SimResult& result,
                       bool contention_by_round = false);
+  std::vector<std::vector<int>> placements_of(const SimRequest& request, int n) const;
+  // The op-by-op simulation (OpByOpRun) and its phases.
+  double run_op_by_op(const Schedule& schedule, const SimRequest& request,
+                      const std::vector<std::vector<int>>& placements, const Sizer& sizer, uint32_t tiles, double wire,
+                      double base_latency);
+  void add_connections(OpByOpRun& run) const;
+  void start_connection_actors(OpByOpRun& run);
+  void start_lane_actors(OpByOpRun& run);
 
   // One direction of topology link `link` as the fluid model runs it: line rate x efficiency x fault factor.
   double link_capacity(uint32_t link) const {
@@ -389,18 +434,6 @@ Simulator::~Simulator() = default;
 
 namespace {
 
-// The bytes of each op of a schedule for one tile: chunk sizes from the balanced partition.
-struct Sizer {
-  ChunkMap map;
-  int64_t element_bytes;
-  uint32_t k;
-  int64_t bytes(const SlotRange& range, uint32_t tile) const {
-    int64_t total = 0;
-    for (uint32_t c = range.first; c < range.first + range.count; ++c) total += map.range(tile, c % k).count;
-    return total * element_bytes;
-  }
-};
-
 // A rank-symmetric template whose every lane is (send to +o, receive from -o) repeated: a ring.
 bool ring_shaped(const Schedule& schedule) {
   for (const Lane& lane : schedule.ranks[0].lanes) {
@@ -591,6 +624,100 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
   return total;
 }
 
+namespace {
+
+// A replayed schedule's connections: one per (rank, peer, lane) that sends; its sends go one after
+// the other. Each with its first message's wire bytes (tile 0) and the Snapshot it contends in.
+struct ReplayConnections {
+  struct Ends {
+    int from = 0, to = 0;
+  };
+  std::vector<Ends> connections;
+  std::vector<size_t> connection_of_send;  // by op id (SIZE_MAX: not a send)
+  std::vector<double> first_bytes;         // wire bytes of each connection's first message (tile 0)
+  std::vector<size_t> group_of;            // the Snapshot each connection contends in
+  size_t groups = 0;                       // Snapshots: one, or one per round (contention_by_round)
+};
+
+ReplayConnections replay_connections(const Schedule& schedule, const Dag& dag,
+                                     const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, double wire,
+                                     bool contention_by_round) {
+  ReplayConnections out;
+  std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
+  out.connection_of_send.assign(dag.index.total, SIZE_MAX);
+  std::map<uint32_t, size_t> group_of_round;
+  for (uint32_t gid = 0; gid < dag.index.total; ++gid) {
+    const OpLoc& at = dag.loc[gid];
+    const Lane& lane = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane];
+    const Op& op = lane.ops[at.index];
+    if (op.kind != OpKind::kSend) continue;
+    const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), out.connections.size());
+    if (fresh) {
+      out.connections.push_back({at.rank, op.peer});
+      out.first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
+      const uint32_t round = contention_by_round && at.index < lane.rounds.size() ? lane.rounds[at.index] : 0;
+      out.group_of.push_back(group_of_round.emplace(round, group_of_round.size()).first->second);
+    }
+    out.connection_of_send[gid] = it->second;
+  }
+  out.groups = group_of_round.size();
+  return out;
+}
+
+// The replay's static part, flattened once in topological order: per op its kind, lane, cross-lane
+// dependencies, connection or matched send, and chunks.
+struct ReplayStep {
+  OpKind kind;
+  uint32_t lane_slot;
+  uint32_t deps_begin, deps_end;  // into ReplayProgram::step_deps
+  size_t id;
+  size_t link;  // send: its connection; receive: its matched send's op id
+  uint32_t chunk_first, chunk_count;
+};
+struct ReplayProgram {
+  std::vector<ReplayStep> steps;
+  std::vector<size_t> step_deps;
+  std::vector<uint32_t> first_lane;  // lanes numbered like ops: slot = rank's first lane + lane
+};
+
+ReplayProgram flatten_replay(const Schedule& schedule, const Dag& dag, const std::vector<size_t>& connection_of_send) {
+  ReplayProgram out;
+  out.first_lane.assign(static_cast<size_t>(schedule.nranks) + 1, 0);
+  for (int r = 0; r < schedule.nranks; ++r) {
+    out.first_lane[static_cast<size_t>(r) + 1] =
+        out.first_lane[static_cast<size_t>(r)] +
+        static_cast<uint32_t>(schedule.ranks[static_cast<size_t>(r)].lanes.size());
+  }
+  out.steps.reserve(dag.index.total);
+  for (const uint32_t id : dag.order) {
+    const OpLoc& w = dag.loc[id];
+    const Lane& lane = schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane];
+    const Op& op = lane.ops[w.index];
+    ReplayStep step{op.kind,
+                    out.first_lane[static_cast<size_t>(w.rank)] + w.lane,
+                    static_cast<uint32_t>(out.step_deps.size()),
+                    0,
+                    id,
+                    0,
+                    0,
+                    0};
+    for (size_t d = 0; d < lane.dep_count(w.index); ++d) {
+      const OpRef dep = lane.deps_of(w.index)[d];
+      if (dep.lane != w.lane) out.step_deps.push_back(dag.index.gid(static_cast<size_t>(w.rank), dep.lane, dep.index));
+    }
+    step.deps_end = static_cast<uint32_t>(out.step_deps.size());
+    const SlotRange& range = op.kind == OpKind::kSend ? op.src : op.dst;
+    step.chunk_first = range.first;
+    step.chunk_count = range.count;
+    if (op.kind == OpKind::kSend) step.link = connection_of_send[id];
+    if (op.is_recv()) step.link = dag.matched_send[id];
+    out.steps.push_back(step);
+  }
+  return out;
+}
+
+}  // namespace
+
 // Explicit schedules whose connections all carry traffic at once in steady state (a pipelined
 // tree: every edge busy up and down): one Snapshot round with each connection's first message
 // gives its transfer time under contention, then the program is replayed analytically, tile by
@@ -609,41 +736,15 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
   // builds (core/schedule_dag.h).
   const Dag dag = build_dag(schedule);
   const size_t total_ops = dag.index.total;
-  // A connection per (rank, peer, lane) that sends; its sends go one after the other.
-  struct Connection {
-    int from = 0, to = 0;
-  };
-  std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
-  std::vector<Connection> connections;
-  std::vector<size_t> connection_of_send(total_ops, SIZE_MAX);
-  std::vector<double> first_bytes;  // wire bytes of each connection's first message (tile 0)
-  std::vector<size_t> group_of;      // the Snapshot each connection contends in
-  std::map<uint32_t, size_t> group_of_round;
-  for (uint32_t gid = 0; gid < total_ops; ++gid) {
-    const OpLoc& at = dag.loc[gid];
-    const Lane& lane = schedule.ranks[static_cast<size_t>(at.rank)].lanes[at.lane];
-    const Op& op = lane.ops[at.index];
-    if (op.kind != OpKind::kSend) continue;
-    const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), connections.size());
-    if (fresh) {
-      connections.push_back({at.rank, op.peer});
-      first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
-      const uint32_t round = contention_by_round && at.index < lane.rounds.size() ? lane.rounds[at.index] : 0;
-      group_of.push_back(group_of_round.emplace(round, group_of_round.size()).first->second);
-    }
-    connection_of_send[gid] = it->second;
-  }
-  // Lanes numbered like ops: slot = rank's first lane + lane.
-  std::vector<uint32_t> first_lane(static_cast<size_t>(schedule.nranks) + 1, 0);
-  for (int r = 0; r < schedule.nranks; ++r) {
-    first_lane[static_cast<size_t>(r) + 1] =
-        first_lane[static_cast<size_t>(r)] + static_cast<uint32_t>(schedule.ranks[static_cast<size_t>(r)].lanes.size());
-  }
+  const ReplayConnections replay = replay_connections(schedule, dag, bytes_of, wire, contention_by_round);
+  const auto& connections = replay.connections;
+  const std::vector<double>& first_bytes = replay.first_bytes;
+  const std::vector<size_t>& group_of = replay.group_of;
 
   double total = 0;
   const double hbm = hbm_Bps();
   // Contention over all placements at once, as the compressed rings take it.
-  std::vector<Snapshot> snapshots(std::max<size_t>(1, group_of_round.size()));
+  std::vector<Snapshot> snapshots(std::max<size_t>(1, replay.groups));
   for (const std::vector<int>& gpu_of_rank : placements) {
     for (size_t c = 0; c < connections.size(); ++c) {
       snapshots[group_of[c]].add(gpu_of_rank[static_cast<size_t>(connections[c].from)],
@@ -656,37 +757,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
     result.simulated_transfers += snapshot.pairs();
   }
 
-  // The sweep's static part, flattened once in topological order: per op its kind, lane, cross-lane
-  // dependencies, connection or matched send, and chunks; per tile the bytes of each sub-chunk.
-  struct Step {
-    OpKind kind;
-    uint32_t lane_slot;
-    uint32_t deps_begin, deps_end;  // into step_deps
-    size_t id;
-    size_t link;                    // send: its connection; receive: its matched send's op id
-    uint32_t chunk_first, chunk_count;
-  };
-  std::vector<Step> steps;
-  std::vector<size_t> step_deps;
-  steps.reserve(total_ops);
-  for (const uint32_t id : dag.order) {
-    const OpLoc& w = dag.loc[id];
-    const Lane& lane = schedule.ranks[static_cast<size_t>(w.rank)].lanes[w.lane];
-    const Op& op = lane.ops[w.index];
-    Step step{op.kind, first_lane[static_cast<size_t>(w.rank)] + w.lane, static_cast<uint32_t>(step_deps.size()),
-              0, id, 0, 0, 0};
-    for (size_t d = 0; d < lane.dep_count(w.index); ++d) {
-      const OpRef dep = lane.deps_of(w.index)[d];
-      if (dep.lane != w.lane) step_deps.push_back(dag.index.gid(static_cast<size_t>(w.rank), dep.lane, dep.index));
-    }
-    step.deps_end = static_cast<uint32_t>(step_deps.size());
-    const SlotRange& range = op.kind == OpKind::kSend ? op.src : op.dst;
-    step.chunk_first = range.first;
-    step.chunk_count = range.count;
-    if (op.kind == OpKind::kSend) step.link = connection_of_send[id];
-    if (op.is_recv()) step.link = dag.matched_send[id];
-    steps.push_back(step);
-  }
+  const ReplayProgram program = flatten_replay(schedule, dag, replay.connection_of_send);
+  const std::vector<uint32_t>& first_lane = program.first_lane;
+  // Per tile the bytes of each sub-chunk.
   const uint32_t k = schedule.chunks_per_block;
   std::vector<double> sub_bytes(static_cast<size_t>(tiles) * k);
   for (uint32_t t = 0; t < tiles; ++t) {
@@ -711,9 +784,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
     double finish = 0;
     for (uint32_t t = 0; t < tiles; ++t) {
       const double* tile_bytes = sub_bytes.data() + static_cast<size_t>(t) * k;
-      for (const Step& step : steps) {
+      for (const ReplayStep& step : program.steps) {
         double ready = lane_end[step.lane_slot];
-        for (uint32_t d = step.deps_begin; d < step.deps_end; ++d) ready = std::max(ready, done[step_deps[d]]);
+        for (uint32_t d = step.deps_begin; d < step.deps_end; ++d) ready = std::max(ready, done[program.step_deps[d]]);
         double bytes = 0;
         for (uint32_t c = step.chunk_first; c < step.chunk_first + step.chunk_count; ++c) bytes += tile_bytes[c % k];
         double end = ready;
@@ -737,11 +810,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
   return total;
 }
 
-SimResult Simulator::run(const SimRequest& request) {
-  Impl& s = *impl_;
-  if (request.schedule == nullptr) fail(ErrorCode::kInvalidArgument, "simulator: no schedule");
-  const Schedule& schedule = *request.schedule;
-  const int n = schedule.nranks;
+// Every group's placement, checked: request.gpu_of_rank (rank r on GPU r when empty), then the
+// concurrent groups', each n GPUs of the cluster, no GPU in two groups.
+std::vector<std::vector<int>> Simulator::Impl::placements_of(const SimRequest& request, int n) const {
   std::vector<int> gpu_of_rank = request.gpu_of_rank;
   if (gpu_of_rank.empty()) {
     for (int r = 0; r < n; ++r) gpu_of_rank.push_back(r);
@@ -752,28 +823,52 @@ SimResult Simulator::run(const SimRequest& request) {
   // Every group's placement; a global rank is group * n + rank.
   std::vector<std::vector<int>> placements{gpu_of_rank};
   for (const std::vector<int>& more : request.concurrent) placements.push_back(more);
-  std::vector<char> used(static_cast<size_t>(s.topology.gpu_count()), 0);
+  std::vector<char> used(static_cast<size_t>(topology.gpu_count()), 0);
   for (const std::vector<int>& placement : placements) {
     if (placement.size() != static_cast<size_t>(n)) {
       fail(ErrorCode::kInvalidArgument, "simulator: {} ranks but a concurrent group of {} GPUs", n, placement.size());
     }
     for (int g : placement) {
-      if (g < 0 || g >= s.topology.gpu_count()) {
+      if (g < 0 || g >= topology.gpu_count()) {
         fail(ErrorCode::kInvalidArgument, "simulator: GPU {} out of range (the cluster has {})", g,
-             s.topology.gpu_count());
+             topology.gpu_count());
       }
       if (placements.size() > 1 && used[static_cast<size_t>(g)]++) {
         fail(ErrorCode::kInvalidArgument, "simulator: GPU {} is in two concurrent groups", g);
       }
     }
   }
+  return placements;
+}
+
+namespace {
+
+// The sends of one run: every rank's (a rank-symmetric template's n times), in every tile and group.
+uint64_t count_transfers(const Schedule& schedule, uint32_t tiles, int groups) {
+  uint64_t transfers = 0;
+  for (const RankProgram& rank : schedule.ranks) {
+    for (const Lane& lane : rank.lanes) {
+      for (const Op& op : lane.ops) transfers += op.kind == OpKind::kSend;
+    }
+  }
+  if (schedule.symmetric()) transfers *= static_cast<uint64_t>(schedule.nranks);
+  transfers *= tiles * static_cast<uint64_t>(groups);
+  return transfers;
+}
+
+}  // namespace
+
+SimResult Simulator::run(const SimRequest& request) {
+  Impl& s = *impl_;
+  if (request.schedule == nullptr) fail(ErrorCode::kInvalidArgument, "simulator: no schedule");
+  const Schedule& schedule = *request.schedule;
+  const int n = schedule.nranks;
+  const std::vector<std::vector<int>> placements = s.placements_of(request, n);
+  const std::vector<int>& gpu_of_rank = placements.front();
   if (request.send_slowdown && !request.concurrent.empty()) {
     fail(ErrorCode::kInvalidArgument, "simulator: slowed sends with concurrent groups");
   }
   const int groups = static_cast<int>(placements.size());
-  const int total_ranks = groups * n;
-  std::vector<int> gpu_of_global;
-  for (const std::vector<int>& placement : placements) gpu_of_global.insert(gpu_of_global.end(), placement.begin(), placement.end());
   const uint32_t tiles = std::max<uint32_t>(1, request.tiles);
   const Sizer sizer{ChunkMap(request.spec.count, schedule.chunks_per_block, tiles), static_cast<int64_t>(size_bytes(request.spec.dtype)),
                     schedule.chunks_per_block};
@@ -789,16 +884,8 @@ SimResult Simulator::run(const SimRequest& request) {
   const double base_latency = latencies ? protocol_base_latency_s(request.protocol, schedule.algorithm) : 0.0;
 
   SimResult result;
-  result.transfers = 0;
-  for (const RankProgram& rank : schedule.ranks) {
-    for (const Lane& lane : rank.lanes) {
-      for (const Op& op : lane.ops) result.transfers += op.kind == OpKind::kSend;
-    }
-  }
-  if (schedule.symmetric()) result.transfers *= static_cast<uint64_t>(n);
-  result.transfers *= tiles * static_cast<uint64_t>(groups);
+  result.transfers = count_transfers(schedule, tiles, groups);
 
-  const double start = sg4::Engine::get_clock();
   // The compressed rounds replay one round per position with the normal routes: faults (a slow
   // link on some positions' routes, detours, a straggler) need the op-by-op simulation.
   if (s.zone != nullptr && schedule.symmetric() && ring_shaped(schedule) && !s.faults_active() &&
@@ -825,102 +912,107 @@ SimResult Simulator::run(const SimRequest& request) {
         wire, hop_latency, base_latency, result, schedule.algorithm == Algorithm::kPat);
     return result;
   }
+  result.seconds = s.run_op_by_op(schedule, request, placements, sizer, tiles, wire, base_latency);
+  result.simulated_transfers = result.transfers;
+  return result;
+}
+
+// Sets up the op-by-op simulation (OpByOpRun's comment), runs SimGrid's engine over it and returns
+// the simulated seconds it took.
+double Simulator::Impl::run_op_by_op(const Schedule& schedule, const SimRequest& request,
+                                     const std::vector<std::vector<int>>& placements, const Sizer& sizer,
+                                     uint32_t tiles, double wire, double base_latency) {
+  const double start = sg4::Engine::get_clock();
   // NCCL's per-hop protocol latency rides on every message (the larger of it and the route's).
+  const bool latencies = model.protocol_effects;
   const double extra_nvlink = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
   const double extra_network = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
-  if (s.zone != nullptr) {
-    s.zone->extra_nvlink_s = extra_nvlink;
-    s.zone->extra_network_s = extra_network;
+  if (zone != nullptr) {
+    zone->extra_nvlink_s = extra_nvlink;
+    zone->extra_network_s = extra_network;
   }
-  s.packet_extra_nvlink_s = extra_nvlink;
-  s.packet_extra_network_s = extra_network;
+  packet_extra_nvlink_s = extra_nvlink;
+  packet_extra_network_s = extra_network;
   struct ResetLatency {
     Impl& s;
     ~ResetLatency() {
       if (s.zone != nullptr) s.zone->extra_nvlink_s = s.zone->extra_network_s = 0;
       s.packet_extra_nvlink_s = s.packet_extra_network_s = 0;
     }
-  } reset{s};
+  } reset{*this};
   const Schedule expanded = schedule.symmetric() ? expand(schedule) : Schedule{};
   const Schedule& explicit_form = schedule.symmetric() ? expanded : schedule;
 
-  // Op by op: one actor per (rank, lane), and one per connection (rank pair and lane) that carries
-  // that connection's messages one after the other, as NCCL's per-peer FIFO (and its proxy) does.
-  // A send only queues its message, so the lane goes on at once (eager); a receive waits until the
-  // connection has delivered the message. Cross-lane dependencies wait on the rank's completion
-  // counters. Without the per-connection order, 64 pipelined chunks issued at once would share the
-  // link and all arrive at the end, and nothing would pipeline.
-  struct RankState {
-    sg4::MutexPtr mutex = sg4::Mutex::create();
-    sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
-    std::vector<uint64_t> done;  // per lane: ops completed (over all tiles)
-  };
-  struct Connection {
-    int from = 0, to = 0;
-    uint64_t messages = 0;                           // over all tiles
-    std::deque<uint64_t> queue;                      // bytes of the messages waiting to go
-    std::deque<double> send_slowdowns;               // their SimRequest::send_slowdown (when set)
-    std::deque<double> arrivals;                     // when moved messages reach the receiver
-    double latency_s = 0;                            // route + protocol latency of each message
-    sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
-    sg4::SemaphorePtr in_flight = sg4::Semaphore::create(0);
-    sg4::SemaphorePtr delivered = sg4::Semaphore::create(0);
-  };
-  // Ranks are global here (group * n + rank): concurrent groups run side by side.
-  auto program_of = [&](int global) -> const RankProgram& { return explicit_form.ranks[static_cast<size_t>(global % n)]; };
-  auto peer_of = [&](int global, int peer) { return global - global % n + peer; };
-  std::vector<RankState> states(static_cast<size_t>(total_ranks));
-  std::map<std::tuple<int, int, uint32_t>, Connection> connections;
-  for (int r = 0; r < total_ranks; ++r) {
-    const RankProgram& program = program_of(r);
-    states[static_cast<size_t>(r)].done.assign(program.lanes.size(), 0);
+  OpByOpRun run{explicit_form, schedule.nranks, request, sizer, tiles, wire, base_latency, {}, {}, {}};
+  for (const std::vector<int>& placement : placements) {
+    run.gpu_of_global.insert(run.gpu_of_global.end(), placement.begin(), placement.end());
+  }
+  run.states.resize(static_cast<size_t>(static_cast<int>(placements.size()) * schedule.nranks));
+  add_connections(run);
+  // A connection moves its messages' bytes one after the other (SimGrid flows with the route's
+  // latency switched off) and hands each to a delay line of the route's latency: latencies of
+  // consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
+  if (zone != nullptr) zone->latency_off = true;
+  struct LatencyBack {
+    TopologyZone* zone;
+    ~LatencyBack() {
+      if (zone != nullptr) zone->latency_off = false;
+    }
+  } latency_back{zone};
+  start_connection_actors(run);
+  start_lane_actors(run);
+  engine->run();
+  return sg4::Engine::get_clock() - start;
+}
+
+// Every rank's completion counters and every connection that carries a send, with its messages
+// over all tiles. The packet model refuses a message over 4 GiB here, before any actor exists.
+void Simulator::Impl::add_connections(OpByOpRun& run) const {
+  for (int r = 0; r < static_cast<int>(run.states.size()); ++r) {
+    const RankProgram& program = run.program_of(r);
+    run.states[static_cast<size_t>(r)].done.assign(program.lanes.size(), 0);
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
       for (const Op& op : program.lanes[l].ops) {
         if (op.kind != OpKind::kSend) continue;
-        if (s.zone == nullptr) {
-          for (uint32_t t = 0; t < tiles; ++t) {
-            const double bytes = static_cast<double>(sizer.bytes(op.src, t)) * wire;
+        if (zone == nullptr) {
+          for (uint32_t t = 0; t < run.tiles; ++t) {
+            const double bytes = static_cast<double>(run.sizer.bytes(op.src, t)) * run.wire;
             if (bytes > static_cast<double>(UINT32_MAX)) {
               fail(ErrorCode::kUnsupported, "the packet (ns-3) model carries messages of at most 4 GiB; this "
                    "schedule sends {:.0f} bytes at once (a smaller size, or --network fluid)", bytes);
             }
           }
         }
-        Connection& c = connections[{r, peer_of(r, op.peer), l}];
+        Connection& c = run.connections[{r, run.peer_of(r, op.peer), l}];
         c.from = r;
-        c.to = peer_of(r, op.peer);
-        c.messages += tiles;
+        c.to = run.peer_of(r, op.peer);
+        c.messages += run.tiles;
       }
     }
   }
-  // A connection moves its messages' bytes one after the other (SimGrid flows with the route's
-  // latency switched off) and hands each to a delay line of the route's latency: latencies of
-  // consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
-  if (s.zone != nullptr) s.zone->latency_off = true;
-  struct LatencyBack {
-    TopologyZone* zone;
-    ~LatencyBack() {
-      if (zone != nullptr) zone->latency_off = false;
-    }
-  } latency_back{s.zone};
-  const bool packet = s.zone == nullptr;
+}
+
+// Two actors per connection: one moves its messages' bytes in order (a straggling or slowed
+// sender holding the connection longer), one delivers each a route's latency after it moved.
+void Simulator::Impl::start_connection_actors(OpByOpRun& run) {
+  const bool packet = zone == nullptr;
   // Every connection's route first (this is where a pair with no route left around dead links
   // throws), so that a failure leaves no actor behind to haunt the next run.
-  for (auto& [key, connection] : connections) {
-    connection.latency_s = s.message_latency(gpu_of_global[static_cast<size_t>(connection.from)],
-                                             gpu_of_global[static_cast<size_t>(connection.to)]);
+  for (auto& [key, connection] : run.connections) {
+    connection.latency_s = message_latency(run.gpu_of_global[static_cast<size_t>(connection.from)],
+                                           run.gpu_of_global[static_cast<size_t>(connection.to)]);
   }
-  for (auto& [key, connection] : connections) {
+  for (auto& [key, connection] : run.connections) {
     Connection* c = &connection;
-    const int from_gpu = gpu_of_global[static_cast<size_t>(c->from)];
-    const int to_gpu = gpu_of_global[static_cast<size_t>(c->to)];
-    sg4::Host* from = s.gpu_hosts[static_cast<size_t>(from_gpu)];
-    sg4::Host* to = s.gpu_hosts[static_cast<size_t>(to_gpu)];
+    const int from_gpu = run.gpu_of_global[static_cast<size_t>(c->from)];
+    const int to_gpu = run.gpu_of_global[static_cast<size_t>(c->to)];
+    sg4::Host* from = gpu_hosts[static_cast<size_t>(from_gpu)];
+    sg4::Host* to = gpu_hosts[static_cast<size_t>(to_gpu)];
     const double latency = c->latency_s;
     // A straggling sender holds the connection (slowdown - 1) x the transfer time longer: its
     // kernel pushes the bytes that much slower, while the links are free for other flows.
-    const double slowdown = s.gpu_slowdown[static_cast<size_t>(from_gpu)];
-    const bool slowed_sends = static_cast<bool>(request.send_slowdown);
+    const double slowdown = gpu_slowdown[static_cast<size_t>(from_gpu)];
+    const bool slowed_sends = static_cast<bool>(run.request.send_slowdown);
     sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from,
                        [c, from, to, latency, packet, slowdown, slowed_sends] {
       for (uint64_t m = 0; m < c->messages; ++m) {
@@ -951,52 +1043,59 @@ SimResult Simulator::run(const SimRequest& request) {
       }
     });
   }
-  for (int r = 0; r < total_ranks; ++r) {
-    const RankProgram& program = program_of(r);
-    sg4::Host* host = s.gpu_hosts[static_cast<size_t>(gpu_of_global[static_cast<size_t>(r)])];
+}
+
+// One actor per (rank, lane): it runs the lane's ops tile after tile, waiting for cross-lane
+// dependencies on the rank's counters, queueing sends on their connection, waiting for receives.
+void Simulator::Impl::start_lane_actors(OpByOpRun& run) {
+  for (int r = 0; r < static_cast<int>(run.states.size()); ++r) {
+    const RankProgram& program = run.program_of(r);
+    sg4::Host* host = gpu_hosts[static_cast<size_t>(run.gpu_of_global[static_cast<size_t>(r)])];
     // A straggler's copies and reduces take `slowdown` times as long (its host's speed is HBM's).
-    const double slowdown = s.gpu_slowdown[static_cast<size_t>(gpu_of_global[static_cast<size_t>(r)])];
+    const double slowdown = gpu_slowdown[static_cast<size_t>(run.gpu_of_global[static_cast<size_t>(r)])];
     for (uint32_t l = 0; l < program.lanes.size(); ++l) {
-      sg4::Actor::create(fmt::format("r{}-l{}", r, l), host, [&, r, l, slowdown] {
-        const Lane& lane = program_of(r).lanes[l];
-        RankState& state = states[static_cast<size_t>(r)];
+      sg4::Actor::create(fmt::format("r{}-l{}", r, l), host, [&run, r, l, slowdown] {
+        const Lane& lane = run.program_of(r).lanes[l];
+        RankState& state = run.states[static_cast<size_t>(r)];
         const uint64_t per_tile = lane.ops.size();
         // SimRequest::send_slowdown's op numbering: over all tiles, lanes in order.
         int64_t lane_offset = 0, ops_per_tile = 0;
-        for (uint32_t other = 0; other < program_of(r).lanes.size(); ++other) {
-          if (other < l) lane_offset += static_cast<int64_t>(program_of(r).lanes[other].ops.size());
-          ops_per_tile += static_cast<int64_t>(program_of(r).lanes[other].ops.size());
+        for (uint32_t other = 0; other < run.program_of(r).lanes.size(); ++other) {
+          if (other < l) lane_offset += static_cast<int64_t>(run.program_of(r).lanes[other].ops.size());
+          ops_per_tile += static_cast<int64_t>(run.program_of(r).lanes[other].ops.size());
         }
-        if (base_latency > 0) sg4::this_actor::sleep_for(base_latency);
-        for (uint32_t t = 0; t < tiles; ++t) {
+        if (run.base_latency > 0) sg4::this_actor::sleep_for(run.base_latency);
+        for (uint32_t t = 0; t < run.tiles; ++t) {
           for (uint64_t i = 0; i < per_tile; ++i) {
             const Op& op = lane.ops[i];
             // Cross-lane dependencies (same tile): wait until those lanes completed them.
             const OpRef* deps = lane.deps_of(i);
             for (size_t d = 0; d < lane.dep_count(i); ++d) {
               if (deps[d].lane == l) continue;
-              const uint64_t needed = t * program_of(r).lanes[deps[d].lane].ops.size() + deps[d].index + 1;
+              const uint64_t needed = t * run.program_of(r).lanes[deps[d].lane].ops.size() + deps[d].index + 1;
               std::unique_lock lock(*state.mutex);
               state.changed->wait(lock, [&] { return state.done[deps[d].lane] >= needed; });
             }
             switch (op.kind) {
               case OpKind::kSend: {
-                Connection& c = connections.at({r, peer_of(r, op.peer), l});
-                c.queue.push_back(static_cast<uint64_t>(static_cast<double>(sizer.bytes(op.src, t)) * wire));
-                if (request.send_slowdown) {
+                Connection& c = run.connections.at({r, run.peer_of(r, op.peer), l});
+                c.queue.push_back(static_cast<uint64_t>(static_cast<double>(run.sizer.bytes(op.src, t)) * run.wire));
+                if (run.request.send_slowdown) {
                   const int64_t op_index = static_cast<int64_t>(t) * ops_per_tile + lane_offset + static_cast<int64_t>(i);
-                  c.send_slowdowns.push_back(request.send_slowdown(r, op_index));
+                  c.send_slowdowns.push_back(run.request.send_slowdown(r, op_index));
                 }
                 c.queued->release();
                 break;
               }
               case OpKind::kRecv:
-              case OpKind::kRecvReduce: connections.at({peer_of(r, op.peer), r, l}).delivered->acquire(); break;
+              case OpKind::kRecvReduce:
+                run.connections.at({run.peer_of(r, op.peer), r, l}).delivered->acquire();
+                break;
               case OpKind::kCopy:
-                sg4::this_actor::execute(slowdown * 2.0 * static_cast<double>(sizer.bytes(op.dst, t)));
+                sg4::this_actor::execute(slowdown * 2.0 * static_cast<double>(run.sizer.bytes(op.dst, t)));
                 break;
               case OpKind::kReduce:
-                sg4::this_actor::execute(slowdown * 3.0 * static_cast<double>(sizer.bytes(op.dst, t)));
+                sg4::this_actor::execute(slowdown * 3.0 * static_cast<double>(run.sizer.bytes(op.dst, t)));
                 break;
             }
             std::unique_lock lock(*state.mutex);
@@ -1007,10 +1106,6 @@ SimResult Simulator::run(const SimRequest& request) {
       });
     }
   }
-  s.engine->run();
-  result.simulated_transfers = result.transfers;
-  result.seconds = sg4::Engine::get_clock() - start;
-  return result;
 }
 
 SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& gpus) {
@@ -1252,7 +1347,7 @@ SimResult Simulator::run_p2p(const P2pRequest& request) {
   const bool all_to_all = request.collective == Collective::kAllToAll;
   const int64_t peer_bytes = all_to_all ? request.bytes / n : request.bytes;
   const bool ll = plan.uses_ll(peer_bytes);
-  const double wire = s.model.protocol_effects && ll ? protocol_wire_factor(Protocol::kLL) : 1.0;
+  const double wire = s.model.protocol_effects && ll ? protocol_wire_factor(models::NcclProtocol::kLL) : 1.0;
   const int parts = plan.peer_channels(peer_bytes);
   const double part_bytes = static_cast<double>(peer_bytes) * wire / parts;
   const std::vector<int> deltas = plan.group_deltas();
@@ -1321,7 +1416,7 @@ SimResult Simulator::run_p2p(const P2pRequest& request) {
   for (const std::vector<int>& e : epochs_of_channel) epochs = std::max(epochs, e.size());
   double latency = 0;
   if (s.model.protocol_effects) {
-    const Protocol protocol = ll ? Protocol::kLL : Protocol::kSimple;
+    const models::NcclProtocol protocol = ll ? models::NcclProtocol::kLL : models::NcclProtocol::kSimple;
     latency = protocol_base_latency_s(protocol, Algorithm::kDirect) +
               static_cast<double>(epochs) * protocol_hop_latency_s(protocol, Algorithm::kDirect, plan.nodes > 1);
   }

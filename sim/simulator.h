@@ -19,6 +19,7 @@
 
 #include "core/schedule.h"
 #include "models/cluster.h"
+#include "models/nccl_protocol.h"
 #include "models/topology.h"
 #include "sim/p2p.h"
 
@@ -37,12 +38,6 @@ Fidelity parse_fidelity(std::string_view text);
 // them the packet model still runs, window-bound (docs/simulator.md).
 bool packet_model_defaults_active();
 void packet_model_reexec(char** argv);
-
-// NCCL's protocols as the simulator models them: LL moves 8 bytes per 4 of payload, LL128 120 of
-// every 128, Simple all of them; each has its own per-hop latency (docs/simulator.md).
-enum class Protocol : uint8_t { kLL, kLL128, kSimple };
-std::string_view name(Protocol protocol);
-Protocol parse_protocol(std::string_view text);
 
 struct NetworkModel {
   Fidelity fidelity = Fidelity::kFluid;
@@ -68,7 +63,7 @@ struct SimRequest {
   const Schedule* schedule = nullptr;
   CollectiveSpec spec;
   std::vector<int> gpu_of_rank;    // empty: rank r on GPU r
-  Protocol protocol = Protocol::kSimple;
+  models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   uint32_t tiles = 1;              // pipelining depth (see core/executor.h)
   // Further placements that run the same schedule at the same time, on GPUs of their own (every
   // TP or DP group of a training job at once), so that groups whose routes share a link share it.

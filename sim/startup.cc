@@ -47,7 +47,8 @@ RingTimes simulate_rings(const models::ClusterSpec& spec, int per_node) {
                                                    Algorithm::kRing, AlgoParams{}, ScheduleForm::kSymmetric);
   auto all_gather_s = [&](int bytes_per_rank) {
     collective.count = n * (bytes_per_rank / element);
-    const SimResult result = simulator.run(SimRequest{&schedule, collective, gpu_of_rank, Protocol::kSimple, 1});
+    const SimResult result =
+        simulator.run(SimRequest{&schedule, collective, gpu_of_rank, models::NcclProtocol::kSimple, 1});
     if (!result.compressed) fail(ErrorCode::kBackend, "start-up: the bootstrap ring was not simulated by rounds");
     return result.seconds / 2;
   };

@@ -153,7 +153,7 @@ void from_json(const json& rows, std::vector<SweepPointResult>& results) {
     r.ok = row.at("ok").get<bool>();
     r.error = row.at("error").get<std::string>();
     r.algorithm = row.at("algorithm").get<std::string>();
-    r.protocol = parse_protocol(row.at("protocol").get<std::string>());
+    r.protocol = models::parse_nccl_protocol(row.at("protocol").get<std::string>());
     r.channels = row.at("channels").get<int>();
     r.seconds = row.at("seconds").get<double>();
     r.algbw_GBps = row.at("algbw").get<double>();

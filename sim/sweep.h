@@ -32,7 +32,7 @@ struct SweepPointResult {
   bool ok = false;
   std::string error;                  // why the point did not run (unsupported pair, ...)
   std::string algorithm;              // the algorithm that ran (auto resolved)
-  Protocol protocol = Protocol::kSimple;
+  models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   int channels = 0;                   // NCCL channels the collective ran on
   double seconds = 0;
   double algbw_GBps = 0;              // nccl-tests conventions (GB = 1e9 B)

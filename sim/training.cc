@@ -209,7 +209,7 @@ TrainingStepResult from_json(const json& j) {
     x.ranks = c.at("ranks").get<int>();
     x.instances = c.at("instances").get<int>();
     x.algorithm = c.at("algorithm").get<std::string>();
-    x.protocol = parse_protocol(c.at("protocol").get<std::string>());
+    x.protocol = models::parse_nccl_protocol(c.at("protocol").get<std::string>());
     x.seconds = c.at("seconds").get<double>();
     x.busbw_GBps = c.at("busbw_GBps").get<double>();
     r.collectives.push_back(x);

@@ -20,18 +20,6 @@ constexpr int64_t kPipelineChunkBytes = 512 << 10;
 constexpr uint32_t kMaxTiles = 64;
 constexpr uint32_t kMaxTreeTiles = 256;
 
-Protocol to_protocol(models::NcclProtocol p) {
-  switch (p) {
-    case models::NcclProtocol::kLL:
-      return Protocol::kLL;
-    case models::NcclProtocol::kLL128:
-      return Protocol::kLL128;
-    case models::NcclProtocol::kSimple:
-      return Protocol::kSimple;
-  }
-  return Protocol::kSimple;
-}
-
 // The cluster as NCCL sees it when only `gpus_per_node` GPUs of each node take part: each keeps
 // its own NIC (rail), so the NICs in use shrink with the GPUs.
 models::ClusterSpec participating(models::ClusterSpec cluster, int nodes, int gpus_per_node) {
@@ -105,7 +93,7 @@ Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
 // sends bytes / ranks to each rank; send_recv all of it to one).
 Choice Tuner::choose_p2p(Collective collective, int64_t bytes) const {
   const int64_t peer_bytes = collective == Collective::kAllToAll ? bytes / std::max(1, p2p_plan_.nranks) : bytes;
-  return {"p2p", p2p_plan_.uses_ll(peer_bytes) ? Protocol::kLL : Protocol::kSimple, 1,
+  return {"p2p", p2p_plan_.uses_ll(peer_bytes) ? models::NcclProtocol::kLL : models::NcclProtocol::kSimple, 1,
           p2p_plan_.peer_channels(peer_bytes)};
 }
 
@@ -129,11 +117,10 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
       if (t && (!best || *t < best->time_us)) best = models::NcclPrediction{a, p, *t};
     }
   }
-  if (!best) return {"ring", Protocol::kSimple, 1, 1};
+  if (!best) return {"ring", models::NcclProtocol::kSimple, 1, 1};
   const std::string algorithm = tandem_name(best->algorithm);
   const int channels = schedule_channels(model_, best->algorithm, best->protocol, bytes);
-  return {algorithm, to_protocol(best->protocol), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_),
-          channels};
+  return {algorithm, best->protocol, tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
 
 Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
@@ -164,10 +151,7 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
   // The protocol NCCL would use with this algorithm forced (or the one asked for).
   std::optional<models::NcclProtocol> chosen;
   if (protocol != "auto") {
-    const Protocol asked = parse_protocol(protocol);
-    for (models::NcclProtocol p : models::all_nccl_protocols()) {
-      if (to_protocol(p) == asked) chosen = p;
-    }
+    chosen = models::parse_nccl_protocol(protocol);
   } else {
     std::optional<double> best;
     for (models::NcclProtocol p : models::all_nccl_protocols()) {
@@ -182,7 +166,7 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
   const bool nccl_has_it =
       algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree" || collnet;
   const int channels = nccl_has_it ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
-  return {algorithm, to_protocol(p), tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
+  return {algorithm, p, tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
 
 bool is_simulator_model(std::string_view algorithm) {

@@ -21,7 +21,7 @@ namespace tandem::sim {
 
 struct Choice {
   std::string algorithm;  // a core algorithm name, "nvls", "nvls_tree", "collnet_direct", "collnet_chain" or "p2p"
-  Protocol protocol = Protocol::kSimple;
+  models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   uint32_t tiles = 1;  // pipelining depth for the schedule
   int channels = 1;    // NCCL's runtime channels for this pick (ring and tree schedules run them;
                        // p2p: the channels each peer's transfer is split over)

@@ -18,6 +18,7 @@
 #include "core/run_memory.h"
 #include "core/communicator.h"
 #include "core/error.h"
+#include "models/nccl_protocol.h"
 
 namespace tandem::app {
 
@@ -228,7 +229,7 @@ std::vector<PointResult> collect_sim_results(const Scenario& scenario, const Clu
       const sim::SweepPointResult& result = results[next++];
       if (result.ok) {
         point.algorithm_used = result.algorithm;
-        point.protocol = sim::name(result.protocol);
+        point.protocol = models::name(result.protocol);
         point.channels = result.channels;
         point.time_us = result.seconds * 1e6;
         point.algbw_GBps = result.algbw_GBps;

@@ -196,6 +196,8 @@ ncclConfig_t nonblocking_config() {
   return config;
 }
 
+struct ScheduleRun;  // one schedule-mode run's state (below, with schedule mode)
+
 }  // namespace
 
 struct NcclExecutor::Impl {
@@ -356,6 +358,21 @@ struct NcclExecutor::Impl {
   RunResult run_native(const CollectiveSpec& spec, std::span<const RankBuffers> buffers, const RunContext& context);
   RunResult run_schedule(const Schedule& schedule, const CollectiveSpec& spec, std::span<const RankBuffers> buffers,
                          const RunContext& context);
+  // run_schedule's phases, in the order it runs them.
+  void ask_send_faults(const NcclPlan& plan, const RunContext& context, ScheduleRun& run);
+  void reserve_run_memory(const NcclPlan& plan, std::span<const RankBuffers> buffers, int64_t element_bytes,
+                          bool checksums, ScheduleRun& run);
+  std::vector<const PlanGroup*> take_groups(const NcclPlan& plan, std::pair<uint32_t, uint32_t> key, ScheduleRun& run);
+  std::vector<std::vector<const std::byte*>> prepare_sends(const std::vector<const PlanGroup*>& groups,
+                                                           const RunContext& context, ScheduleRun& run);
+  void post_group(const std::vector<const PlanGroup*>& groups,
+                  const std::vector<std::vector<const std::byte*>>& sources, const RunContext& context,
+                  ScheduleRun& run);
+  void run_local_steps(const std::vector<const PlanGroup*>& groups, const CollectiveSpec& spec,
+                       const RunContext& context, ScheduleRun& run);
+  void divide_averages(const NcclPlan& plan, const CollectiveSpec& spec, const ScheduleRun& run);
+  void fail_if_stalled(const ScheduleRun& run);
+  void check_checksums(const NcclPlan& plan, const ScheduleRun& run);
   // Waits for every local stream; RunResult::seconds from `start`.
   RunResult wait(Clock::time_point start, const RunContext& context);
   void shrink(std::span<const int> dropped);
@@ -547,6 +564,37 @@ struct SendFault {
   bool corrupted = false;  // its corrupt copy is made already (first message only)
 };
 
+// A local rank's checksum sums on its device (RunContext::checksums).
+struct ChecksumSlots {
+  unsigned long long* sent = nullptr;      // one per send message
+  unsigned long long* expected = nullptr;  // one per receive message: what the sender summed
+  unsigned long long* received = nullptr;  // one per receive message: what arrived
+  size_t sends = 0;
+  size_t recvs = 0;
+};
+
+// One schedule-mode run, per local rank (indexed as Impl::ranks).
+struct ScheduleRun {
+  std::vector<std::map<int64_t, SendFault>> faults;  // by the send's op index
+  std::vector<RankMemory> memory;
+  std::vector<ChecksumSlots> sums;
+  std::vector<size_t> cursor;     // the rank's next group in its plan
+  std::vector<bool> stalled;      // an injected stall: the rank posts nothing more
+  std::vector<size_t> send_slot;  // checksum slot of the rank's next send message
+  std::vector<size_t> recv_slot;  // and of its next receive message
+};
+
+// The (tile, level) keys of every local rank's groups, in order.
+std::vector<std::pair<uint32_t, uint32_t>> group_keys(const NcclPlan& plan) {
+  std::vector<std::pair<uint32_t, uint32_t>> keys;
+  for (const RankPlan& rank_plan : plan.ranks) {
+    for (const PlanGroup& group : rank_plan.groups) keys.emplace_back(group.tile, group.level);
+  }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
 }  // namespace
 
 RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const CollectiveSpec& spec,
@@ -555,19 +603,50 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
   for (const LocalRank& local : ranks) local_ids.push_back(local.rank);
   const NcclPlan plan = build_nccl_plan(
       schedule, spec, PlanOptions{.tiles = context.tiles, .align_elements = context.align_elements}, local_ids);
-  const auto element_bytes = static_cast<int64_t>(size_bytes(spec.dtype));
+  ScheduleRun run;
+  ask_send_faults(plan, context, run);
+  reserve_run_memory(plan, buffers, static_cast<int64_t>(size_bytes(spec.dtype)), context.checksums, run);
+  const std::vector<std::pair<uint32_t, uint32_t>> keys = group_keys(plan);
+  run.cursor.assign(ranks.size(), 0);
+  run.stalled.assign(ranks.size(), false);
+  run.send_slot.assign(ranks.size(), 0);
+  run.recv_slot.assign(ranks.size(), 0);
 
-  // Faults, asked once per send op, before anything is enqueued.
-  std::vector<std::map<int64_t, SendFault>> faults(ranks.size());
+  const auto start = Clock::now();
+  // Anything thrown while enqueueing leaves peers waiting for groups that never come: abort.
+  try {
+    for (const auto& key : keys) {
+      const std::vector<const PlanGroup*> groups = take_groups(plan, key, run);
+      const std::vector<std::vector<const std::byte*>> sources = prepare_sends(groups, context, run);
+      post_group(groups, sources, context, run);
+      run_local_steps(groups, spec, context, run);
+    }
+    divide_averages(plan, spec, run);
+  } catch (...) {
+    abort_all();
+    throw;
+  }
+
+  const RunResult result = wait(start, context);
+  fail_if_stalled(run);
+  if (context.checksums) check_checksums(plan, run);
+  for (LocalRank& local : ranks) local.corrupt_copies.clear();
+  return result;
+}
+
+// Faults, asked once per send op, before anything is enqueued; a failing send throws
+// Error(kFault) here, in every process of an MPI run.
+void NcclExecutor::Impl::ask_send_faults(const NcclPlan& plan, const RunContext& context, ScheduleRun& run) {
+  run.faults.assign(ranks.size(), {});
   bool failed_here = false;
   std::string failure;
   if (context.on_send) {
     for (size_t i = 0; i < ranks.size() && !failed_here; ++i) {
       for (const PlanGroup& group : plan.ranks[i].groups) {
         for (const Transfer& t : group.transfers) {
-          if (t.kind != TransferKind::kSend || faults[i].contains(t.op_index)) continue;
+          if (t.kind != TransferKind::kSend || run.faults[i].contains(t.op_index)) continue;
           const TransferEffect effect = context.on_send(ranks[i].rank, t.peer, t.op_index);
-          faults[i][t.op_index] = SendFault{effect};
+          run.faults[i][t.op_index] = SendFault{effect};
           if (effect.fail && !failed_here) {
             failed_here = true;
             failure = fmt::format("nccl rank {} lane {} op {}: send to {} failed (injected fault #{})", ranks[i].rank,
@@ -589,23 +668,20 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
     }
   }
   if (failed_here) throw Error(ErrorCode::kFault, failure);
+}
 
-  // Memory: scratch and staging per rank; checksum sums; this run's corrupt copies.
-  std::vector<RankMemory> memory(ranks.size());
-  struct ChecksumSlots {
-    unsigned long long* sent = nullptr;      // one per send message
-    unsigned long long* expected = nullptr;  // one per receive message: what the sender summed
-    unsigned long long* received = nullptr;  // one per receive message: what arrived
-    size_t sends = 0;
-    size_t recvs = 0;
-  };
-  std::vector<ChecksumSlots> sums(ranks.size());
+// Memory: scratch and staging per rank; checksum sums (zeroed on the rank's stream); this run's
+// corrupt copies start empty.
+void NcclExecutor::Impl::reserve_run_memory(const NcclPlan& plan, std::span<const RankBuffers> buffers,
+                                            int64_t element_bytes, bool checksums, ScheduleRun& run) {
+  run.memory.assign(ranks.size(), {});
+  run.sums.assign(ranks.size(), {});
   for (size_t i = 0; i < ranks.size(); ++i) {
     LocalRank& local = ranks[i];
     const RankPlan& rank_plan = plan.ranks[i];
     TANDEM_CUDA_CHECK(cudaSetDevice(local.device));
     const RankBuffers& buffer = buffers[static_cast<size_t>(local.rank)];
-    memory[i] = RankMemory{
+    run.memory[i] = RankMemory{
         .input = static_cast<std::byte*>(buffer.input),
         .output = static_cast<std::byte*>(buffer.output),
         .scratch = local.scratch.reserve(static_cast<size_t>(rank_plan.scratch_elements * element_bytes), "scratch",
@@ -615,195 +691,196 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
         .element_bytes = element_bytes,
     };
     local.corrupt_copies.clear();
-    if (context.checksums) {
+    if (checksums) {
+      ChecksumSlots& sums = run.sums[i];
       for (const PlanGroup& group : rank_plan.groups) {
-        for (const Transfer& t : group.transfers) (t.kind == TransferKind::kSend ? sums[i].sends : sums[i].recvs)++;
+        for (const Transfer& t : group.transfers) (t.kind == TransferKind::kSend ? sums.sends : sums.recvs)++;
       }
-      const size_t slots = sums[i].sends + 2 * sums[i].recvs;
+      const size_t slots = sums.sends + 2 * sums.recvs;
       auto* base = reinterpret_cast<unsigned long long*>(
           local.checksums.reserve(slots * sizeof(unsigned long long), "checksums", local.device));
-      sums[i].sent = base;
-      sums[i].expected = base + sums[i].sends;
-      sums[i].received = base + sums[i].sends + sums[i].recvs;
+      sums.sent = base;
+      sums.expected = base + sums.sends;
+      sums.received = base + sums.sends + sums.recvs;
       TANDEM_CUDA_CHECK(cudaMemsetAsync(base, 0, slots * sizeof(unsigned long long), local.stream));
     }
   }
+}
 
-  // The (tile, level) keys of every local rank's groups, in order, and each rank's cursor.
-  std::vector<std::pair<uint32_t, uint32_t>> keys;
-  for (const RankPlan& rank_plan : plan.ranks) {
-    for (const PlanGroup& group : rank_plan.groups) keys.emplace_back(group.tile, group.level);
-  }
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  std::vector<size_t> cursor(ranks.size(), 0);
-  std::vector<bool> stalled(ranks.size(), false);
-  std::vector<size_t> send_slot(ranks.size(), 0), recv_slot(ranks.size(), 0);
-
-  const auto start = Clock::now();
-  // Anything thrown while enqueueing leaves peers waiting for groups that never come: abort.
-  try {
-    for (const auto& key : keys) {
-      // This key's group of each local rank (nullptr: none, or the rank stalled).
-      std::vector<const PlanGroup*> groups(ranks.size(), nullptr);
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        const std::vector<PlanGroup>& own = plan.ranks[i].groups;
-        if (cursor[i] < own.size() && std::make_pair(own[cursor[i]].tile, own[cursor[i]].level) == key) {
-          groups[i] = &own[cursor[i]++];
-        }
-        if (groups[i] == nullptr || stalled[i]) {
-          groups[i] = nullptr;
-          continue;
-        }
-        // Stall: a send never posted; the rank posts nothing from here on.
-        for (const Transfer& t : groups[i]->transfers) {
-          if (t.kind == TransferKind::kSend && faults[i].contains(t.op_index) && faults[i][t.op_index].effect.stall) {
-            stalled[i] = true;
-          }
-        }
-        if (stalled[i]) groups[i] = nullptr;
-      }
-
-      // Before the group, on each rank's stream: delays, checksums of what it sends, corrupt copies.
-      std::vector<std::vector<const std::byte*>> sources(ranks.size());
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        if (groups[i] == nullptr) continue;
-        LocalRank& local = ranks[i];
-        TANDEM_CUDA_CHECK(cudaSetDevice(local.device));
-        double delay_seconds = 0;
-        size_t sends = 0;
-        for (const Transfer& t : groups[i]->transfers) {
-          const std::byte* source = memory[i].at(t.range);
-          if (t.kind == TransferKind::kSend) {
-            const size_t bytes = memory[i].bytes(t.range);
-            if (context.checksums) {
-              cuda::launch_checksum(source, static_cast<int64_t>(bytes), 0, &sums[i].sent[send_slot[i] + sends],
-                                    local.stream);
-            }
-            ++sends;
-            auto found = faults[i].find(t.op_index);
-            if (found != faults[i].end()) {
-              SendFault& fault = found->second;
-              const double factor = fault.effect.delay_factor / fault.effect.bandwidth_factor;
-              if (factor > 1.0) {
-                delay_seconds += (factor - 1.0) * std::max(kMinSlowedTransfer_s,
-                                                           static_cast<double>(bytes) / kExpectedLinkBytesPerSecond);
-              }
-              if (fault.effect.corrupt && !fault.corrupted && bytes > 0) {
-                fault.corrupted = true;
-                DeviceArea& copy = local.corrupt_copies.emplace_back();
-                std::byte* data = copy.reserve(bytes, "a corrupted message", local.device);
-                TANDEM_CUDA_CHECK(cudaMemcpyAsync(data, source, bytes, cudaMemcpyDeviceToDevice, local.stream));
-                cuda::launch_flip_bits(data + bytes / 2, kCorruptBitMask, local.stream);
-                source = data;
-              }
-            }
-          }
-          sources[i].push_back(source);
-        }
-        if (delay_seconds > 0) cuda::launch_spin(static_cast<uint64_t>(delay_seconds * 1e9), local.stream);
-      }
-
-      // The group: every local rank's sends and receives of this level (plus checksum messages).
-      bool any_transfer = false;
-      for (size_t i = 0; i < ranks.size(); ++i) any_transfer |= groups[i] != nullptr && !groups[i]->transfers.empty();
-      if (any_transfer) {
-        TANDEM_NCCL_CHECK(ncclGroupStart());
-        for (size_t i = 0; i < ranks.size(); ++i) {
-          if (groups[i] == nullptr) continue;
-          LocalRank& local = ranks[i];
-          size_t sends = 0, recvs = 0;
-          for (size_t k = 0; k < groups[i]->transfers.size(); ++k) {
-            const Transfer& t = groups[i]->transfers[k];
-            const size_t bytes = memory[i].bytes(t.range);
-            if (t.kind == TransferKind::kSend) {
-              check_nccl(ncclSend(sources[i][k], bytes, ncclUint8, t.peer, local.comm, local.stream), "ncclSend",
-                         __FILE__, __LINE__, local.comm);
-              if (context.checksums) {
-                check_nccl(ncclSend(&sums[i].sent[send_slot[i] + sends], sizeof(unsigned long long), ncclUint8, t.peer,
-                                    local.comm, local.stream),
-                           "ncclSend", __FILE__, __LINE__, local.comm);
-              }
-              ++sends;
-            } else {
-              check_nccl(ncclRecv(memory[i].at(t.range), bytes, ncclUint8, t.peer, local.comm, local.stream),
-                         "ncclRecv", __FILE__, __LINE__, local.comm);
-              if (context.checksums) {
-                check_nccl(ncclRecv(&sums[i].expected[recv_slot[i] + recvs], sizeof(unsigned long long), ncclUint8,
-                                    t.peer, local.comm, local.stream),
-                           "ncclRecv", __FILE__, __LINE__, local.comm);
-              }
-              ++recvs;
-            }
-          }
-        }
-        TANDEM_NCCL_CHECK(ncclGroupEnd());
-        // A nonblocking communicator takes no new call while the last one is in progress.
-        wait_for_communicators("send / receive group", context.timeout);
-      }
-
-      // After the group, on each rank's stream: checksums of what arrived, then the local steps.
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        if (groups[i] == nullptr) continue;
-        LocalRank& local = ranks[i];
-        const RankMemory& mem = memory[i];
-        TANDEM_CUDA_CHECK(cudaSetDevice(local.device));
-        for (const Transfer& t : groups[i]->transfers) {
-          if (t.kind == TransferKind::kSend) {
-            ++send_slot[i];
-            continue;
-          }
-          if (context.checksums) {
-            cuda::launch_checksum(mem.at(t.range), static_cast<int64_t>(mem.bytes(t.range)), 0,
-                                  &sums[i].received[recv_slot[i]], local.stream);
-          }
-          ++recv_slot[i];
-        }
-        for (const LocalStep& step : groups[i]->local) {
-          const size_t n = step.segments.size();
-          if (step.kind == LocalKind::kCopy) {
-            // Back to front when moving data forward within aliased memory (as the host).
-            const bool backward = n > 1 && mem.at(step.segments[0].dst) > mem.at(step.segments[0].a);
-            for (size_t s = 0; s < n; ++s) {
-              const LocalSegment& segment = step.segments[backward ? n - 1 - s : s];
-              std::byte* to = mem.at(segment.dst);
-              const std::byte* from = mem.at(segment.a);
-              const size_t bytes = mem.bytes(segment.dst);
-              if (to == from || bytes == 0) continue;
-              if (to < from + bytes && from < to + bytes) {
-                fail(ErrorCode::kBackend, "nccl rank {} lane {} op {}: overlapping copy", local.rank, step.lane,
-                     step.op);
-              }
-              TANDEM_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, local.stream));
-            }
-            continue;
-          }
-          for (const LocalSegment& segment : step.segments) {
-            cuda::launch_reduce(spec.dtype, spec.op, mem.at(segment.a), mem.at(segment.b), mem.at(segment.dst),
-                                segment.dst.count, local.stream);
-          }
-        }
-      }
-    }
-
-    // kAvg: the reduced output divided once at the end.
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      const std::optional<LocalStep>& finish = plan.ranks[i].finish;
-      if (!finish || stalled[i]) continue;
-      TANDEM_CUDA_CHECK(cudaSetDevice(ranks[i].device));
-      for (const LocalSegment& segment : finish->segments) {
-        cuda::launch_divide(spec.dtype, memory[i].at(segment.dst), segment.dst.count, spec.nranks, ranks[i].stream);
-      }
-    }
-  } catch (...) {
-    abort_all();
-    throw;
-  }
-
-  const RunResult result = wait(start, context);
-  // A rank that stalled stopped posting: whatever its peers do, this collective did not complete.
+// This key's group of each local rank, advancing its cursor (nullptr: none, or the rank stalled).
+std::vector<const PlanGroup*> NcclExecutor::Impl::take_groups(const NcclPlan& plan, std::pair<uint32_t, uint32_t> key,
+                                                              ScheduleRun& run) {
+  std::vector<const PlanGroup*> groups(ranks.size(), nullptr);
   for (size_t i = 0; i < ranks.size(); ++i) {
-    if (!stalled[i]) continue;
+    const std::vector<PlanGroup>& own = plan.ranks[i].groups;
+    if (run.cursor[i] < own.size() && std::make_pair(own[run.cursor[i]].tile, own[run.cursor[i]].level) == key) {
+      groups[i] = &own[run.cursor[i]++];
+    }
+    if (groups[i] == nullptr || run.stalled[i]) {
+      groups[i] = nullptr;
+      continue;
+    }
+    // Stall: a send never posted; the rank posts nothing from here on.
+    for (const Transfer& t : groups[i]->transfers) {
+      if (t.kind == TransferKind::kSend && run.faults[i].contains(t.op_index) &&
+          run.faults[i][t.op_index].effect.stall) {
+        run.stalled[i] = true;
+      }
+    }
+    if (run.stalled[i]) groups[i] = nullptr;
+  }
+  return groups;
+}
+
+// Before the group, on each rank's stream: delays, checksums of what it sends, corrupt copies.
+// Returns, per rank and transfer, the address its message goes from (a corrupt copy or the plan's).
+std::vector<std::vector<const std::byte*>> NcclExecutor::Impl::prepare_sends(
+    const std::vector<const PlanGroup*>& groups, const RunContext& context, ScheduleRun& run) {
+  std::vector<std::vector<const std::byte*>> sources(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (groups[i] == nullptr) continue;
+    LocalRank& local = ranks[i];
+    TANDEM_CUDA_CHECK(cudaSetDevice(local.device));
+    double delay_seconds = 0;
+    size_t sends = 0;
+    for (const Transfer& t : groups[i]->transfers) {
+      const std::byte* source = run.memory[i].at(t.range);
+      if (t.kind == TransferKind::kSend) {
+        const size_t bytes = run.memory[i].bytes(t.range);
+        if (context.checksums) {
+          cuda::launch_checksum(source, static_cast<int64_t>(bytes), 0, &run.sums[i].sent[run.send_slot[i] + sends],
+                                local.stream);
+        }
+        ++sends;
+        auto found = run.faults[i].find(t.op_index);
+        if (found != run.faults[i].end()) {
+          SendFault& fault = found->second;
+          const double factor = fault.effect.delay_factor / fault.effect.bandwidth_factor;
+          if (factor > 1.0) {
+            delay_seconds += (factor - 1.0) *
+                             std::max(kMinSlowedTransfer_s, static_cast<double>(bytes) / kExpectedLinkBytesPerSecond);
+          }
+          if (fault.effect.corrupt && !fault.corrupted && bytes > 0) {
+            fault.corrupted = true;
+            DeviceArea& copy = local.corrupt_copies.emplace_back();
+            std::byte* data = copy.reserve(bytes, "a corrupted message", local.device);
+            TANDEM_CUDA_CHECK(cudaMemcpyAsync(data, source, bytes, cudaMemcpyDeviceToDevice, local.stream));
+            cuda::launch_flip_bits(data + bytes / 2, kCorruptBitMask, local.stream);
+            source = data;
+          }
+        }
+      }
+      sources[i].push_back(source);
+    }
+    if (delay_seconds > 0) cuda::launch_spin(static_cast<uint64_t>(delay_seconds * 1e9), local.stream);
+  }
+  return sources;
+}
+
+// The group: every local rank's sends and receives of this level (plus checksum messages), in one
+// NCCL group, waited for (a nonblocking communicator takes no new call while one is in progress).
+void NcclExecutor::Impl::post_group(const std::vector<const PlanGroup*>& groups,
+                                    const std::vector<std::vector<const std::byte*>>& sources,
+                                    const RunContext& context, ScheduleRun& run) {
+  bool any_transfer = false;
+  for (size_t i = 0; i < ranks.size(); ++i) any_transfer |= groups[i] != nullptr && !groups[i]->transfers.empty();
+  if (!any_transfer) return;
+  TANDEM_NCCL_CHECK(ncclGroupStart());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (groups[i] == nullptr) continue;
+    LocalRank& local = ranks[i];
+    const ChecksumSlots& sums = run.sums[i];
+    size_t sends = 0, recvs = 0;
+    for (size_t k = 0; k < groups[i]->transfers.size(); ++k) {
+      const Transfer& t = groups[i]->transfers[k];
+      const size_t bytes = run.memory[i].bytes(t.range);
+      if (t.kind == TransferKind::kSend) {
+        check_nccl(ncclSend(sources[i][k], bytes, ncclUint8, t.peer, local.comm, local.stream), "ncclSend", __FILE__,
+                   __LINE__, local.comm);
+        if (context.checksums) {
+          check_nccl(ncclSend(&sums.sent[run.send_slot[i] + sends], sizeof(unsigned long long), ncclUint8, t.peer,
+                              local.comm, local.stream),
+                     "ncclSend", __FILE__, __LINE__, local.comm);
+        }
+        ++sends;
+      } else {
+        check_nccl(ncclRecv(run.memory[i].at(t.range), bytes, ncclUint8, t.peer, local.comm, local.stream), "ncclRecv",
+                   __FILE__, __LINE__, local.comm);
+        if (context.checksums) {
+          check_nccl(ncclRecv(&sums.expected[run.recv_slot[i] + recvs], sizeof(unsigned long long), ncclUint8, t.peer,
+                              local.comm, local.stream),
+                     "ncclRecv", __FILE__, __LINE__, local.comm);
+        }
+        ++recvs;
+      }
+    }
+  }
+  TANDEM_NCCL_CHECK(ncclGroupEnd());
+  wait_for_communicators("send / receive group", context.timeout);
+}
+
+// After the group, on each rank's stream: checksums of what arrived, then the local steps (copies
+// and reductions); the checksum slots move past this group's messages.
+void NcclExecutor::Impl::run_local_steps(const std::vector<const PlanGroup*>& groups, const CollectiveSpec& spec,
+                                         const RunContext& context, ScheduleRun& run) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (groups[i] == nullptr) continue;
+    LocalRank& local = ranks[i];
+    const RankMemory& mem = run.memory[i];
+    TANDEM_CUDA_CHECK(cudaSetDevice(local.device));
+    for (const Transfer& t : groups[i]->transfers) {
+      if (t.kind == TransferKind::kSend) {
+        ++run.send_slot[i];
+        continue;
+      }
+      if (context.checksums) {
+        cuda::launch_checksum(mem.at(t.range), static_cast<int64_t>(mem.bytes(t.range)), 0,
+                              &run.sums[i].received[run.recv_slot[i]], local.stream);
+      }
+      ++run.recv_slot[i];
+    }
+    for (const LocalStep& step : groups[i]->local) {
+      const size_t n = step.segments.size();
+      if (step.kind == LocalKind::kCopy) {
+        // Back to front when moving data forward within aliased memory (as the host).
+        const bool backward = n > 1 && mem.at(step.segments[0].dst) > mem.at(step.segments[0].a);
+        for (size_t s = 0; s < n; ++s) {
+          const LocalSegment& segment = step.segments[backward ? n - 1 - s : s];
+          std::byte* to = mem.at(segment.dst);
+          const std::byte* from = mem.at(segment.a);
+          const size_t bytes = mem.bytes(segment.dst);
+          if (to == from || bytes == 0) continue;
+          if (to < from + bytes && from < to + bytes) {
+            fail(ErrorCode::kBackend, "nccl rank {} lane {} op {}: overlapping copy", local.rank, step.lane, step.op);
+          }
+          TANDEM_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, local.stream));
+        }
+        continue;
+      }
+      for (const LocalSegment& segment : step.segments) {
+        cuda::launch_reduce(spec.dtype, spec.op, mem.at(segment.a), mem.at(segment.b), mem.at(segment.dst),
+                            segment.dst.count, local.stream);
+      }
+    }
+  }
+}
+
+// kAvg: the reduced output divided once at the end, on every rank that did not stall.
+void NcclExecutor::Impl::divide_averages(const NcclPlan& plan, const CollectiveSpec& spec, const ScheduleRun& run) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const std::optional<LocalStep>& finish = plan.ranks[i].finish;
+    if (!finish || run.stalled[i]) continue;
+    TANDEM_CUDA_CHECK(cudaSetDevice(ranks[i].device));
+    for (const LocalSegment& segment : finish->segments) {
+      cuda::launch_divide(spec.dtype, run.memory[i].at(segment.dst), segment.dst.count, spec.nranks, ranks[i].stream);
+    }
+  }
+}
+
+// A rank that stalled stopped posting: whatever its peers do, this collective did not complete.
+void NcclExecutor::Impl::fail_if_stalled(const ScheduleRun& run) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (!run.stalled[i]) continue;
     const int rank = ranks[i].rank;
     abort_all();
     fail(ErrorCode::kTimeout,
@@ -811,31 +888,31 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
          "and its peers wait until their timeout (communicators aborted)",
          rank);
   }
+}
 
-  if (context.checksums) {
-    for (size_t i = 0; i < ranks.size(); ++i) {
-      if (sums[i].recvs == 0) continue;
-      std::vector<unsigned long long> expected(sums[i].recvs), received(sums[i].recvs);
-      TANDEM_CUDA_CHECK(cudaSetDevice(ranks[i].device));
-      TANDEM_CUDA_CHECK(cudaMemcpy(expected.data(), sums[i].expected, expected.size() * sizeof(unsigned long long),
-                                   cudaMemcpyDeviceToHost));
-      TANDEM_CUDA_CHECK(cudaMemcpy(received.data(), sums[i].received, received.size() * sizeof(unsigned long long),
-                                   cudaMemcpyDeviceToHost));
-      size_t slot = 0;
-      for (const PlanGroup& group : plan.ranks[i].groups) {
-        for (const Transfer& t : group.transfers) {
-          if (t.kind != TransferKind::kRecv) continue;
-          if (expected[slot] != received[slot]) {
-            fail(ErrorCode::kCorrupt, "nccl rank {} lane {} op {}: the message from {} failed its checksum",
-                 ranks[i].rank, t.lane, t.op, t.peer);
-          }
-          ++slot;
+// Each receive's checksum against its sender's: Error(kCorrupt) naming the first that differs.
+void NcclExecutor::Impl::check_checksums(const NcclPlan& plan, const ScheduleRun& run) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const ChecksumSlots& sums = run.sums[i];
+    if (sums.recvs == 0) continue;
+    std::vector<unsigned long long> expected(sums.recvs), received(sums.recvs);
+    TANDEM_CUDA_CHECK(cudaSetDevice(ranks[i].device));
+    TANDEM_CUDA_CHECK(cudaMemcpy(expected.data(), sums.expected, expected.size() * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost));
+    TANDEM_CUDA_CHECK(cudaMemcpy(received.data(), sums.received, received.size() * sizeof(unsigned long long),
+                                 cudaMemcpyDeviceToHost));
+    size_t slot = 0;
+    for (const PlanGroup& group : plan.ranks[i].groups) {
+      for (const Transfer& t : group.transfers) {
+        if (t.kind != TransferKind::kRecv) continue;
+        if (expected[slot] != received[slot]) {
+          fail(ErrorCode::kCorrupt, "nccl rank {} lane {} op {}: the message from {} failed its checksum",
+               ranks[i].rank, t.lane, t.op, t.peer);
         }
+        ++slot;
       }
     }
   }
-  for (LocalRank& local : ranks) local.corrupt_copies.clear();
-  return result;
 }
 
 // ---------------------------------------------------------------------------------------------

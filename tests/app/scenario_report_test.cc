@@ -57,7 +57,7 @@ ScenarioResults synthetic_results(const Scenario& scenario) {
       result.point = point;
       result.ok = true;
       result.algorithm = point.algorithm == "auto" ? "ring" : point.algorithm;
-      result.protocol = sim::Protocol::kSimple;
+      result.protocol = models::NcclProtocol::kSimple;
       const double factor = variant.name == "fast" && point.bytes > (1 << 20) ? 2.0 : 1.0;
       result.busbw_GBps = 45 * factor;
       result.algbw_GBps = 30 * factor;

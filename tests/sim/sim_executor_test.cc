@@ -48,7 +48,7 @@ TEST(SimExecutor, WithoutHookItIsTheSimulatorsTime) {
   const CollectiveSpec spec = all_reduce(8, 1 << 22);
   for (ScheduleForm form : {ScheduleForm::kExplicit, ScheduleForm::kSymmetric}) {
     const Schedule schedule = ring(spec, 2, form);
-    SimRequest request{&schedule, spec, {0, 1, 2, 3, 4, 5, 6, 7}, Protocol::kSimple, 1};
+    SimRequest request{&schedule, spec, {0, 1, 2, 3, 4, 5, 6, 7}, models::NcclProtocol::kSimple, 1};
     const double direct = executor().simulator().run(request).seconds;
     EXPECT_NEAR(run(schedule, spec), direct, direct * 1e-9);
     EXPECT_GT(direct, 50e-6);  // 16 MiB over NVLink: tens of microseconds, not nothing

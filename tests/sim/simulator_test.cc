@@ -244,7 +244,7 @@ TEST(SimulatorFaults, DegradedBottleneckLinkDoublesTheBandwidthTerm) {
     FaultBench bench;
     Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
     const Schedule ring = bench.ring(ScheduleForm::kSymmetric);
-    const SimRequest request{&ring, bench.spec, {}, Protocol::kSimple, 1};
+    const SimRequest request{&ring, bench.spec, {}, models::NcclProtocol::kSimple, 1};
     const uint32_t uplink = bench.link("n0-nic7-uplink");
     std::vector<double> out;
     out.push_back(sim.run(request).seconds);  // 0: fault-free (compressed rounds)
@@ -280,11 +280,11 @@ TEST(SimulatorFaults, DeadNicIsRoutedAroundThroughANeighbour) {
     Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
     // Op by op on both sides, so that only the fault differs.
     const Schedule ring = bench.ring(ScheduleForm::kExplicit);
-    const SimRequest request{&ring, bench.spec, {}, Protocol::kSimple, 1};
+    const SimRequest request{&ring, bench.spec, {}, models::NcclProtocol::kSimple, 1};
     // Hierarchical all_reduce: the inter-node phase runs 8 rings at once, one per rail, so every
     // NIC is busy and the rerouted GPU shares its relay's NIC.
     const Schedule hierarchical = build_checked_schedule(bench.spec, RankLayout::nodes(2, 8), Algorithm::kHierarchical);
-    const SimRequest hierarchical_request{&hierarchical, bench.spec, {}, Protocol::kSimple, 1};
+    const SimRequest hierarchical_request{&hierarchical, bench.spec, {}, models::NcclProtocol::kSimple, 1};
     const uint32_t uplink = bench.link("n0-nic7-uplink");
     std::vector<double> out;
     out.push_back(sim.run(request).seconds);               // 0: ring, fault-free
@@ -350,7 +350,7 @@ TEST(SimulatorFaults, StragglerSlowsTheRingByItsShareOfTheBottleneck) {
     FaultBench bench;
     Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
     const Schedule ring = bench.ring(ScheduleForm::kExplicit);
-    const SimRequest request{&ring, bench.spec, {}, Protocol::kSimple, 1};
+    const SimRequest request{&ring, bench.spec, {}, models::NcclProtocol::kSimple, 1};
     std::vector<double> out;
     out.push_back(sim.run(request).seconds);  // 0: fault-free
     sim.set_gpu_slowdown(7, 3.0);             // sends the ring's network hop 7 -> 15

@@ -38,7 +38,7 @@ TEST(Tuner, AutoPicksPatForAllGatherAndReduceScatterOnOneGpuPerNode) {
     SCOPED_TRACE(name(c));
     const Choice choice = tuner.choose(c, kMiB);
     EXPECT_EQ(choice.algorithm, "pat");
-    EXPECT_EQ(choice.protocol, Protocol::kSimple);
+    EXPECT_EQ(choice.protocol, models::NcclProtocol::kSimple);
     EXPECT_EQ(choice.channels, 1);  // tandem's PAT schedule is one lane
     EXPECT_EQ(choice.tiles, 1u);
     // NCCL's own pick over every algorithm agrees, and PAT beats ring in its model at this size.
@@ -76,7 +76,7 @@ TEST(Tuner, ForcedPatRunsSimple) {
   for (int gpus : {1, 8}) {
     const Choice choice = Tuner(h100(), 4, gpus).choose_for(Collective::kReduceScatter, 64 * kMiB, "pat");
     EXPECT_EQ(choice.algorithm, "pat");
-    EXPECT_EQ(choice.protocol, Protocol::kSimple);
+    EXPECT_EQ(choice.protocol, models::NcclProtocol::kSimple);
     EXPECT_EQ(choice.channels, 1);
   }
   try {
