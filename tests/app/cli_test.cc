@@ -354,4 +354,23 @@ TEST(Cli, AFailedWriteOfStandardOutputIsAnError) {
   std::filesystem::remove(err);
 }
 
+// Output paths are checked before any work: a --trace into a missing folder used to fail after the
+// whole run, having computed it for nothing.
+TEST(Cli, OutputPathsAreCheckedBeforeTheRun) {
+  const Outcome trace = run_tandem("bench all_reduce --backend sim --nodes 2 -b 1M -e 1M --trace /nonexistent/t.json");
+  EXPECT_EQ(trace.exit_code, 2) << trace.err;
+  EXPECT_TRUE(contains(trace.err, "--trace: the folder '/nonexistent' of '/nonexistent/t.json' does not exist"))
+      << trace.err;
+  EXPECT_TRUE(trace.out.empty()) << trace.out;  // nothing ran
+  const Outcome folder = run_tandem("run scenarios/smoke-8xh100.yaml --trace /tmp");
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_TRUE(contains(folder.err, "'/tmp' is a folder, not a file to write")) << folder.err;
+  const Outcome file = run_tandem("run scenarios/smoke-8xh100.yaml --out README.md");
+  EXPECT_EQ(file.exit_code, 2);
+  EXPECT_TRUE(contains(file.err, "'README.md' is a file, not a folder to write into")) << file.err;
+  const Outcome report = run_tandem("report /nonexistent -o /nonexistent/r.html");
+  EXPECT_EQ(report.exit_code, 2);
+  EXPECT_TRUE(contains(report.err, "--output: the folder '/nonexistent'")) << report.err;
+}
+
 }  // namespace
