@@ -688,6 +688,14 @@ FrConfig FrConfig::from_env() {
   }
   if (const auto prefix = first_env({"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"})) {
     config.prefix = prefix->second;
+    // PyTorch opens <prefix><rank> where it is told and fails when the folder is missing; a run
+    // told to dump into a folder that is not there is refused before it starts, not half-way.
+    const fs::path folder = fs::path(config.prefix).parent_path();
+    std::error_code error;
+    if (!folder.empty() && !fs::is_directory(folder, error)) {
+      fail(ErrorCode::kInvalidArgument, "{}={}: the folder {} does not exist (dumps are written there, it is not created)",
+           prefix->first, prefix->second, folder.string());
+    }
   }
   if (const auto dump = first_env({"TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT"})) {
     config.dump_on_timeout = parse_env_bool(dump->first, dump->second);
@@ -871,6 +879,23 @@ std::vector<fs::path> write_dumps(const std::vector<FrDump>& dumps, const std::s
     paths.push_back(path);
   }
   return paths;
+}
+
+int remove_dumps(const std::string& prefix) {
+  const fs::path pattern(prefix);
+  const fs::path dir = pattern.has_parent_path() ? pattern.parent_path() : fs::path(".");
+  const std::string stem = pattern.filename().string();
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return 0;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    if (rank_digits(it->path().filename().string(), stem)) stale.push_back(it->path());
+  }
+  if (error) fail(ErrorCode::kIo, "cannot list {}: {}", dir.string(), error.message());
+  for (const fs::path& path : stale) {
+    if (!fs::remove(path, error) && error) fail(ErrorCode::kIo, "cannot remove the earlier dump {}: {}", path.string(), error.message());
+  }
+  return static_cast<int>(stale.size());
 }
 
 std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix) {

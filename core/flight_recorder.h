@@ -139,6 +139,11 @@ std::string to_json(const FrDump& dump);
 // Error(kFormat) "<source>: <what>".
 FrDump parse_dump(std::string_view bytes, const std::string& source);
 
+// Removes every `<prefix><rank>` file an earlier run left (only names of that exact form), so that
+// a run's dumps are never read together with another run's; returns how many. Error(kIo) when one
+// cannot be removed.
+int remove_dumps(const std::string& prefix);
+
 // Writes `<prefix><rank>` for each dump; creates the prefix's directory. Returns the paths.
 std::vector<std::filesystem::path> write_dumps(const std::vector<FrDump>& dumps, const std::string& prefix,
                                                FrFormat format);

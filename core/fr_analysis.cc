@@ -14,6 +14,7 @@
 #include "core/fr_analysis.h"
 
 #include <algorithm>
+#include <iterator>
 #include <charconv>
 #include <functional>
 #include <map>
@@ -226,11 +227,17 @@ std::vector<const FrDump*> sorted_by_rank(const std::vector<FrDump>& dumps) {
 // Groups keyed by (name, membership): split_group can reuse a name for disjoint memberships.
 std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps) {
   std::map<GroupKey, Group> groups;
+  std::map<GroupKey, int> declared_by;  // the first rank whose dump declares each membership
   for (const FrDump* dump : dumps) {
     check_entries_name_groups(*dump);
     for (const FrGroup& declared : dump->groups) {
       GroupKey key{declared.name, declared.ranks};
       std::sort(key.ranks.begin(), key.ranks.end());
+      if (std::adjacent_find(key.ranks.begin(), key.ranks.end()) != key.ranks.end()) {
+        fail(ErrorCode::kFormat, "rank {}: group '{}' lists a rank twice in its pg_config ({})", dump->rank,
+             declared.name, fmt::join(declared.ranks, ", "));
+      }
+      declared_by.try_emplace(key, dump->rank);
       auto [it, inserted] = groups.try_emplace(key);
       Group& group = it->second;
       if (inserted) {
@@ -240,6 +247,20 @@ std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps) {
       if (std::binary_search(key.ranks.begin(), key.ranks.end(), dump->rank)) {
         group.members.push_back(make_member(*dump, &declared.name));
       }
+    }
+  }
+  // One job gives a group name one membership, or disjoint ones (split_group); overlapping but
+  // different memberships of one name come from different jobs, e.g. a folder reused by two runs.
+  for (auto a = declared_by.begin(); a != declared_by.end(); ++a) {
+    for (auto b = std::next(a); b != declared_by.end() && b->first.name == a->first.name; ++b) {
+      std::vector<int> both;
+      std::set_intersection(a->first.ranks.begin(), a->first.ranks.end(), b->first.ranks.begin(),
+                            b->first.ranks.end(), std::back_inserter(both));
+      if (both.empty()) continue;
+      fail(ErrorCode::kFormat,
+           "these dumps come from different jobs: rank {}'s declares group '{}' as {}, rank {}'s as {}; "
+           "analyze one job's dumps at a time",
+           a->second, a->first.name, ranks_phrase(a->first.ranks), b->second, ranks_phrase(b->first.ranks));
     }
   }
   // Members with a dump that does not declare the group recorded nothing in it; members without a

@@ -31,6 +31,8 @@ std::chrono::milliseconds watchdog_timeout(const RecoveryPolicy& policy) {
 class Session::Recorders {
  public:
   Recorders(const Session& session) : session_(session), config_(session.config().recorder) {
+    // A run owns its dumps: an earlier run's at the same prefix would be read as this job's ranks.
+    if (config_.capacity > 0) remove_dumps(config_.prefix);
     const int n = session.config().nranks;
     std::vector<int> all;
     for (int r = 0; r < n; ++r) {

@@ -44,7 +44,15 @@ ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario)
 void run_command(const RunOptions& options, CommandStatus& status) {
   const Scenario scenario = load_scenario(options.scenario);
   const ScenarioBackend backend = backend_for(options, scenario);
-  if (!options.out_dir.empty()) create_output_folder(options.out_dir);
+  if (!options.out_dir.empty()) {
+    // A run owns its output folder's results: an earlier run's are removed, not mixed with these
+    // (its dumps in fr/ go when this run's session starts).
+    create_output_folder(options.out_dir);
+    for (const char* file : {"results.json", "results.csv"}) {
+      std::error_code ignored;
+      std::filesystem::remove(std::filesystem::path(options.out_dir) / file, ignored);
+    }
+  }
 
   Progress progress;
   WorkloadRunOptions run_options;

@@ -241,6 +241,13 @@ LoopResults run_loop(const Scenario& scenario, ScenarioBackend backend, const Lo
   if (!results.dump_prefix.empty()) {
     const std::filesystem::path prefix(results.dump_prefix);
     results.analysis = analyze(read_dump_dir(prefix.parent_path(), prefix.filename().string()));
+    // Without --out (or TORCH_FR_DUMP_TEMP_FILE) nobody asked to keep the dumps: they served the
+    // analysis in a folder of the temporary directory, which goes with the run.
+    if (options.out_dir.empty() && FrConfig::from_env().prefix.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(prefix.parent_path(), ignored);
+      results.dumps_removed = true;
+    }
   }
   return results;
 }
@@ -347,7 +354,10 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
                       report_us(results.total_seconds()), report_us(results.fault_free_seconds()),
                       report_us(results.total_seconds() - results.fault_free_seconds()),
                       results.aborted ? "; the loop ABORTED" : "");
-  if (!results.dump_prefix.empty()) {
+  if (!results.dump_prefix.empty() && results.dumps_removed) {
+    text += fmt::format("Flight-recorder dumps: written for {}, analyzed, then removed (--out DIR keeps them)\n",
+                        fmt::join(results.dump_reasons, "; "));
+  } else if (!results.dump_prefix.empty()) {
     text += fmt::format("Flight-recorder dumps: {}<rank> ({})\n", results.dump_prefix,
                         fmt::join(results.dump_reasons, "; "));
   }

@@ -30,6 +30,7 @@ struct LoopResults {
   std::string dump_prefix;  // where dumps went ("" when none were written)
   std::vector<std::string> dump_reasons;
   std::string dump_note;  // why a dump could not be written (every rank had crashed), or ""
+  bool dumps_removed = false;  // written to a temporary folder for the analysis, then removed (no --out)
   std::optional<FrAnalysis> analysis;  // of the dumps, when there are any
   std::vector<RankSlice> slices;       // every rank's attempts (hung and crashed ranks have none)
 

@@ -351,4 +351,39 @@ expect:
   std::filesystem::remove(path);
 }
 
+// A run owns its output folder: a second run into it replaces the first run's dumps and results
+// instead of mixing them (the 64-rank run's 56 extra dumps used to stay, and the 8-rank run's
+// analysis then blamed ranks 0-7 of a 64-rank group).
+TEST(RunCli, AReusedOutputFolderHoldsOnlyTheLastRun) {
+  const std::string dir = temp_path("reused_out");
+  std::filesystem::remove_all(dir);
+  const Outcome first = run_tandem("run scenarios/faults/rank-hang-64xh100.yaml --out " + dir);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  const Outcome second = run_tandem("run scenarios/faults/host/rank-hang-host.yaml --out " + dir);
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  int dumps = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir + "/fr")) {
+    dumps += file.path().filename().string().starts_with("rank_") ? 1 : 0;
+  }
+  EXPECT_EQ(dumps, 8);
+  const Outcome analysis = run_tandem(fmt::format("fr analyze '{}/fr'", dir));
+  EXPECT_EQ(analysis.exit_code, 1) << analysis.err;  // 1: a finding (the hung rank)
+  EXPECT_TRUE(contains(analysis.out, "rank 5 never joined")) << analysis.out;
+  EXPECT_FALSE(contains(analysis.out, "0-63")) << analysis.out;
+  std::filesystem::remove_all(dir);
+}
+
+// Without --out the dumps serve the analysis and go; a dump folder that is not there is refused
+// before the run, as PyTorch would fail to write into it.
+TEST(RunCli, DumpsWithoutAnOutputFolderAreRemovedAndAMissingDumpFolderIsRefused) {
+  const Outcome outcome = run_tandem("run scenarios/faults/rank-hang-64xh100.yaml");
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "analyzed, then removed (--out DIR keeps them)")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "flight-recorder culprit [5] (expected [5])")) << outcome.out;
+  const Outcome missing =
+      run_tandem("run scenarios/faults/rank-hang-64xh100.yaml", "TORCH_FR_DUMP_TEMP_FILE=/nonexistent/fr/rank_");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(contains(missing.err, "the folder /nonexistent/fr does not exist")) << missing.err;
+}
+
 }  // namespace

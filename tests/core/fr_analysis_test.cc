@@ -359,6 +359,43 @@ TEST(FrAnalysis, EntryOfAnUndeclaredGroupIsAFormatError) {
   EXPECT_THROW(analyze(dumps), Error);
 }
 
+// Dumps of two jobs in one folder (a reused output folder): an 8-rank job's ranks 0-7 and a 64-rank
+// job's ranks 8-63. Read as one job they gave a false finding ("ranks 0-7 never joined ... of
+// ranks 0-63"); they are refused instead.
+TEST(FrAnalysis, DumpsOfDifferentJobsAreRefused) {
+  std::vector<FrDump> dumps = clean_job(8, 3);
+  const std::vector<FrDump> big = clean_job(64, 5);
+  dumps.insert(dumps.end(), big.begin() + 8, big.end());
+  try {
+    analyze(dumps);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFormat);
+    EXPECT_EQ(std::string(e.what()),
+              "these dumps come from different jobs: rank 0's declares group '0' as ranks 0-7, rank 8's as ranks "
+              "0-63; analyze one job's dumps at a time");
+  }
+  // Disjoint memberships of one name are one job's split_group, not two jobs.
+  std::vector<FrDump> split = {dump(0, {group("1", {0, 1})}, {entry(1, {}, "1")}),
+                               dump(1, {group("1", {0, 1})}, {entry(1, {}, "1")}),
+                               dump(2, {group("1", {2, 3})}, {entry(1, {}, "1")}),
+                               dump(3, {group("1", {2, 3})}, {entry(1, {}, "1")})};
+  EXPECT_TRUE(analyze(split).findings.empty());
+}
+
+// A pg_config listing a rank twice used to be accepted, and the wrong rank blamed.
+TEST(FrAnalysis, AGroupListingARankTwiceIsRefused) {
+  const std::vector<FrDump> dumps = {dump(0, {group("0", {3, 3, 3})}, {}), dump(3, {group("0", {3, 3, 3})}, {})};
+  try {
+    analyze(dumps);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFormat);
+    EXPECT_NE(std::string(e.what()).find("lists a rank twice in its pg_config (3, 3, 3)"), std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- ring-buffer truncation
 
 TEST(FrAnalysis, TruncatedRingIsUnknownNotMissing) {

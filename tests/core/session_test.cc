@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -105,6 +106,25 @@ TEST_F(SessionTest, CleanIterationsRecordOneCompletedEntryPerRankAndDumpOnlyWhen
     }
   }
   EXPECT_EQ(session.dump_reasons(), std::vector<std::string>{"end of the run"});
+}
+
+// A run owns its dumps: an earlier run's rank files at the same prefix (here a bigger job's) are
+// removed when the session starts, so they are never read as this job's ranks; other files stay.
+TEST_F(SessionTest, AnEarlierRunsDumpsAtThePrefixAreRemoved) {
+  std::filesystem::create_directories(dir_);
+  for (const char* name : {"rank_0", "rank_5", "rank_63", "notes.txt", "rank_x"}) {
+    std::ofstream(dir_ / name) << "old";
+  }
+  const FaultInjector none = injector({});
+  Session session(config(2, 1), none);
+  ScriptedAttempts runner([](const AttemptPlan&, const std::vector<int>&) { return ok(1e-3); });
+  session.run_next(runner);
+  session.dump("end of the run");
+  EXPECT_EQ(read_dump_dir(dir_, "rank_").size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "rank_5"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "rank_63"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "notes.txt"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "rank_x"));
 }
 
 TEST_F(SessionTest, AFailedAttemptDumpsAndTheRetryCompletes) {

@@ -47,11 +47,12 @@ inline std::string temp_path(const std::string& name) {
   return fmt::format("{}tandem_test_{}_{}", ::testing::TempDir(), getpid(), name);
 }
 
-// Runs `tandem <args>` with stdin from /dev/null. `args` is passed through the shell; tests only
-// use plain words (and single-quoted paths).
-inline Outcome run_tandem(const std::string& args) {
+// Runs `tandem <args>` with stdin from /dev/null, and `env` ("NAME=value ...") added to its
+// environment. `args` is passed through the shell; tests only use plain words (and single-quoted
+// paths).
+inline Outcome run_tandem(const std::string& args, const std::string& env = "") {
   const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const std::string command = fmt::format("'{}' {} >'{}' 2>'{}' </dev/null", TANDEM_BINARY, args, out, err);
+  const std::string command = fmt::format("{} '{}' {} >'{}' 2>'{}' </dev/null", env, TANDEM_BINARY, args, out, err);
   const int status = std::system(command.c_str());
   Outcome outcome;
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
