@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include <malloc.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "core/algorithms.h"
@@ -369,7 +370,13 @@ Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec
 #endif
   int argc = static_cast<int>(argv.size());
   argv.push_back(nullptr);
+  // SimGrid's engine sets a SIGINT handler of its own (it calls exit(1) inside the handler, leaving
+  // this process's children running); the process keeps the handling it had
+  // (core/child_processes.h: children killed, exit 130).
+  struct sigaction sigint_before {};
+  sigaction(SIGINT, nullptr, &sigint_before);
   s.engine = std::make_unique<sg4::Engine>(&argc, argv.data());
+  sigaction(SIGINT, &sigint_before, nullptr);
   // Thousands of short-lived actors: small stacks without guard pages (the default 8 MiB stack
   // each made mmap/munmap the largest cost of a simulation).
   sg4::Engine::set_config("contexts/stack-size:" + std::to_string(kActorStackKiB));

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/algorithms.h"
+#include "core/child_processes.h"
 #include "core/error.h"
 #include "sim/protocol.h"
 #include "sim/tuner.h"
@@ -225,7 +226,8 @@ Child spawn_child(const std::function<std::string()>& work) {
   std::FILE* err_file = std::tmpfile();
   if (err_file == nullptr) fail(ErrorCode::kBackend, "simulation: tmpfile failed: {}", std::strerror(errno));
   std::fflush(nullptr);  // the child must not write the parent's buffered output again
-  const pid_t child = fork();
+  // A child that dies with this process, whatever ends it (core/child_processes.h).
+  const pid_t child = fork_child();
   if (child < 0) fail(ErrorCode::kBackend, "simulation: fork failed: {}", std::strerror(errno));
   if (child == 0) {
     close(fds[0]);
@@ -268,6 +270,7 @@ bool read_answer(Child& child) {
 std::string finish_child(Child& child) {
   close(child.answer_fd);
   int status = 0;
+  forget_child(child.pid);
   waitpid(child.pid, &status, 0);
   std::string err_text;
   char buffer[1 << 16];

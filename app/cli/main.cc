@@ -1,6 +1,8 @@
 // tandem: the command line. Each subcommand lives in its own file (cli_*.cc) and registers itself
 // through app/cli/commands.h. Errors a user can cause never show a stack trace: one line,
 // "tandem: error: <message>", on stderr and a non-zero exit (2 for usage errors, 1 for failures).
+// SIGINT and SIGTERM stop any command at once, with its child processes: exit 130 and 143
+// (core/child_processes.h).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +19,7 @@
 
 #include "app/common/common.h"
 #include "app/cli/commands.h"
+#include "core/child_processes.h"
 #include "core/error.h"
 #include "sim/simulator.h"
 
@@ -74,11 +77,15 @@ int main(int argc, char** argv) {
   // Before anything else: ns-3 takes the packet model's settings only from the environment it
   // started with (sim/simulator.h).
   if (may_run_packet_model(argc, argv)) tandem::sim::packet_model_reexec(argv);
+  tandem::install_interrupt_handler();
   CLI::App app(
       "tandem: collective algorithms run in tandem, simulated on a GPU-cluster model or executed on real "
       "hardware, with the same flight recorder and faults.",
       "tandem");
   app.set_version_flag("--version", "tandem " + version_string());
+  app.footer(
+      "Exit status: 0 success, 1 the command failed (fr analyze and replay: findings), 2 a usage error; 130 "
+      "stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM (the command's worker processes are killed with it).");
   app.require_subcommand(1);
   app.fallthrough(false);
 

@@ -35,10 +35,32 @@ void create_output_folder(const std::string& dir) {
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  // A regular file is written under a temporary name and renamed over `path`: a command stopped
+  // while writing (SIGINT, SIGTERM: core/child_processes.h) leaves the old file or none, never half
+  // of one. Anything else (/dev/stdout, a pipe, a link) is written in place, not replaced.
+  std::error_code error;
+  const auto type = std::filesystem::symlink_status(path, error).type();
+  if (type != std::filesystem::file_type::regular && type != std::filesystem::file_type::not_found) {
+    std::ofstream in_place(path, std::ios::binary | std::ios::trunc);
+    in_place << text;
+    in_place.close();
+    if (!in_place) fail(ErrorCode::kIo, "cannot write '{}'", path);
+    return;
+  }
+  const std::string temporary = fmt::format("{}.{}.tmp", path, ::getpid());
+  std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
   out << text;
   out.close();
-  if (!out) fail(ErrorCode::kIo, "cannot write '{}'", path);
+  if (!out) {
+    std::filesystem::remove(temporary, error);
+    fail(ErrorCode::kIo, "cannot write '{}'", path);
+  }
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    fail(ErrorCode::kIo, "cannot write '{}': {}", path, error.message());
+  }
 }
 
 int exit_code_for(const Error& error) {
