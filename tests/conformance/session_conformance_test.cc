@@ -83,9 +83,11 @@ SessionConfig config_of(const Case& c, const std::string& dir) {
   SessionConfig config;
   config.nranks = kRanks;
   config.iterations = kIterations;
-  config.work = {Collective::kAllReduce, 1 << 20, DataType::kF32, ReduceOp::kSum, Algorithm::kRing};
+  config.work = {Collective::kAllReduce, 256 << 10, DataType::kF32, ReduceOp::kSum, Algorithm::kRing};
   config.recovery.retry_max = 1;
-  config.recovery.watchdog_s = 0.1;
+  // Long enough that a clean attempt never times out on a loaded machine; hangs wait this long on
+  // the host runners.
+  config.recovery.watchdog_s = 1.0;
   config.recovery.action = c.action;
   config.recorder.prefix = dir + "/rank_";
   config.recorder.format = FrFormat::kJson;
