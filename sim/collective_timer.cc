@@ -98,6 +98,12 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   if (choice.algorithm == "p2p" && (!shape.regular || network_.fidelity == Fidelity::kPacket)) {
     choice = tuner.choose_for(collective, bytes, "direct");
   }
+  // The in-switch models (NVLS, NVLS Tree, CollNet) assume the same ranks on every node, as NCCL's
+  // set-up of them does: a group that is not (the ranks still waiting in a hang, the survivors of a
+  // shrink) gets the ring.
+  if (!shape.regular && is_simulator_model(choice.algorithm) && choice.algorithm != "p2p") {
+    choice = tuner.choose_for(collective, bytes, "ring");
+  }
   // Rings run round by round and p2p in one round (cheap at any scale); anything else op by op,
   // one actor per rank.
   const bool round_by_round = shape.regular && (choice.algorithm == "ring" || choice.algorithm == "p2p");

@@ -94,6 +94,7 @@ int run_replay(const ReplayCliOptions& options) {
     parse_algorithm_name(options.algorithm);
   }
   replay_options.algorithm = options.algorithm;
+  check_output_file(options.trace, "--trace", options.out_dir);
   ReplayResult result;
   try {
     result = replay(dumps, replay_options);
@@ -158,7 +159,6 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the replay: a track per rank, a slice per op, the "
                       "divergence and recovery as instant events (docs/traces.md)")
-      ->check(output_file_path())
       ->type_name("FILE");
   command->footer(kReplayFooter);
   command->callback([options, command, &status] {

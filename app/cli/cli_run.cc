@@ -44,6 +44,7 @@ ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario)
 void run_command(const RunOptions& options, CommandStatus& status) {
   const Scenario scenario = load_scenario(options.scenario);
   const ScenarioBackend backend = backend_for(options, scenario);
+  check_output_file(options.trace, "--trace", options.out_dir);
   if (!options.out_dir.empty()) {
     // A run owns its output folder's results: an earlier run's are removed, not mixed with these
     // (its dumps in fr/ go when this run's session starts).
@@ -99,7 +100,6 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
                       "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
                       "rank with faults and recovery actions as instant events, sweeps a track per collective and "
                       "algorithm, training steps a track per stream of the step (docs/traces.md)")
-      ->check(output_file_path())
       ->type_name("FILE");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");

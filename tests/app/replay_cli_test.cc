@@ -84,6 +84,17 @@ TEST_F(ReplayCli, RankHangScenarioNamesRank5AndShrinkRecovers) {
   EXPECT_TRUE(outcome.err.empty()) << outcome.err;
 }
 
+// With NCCL's own pick (auto: NVLS Tree on 8 full nodes), the shrink's 63 survivors are no longer
+// the same number on every node: the replay times them on the ring instead of failing with
+// "nvls_tree needs at least 2 GPUs on every node" (exit 2).
+TEST_F(ReplayCli, ShrinkSurvivorsOfAnInSwitchPickAreTimedOnTheRing) {
+  const Outcome outcome = run_tandem(fmt::format("replay '{}' --recovery shrink --watchdog 100ms", hang_dumps()));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "nvls_tree")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "(63 ranks go on)")) << outcome.out;
+  EXPECT_TRUE(outcome.err.empty()) << outcome.err;
+}
+
 TEST_F(ReplayCli, ASimulatedRunReplayedWithItsAlgorithmGivesBackTheRecordedTimes) {
   const json r = replay_json(hang_dumps(), "--algorithm ring --recovery all --watchdog 100ms", 1);
   EXPECT_EQ(r.at("ranks"), 64);
