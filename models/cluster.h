@@ -69,6 +69,15 @@ inline constexpr int kMaxNodes = 16384;
 inline constexpr int kMaxGpusPerNode = 256;
 inline constexpr int kMaxSpines = 4096;
 
+// Physical ranges of a cluster's numbers, one set for the command line and the scenario loader:
+// wider than any machine built or planned, narrow enough that the arithmetic keeps its meaning
+// (a 1e-300 Gb/s NIC or a 1e300 us latency gave 300-digit times).
+inline constexpr double kMinLinkGbps = 0.01;       // 10 Mb/s, any one link
+inline constexpr double kMaxLinkGbps = 100000;     // 100 Tb/s, any one link
+inline constexpr double kMaxLatencyUs = 1e6;       // 1 s, any one link or switch
+inline constexpr double kMinOversubscription = 1;  // leaf downlink : uplink
+inline constexpr double kMaxOversubscription = 64;
+
 // "dgx-h100", "dgx-h200", "hgx-a100". Throws Error(kInvalidArgument) listing the known names.
 ClusterSpec cluster_preset(std::string_view name);
 std::vector<std::string> cluster_preset_names();

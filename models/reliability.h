@@ -15,6 +15,12 @@
 
 namespace tandem::models {
 
+// Ranges of the inputs, checked where they are read (command line): beyond them a number is a typo
+// and the arithmetic loses its meaning (a rate scale of 1e308 gave infinite rates).
+inline constexpr double kMaxRateScale = 1e6;              // x every failure rate
+inline constexpr double kMaxCauseRatePerMillion = 1e9;    // failures per 10^6 unit-hours, one cause
+inline constexpr double kMaxDuration_s = 365.0 * 86400;   // any one time: a checkpoint, a restart, ...
+
 // What could recover an interruption in place, without restarting the job from its checkpoint.
 enum class RecoveryPolicy : uint8_t {
   kNone,     // only a job restart helps (host maintenance, software bug, silent data corruption...)

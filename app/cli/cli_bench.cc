@@ -535,7 +535,8 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
       ->check(CLI::Range(0, 1 << 30));
   command->add_option("-r,--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
   command->add_option("--ranks-per-node", options->ranks_per_node,
-                      "ranks per node (hierarchical); default: 1, a flat layout");
+                      "ranks per node (hierarchical); default: 1, a flat layout")
+      ->check(CLI::Range(1, kMaxBenchRanks));
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
                       "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)")
@@ -547,7 +548,18 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
                    "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
                    "NCCL's doubled search channels, else 1)")
       ->check(CLI::Range(1, 64));
-  command->callback([options, &status] { run_bench(*options, status); });
+  command->callback([options, command, &status] {
+    // The simulator's own options mean nothing to a backend that runs the collective.
+    if (options->backend != "sim") {
+      for (const char* flag : {"--network", "--node-major"}) {
+        if (command->count(flag) > 0) {
+          fail(ErrorCode::kInvalidArgument, "{} applies to --backend sim only (this is --backend {})", flag,
+               options->backend);
+        }
+      }
+    }
+    run_bench(*options, status);
+  });
 }
 
 }  // namespace tandem::app

@@ -59,15 +59,20 @@ struct ReliabilityOptions {
   bool nodes_given = false;
 };
 
+// "none" alone, or any of retry, reroute, shrink; "none,retry" contradicts itself and is refused.
 models::RecoveryPolicies parse_policies(const std::string& text) {
   models::RecoveryPolicies policies;
   size_t begin = 0;
+  int words = 0;
+  bool none = false;
   while (begin <= text.size()) {
     size_t end = text.find(',', begin);
     if (end == std::string::npos) end = text.size();
     const std::string word = text.substr(begin, end - begin);
+    ++words;
     switch (models::parse_recovery_policy(word)) {
       case models::RecoveryPolicy::kNone:
+        none = true;
         break;
       case models::RecoveryPolicy::kRetry:
         policies.retry = true;
@@ -80,6 +85,9 @@ models::RecoveryPolicies parse_policies(const std::string& text) {
         break;
     }
     begin = end + 1;
+  }
+  if (none && words > 1) {
+    fail(ErrorCode::kInvalidArgument, "--recovery {}: 'none' cannot be combined with other policies", text);
   }
   return policies;
 }
@@ -174,11 +182,11 @@ models::FailureRates parse_rates(const ReliabilityOptions& options) {
         rate = -1;
       }
     }
-    if (!(rate >= 0)) {
+    if (!(rate >= 0 && rate <= models::kMaxCauseRatePerMillion)) {
       fail(ErrorCode::kInvalidArgument,
            "--cause-rate {}: expected CAUSE=RATE, RATE failures per 10^6 GPU-hours or "
-           "node-hours (>= 0)",
-           item);
+           "node-hours (0 to {:g})",
+           item, models::kMaxCauseRatePerMillion);
     }
     models::set_cause_rate(rates, item.substr(0, eq), rate / kRatePerMillion);
   }
@@ -429,7 +437,7 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--rates", options->rates, "failure-rate table: llama3, rsc1 or rsc2")->capture_default_str();
   command->add_option("--rate-scale", options->rate_scale, "multiply every failure rate by this")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxRateScale));
   command->add_option("--cause-rate", options->cause_rates,
                       "CAUSE=RATE: one cause's rate in failures per 10^6 GPU-hours (or node-hours), e.g. "
                       "faulty_gpu=5; repeatable");
@@ -437,12 +445,12 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
       command
           ->add_option("--checkpoint-write-s", options->checkpoint_write_s,
                        fmt::format("checkpoint write time delta in s (default {:g})", kDefaultCheckpointWrite_s))
-          ->check(CLI::PositiveNumber);
+          ->check(CLI::Range(1e-6, models::kMaxDuration_s));
   auto* bandwidth =
       command
           ->add_option("--checkpoint-GBps", options->checkpoint_GBps,
                        "storage write bandwidth for the whole job, GB/s: delta = bytes per GPU x GPUs / bandwidth")
-          ->check(CLI::PositiveNumber)
+          ->check(CLI::Range(1e-6, 1e9))
           ->excludes(write);
   auto* bytes = command->add_option("--checkpoint-bytes-per-gpu", options->checkpoint_bytes_per_gpu,
                                     "checkpoint bytes per GPU (16G, 1.5G: binary units); with --checkpoint-GBps");
@@ -451,38 +459,38 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
   command
       ->add_option("--checkpoint-blocking-s", options->checkpoint_blocking_s,
                    "how long training stalls per checkpoint, s (default: the write time, a synchronous save)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--checkpoint-load-s", options->checkpoint_load_s,
                    "checkpoint load time on restart, s (default: the write time)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--checkpoint-interval", options->checkpoint_interval,
                    "auto (Daly at the MTBF between restarts), young, daly, or a duration: 90s, 30m, 2h")
       ->capture_default_str();
   command->add_option("--detect-s", options->detection_s, "failure detection time, s")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxDuration_s));
   command->add_option("--rendezvous-s", options->rendezvous_s, "rescheduling and rendezvous time on restart, s")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--init-s", options->init_s,
                    "communicator initialisation on restart, s (default: the simulated start-up)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--recovery", options->recovery,
                    "in-place recovery policies, comma-separated: retry, reroute, shrink, or none")
       ->capture_default_str();
   command->add_option("--in-place-recovery-s", options->in_place_recovery_s, "cost of one in-place recovery, s")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, models::kMaxDuration_s));
   command->add_option("--mfu", options->mfu, "program goodput (e.g. MFU, 0-1]: goodput = ETTR x MFU")
       ->check(CLI::Range(0.0, 1.0));
   command
       ->add_option("--target-mtbf-hours", options->target_mtbf_hours,
                    "the MTBF between restarts to reach: the in-place fraction it needs")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1e-6, models::kMaxDuration_s / 3600));
   command->add_flag("--json", options->json, "print JSON instead of tables");
   command->callback([options, command, &status] {
     options->nodes_given = command->count("--nodes") > 0;

@@ -151,7 +151,8 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
                    "recorded: keep each rank's recorded time between its ops (its compute); none: ops back to back")
       ->capture_default_str();
   command->add_option("--ops", options->ops, "ops listed before the first divergence (all in --json / --out)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
   command->add_flag("--json", options->json, "print the whole replay as JSON instead of the report");
   command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder")
       ->check(output_folder_path())

@@ -139,7 +139,8 @@ void add_schedule_command(CLI::App& app, CommandStatus& status) {
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxPipelineChunks));
   command->add_option("--ranks-per-node", options->ranks_per_node,
-                      "ranks per node (hierarchical algorithms); default: 1, a flat layout");
+                      "ranks per node (hierarchical algorithms); default: 1, a flat layout")
+      ->check(CLI::Range(1, 1 << 20));
   command->add_option("--inter-node", options->inter_node, "hierarchical: the algorithm between nodes")
       ->capture_default_str();
   command->add_flag("--symmetric", options->symmetric,

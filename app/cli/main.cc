@@ -3,6 +3,7 @@
 // "tandem: error: <message>", on stderr and a non-zero exit (2 for usage errors, 1 for failures).
 // SIGINT and SIGTERM stop any command at once, with its child processes: exit 130 and 143
 // (core/child_processes.h).
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,8 +15,10 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "app/common/common.h"
 #include "app/cli/commands.h"
@@ -102,6 +105,15 @@ int main(int argc, char** argv) {
   add_plan_command(app, status);
 
   try {
+    // A word that names no command: say so, with the commands (CLI11 says "A subcommand is required").
+    const std::vector<CLI::App*> commands = app.get_subcommands({});
+    if (argc > 1 && argv[1][0] != '-' &&
+        std::none_of(commands.begin(), commands.end(), [&](const CLI::App* c) { return c->check_name(argv[1]); })) {
+      std::string names;
+      for (const CLI::App* command : commands) names += (names.empty() ? "" : ", ") + command->get_name();
+      return report(fmt::format("unknown command '{}' (the commands: {}; see 'tandem --help')", argv[1], names),
+                    tandem::app::kExitUsage);
+    }
     app.parse(argc, argv);
     return finish(status.exit_code);
   } catch (const CLI::Success& success) {

@@ -147,11 +147,12 @@ Plan read_plan(const Reader& reader, const YAML::Node& root) {
     const YAML::Node* v = sweep.find(key);
     if (v == nullptr) return std::vector<double>{fallback};
     return read_axis<double>(reader, *v, sweep.path(key), [&](const YAML::Node& n, const std::string& at) {
-      return reader.number(n, at, min, max, true);
+      return reader.number(n, at, min, max, false);
     });
   };
-  plan.nic_gbps = numbers("nic_gbps", 0, kMaxLinkGbps, plan.cluster.nic_Bps * 8 / 1e9);
-  plan.oversubscription = numbers("oversubscription", 0.999, 64, plan.cluster.oversubscription);
+  plan.nic_gbps = numbers("nic_gbps", models::kMinLinkGbps, models::kMaxLinkGbps, plan.cluster.nic_Bps * 8 / 1e9);
+  plan.oversubscription = numbers("oversubscription", models::kMinOversubscription, models::kMaxOversubscription,
+                                  plan.cluster.oversubscription);
   if (const YAML::Node* v = sweep.find("algorithms")) {
     plan.algorithms =
         read_axis<std::string>(reader, *v, sweep.path("algorithms"), [&](const YAML::Node& n, const std::string& at) {

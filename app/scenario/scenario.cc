@@ -205,31 +205,32 @@ models::ClusterSpec resolve_cluster(const Reader& reader, const ClusterValues& v
       const std::string text = reader.scalar(n, p);
       spec.fabric = reader.at(n, p, [&] { return models::parse_fabric(text); });
     } else if (v.key == "nic_gbps") {
-      spec.nic_Bps = reader.number(n, p, 0, kMaxLinkGbps, true) * kGbpsToBps;
+      spec.nic_Bps = reader.number(n, p, models::kMinLinkGbps, models::kMaxLinkGbps, false) * kGbpsToBps;
     } else if (v.key == "nics_per_node") {
       spec.nics_per_node = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioGpusPerNode));
     } else if (v.key == "spines") {
       spec.spines = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
     } else if (v.key == "oversubscription") {
-      spec.oversubscription = reader.number(n, p, 1, 64, false);
+      spec.oversubscription =
+          reader.number(n, p, models::kMinOversubscription, models::kMaxOversubscription, false);
     } else if (v.key == "nodes_per_leaf") {
       spec.nodes_per_leaf = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
     } else if (v.key == "nvlink_GBps") {
-      spec.nvlink_Bps = reader.number(n, p, 0, kMaxLinkGbps / 8, true) * kGBpsToBps;
+      spec.nvlink_Bps = reader.number(n, p, models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8, false) * kGBpsToBps;
     } else if (v.key == "pcie_GBps") {
-      spec.pcie_Bps = reader.number(n, p, 0, kMaxLinkGbps / 8, true) * kGBpsToBps;
+      spec.pcie_Bps = reader.number(n, p, models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8, false) * kGBpsToBps;
     } else if (v.key == "nvls") {
       spec.gpu.nvls = reader.boolean(n, p);
     } else if (v.key == "sharp") {
       spec.sharp = reader.boolean(n, p);
     } else if (v.key == "nvlink_latency_us") {
-      spec.nvlink_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+      spec.nvlink_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
     } else if (v.key == "pcie_latency_us") {
-      spec.pcie_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+      spec.pcie_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
     } else if (v.key == "nic_latency_us") {
-      spec.nic_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+      spec.nic_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
     } else if (v.key == "switch_latency_us") {
-      spec.switch_latency_s = reader.number(n, p, 0, kMaxLatencyUs, false) * kUsToS;
+      spec.switch_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
     }
   }
   if (int64_t{spec.nodes} * spec.gpus_per_node > kMaxScenarioGpus) {

@@ -41,8 +41,7 @@ inline constexpr int64_t kMaxScenarioSizeBytes = int64_t{1} << 40;  // 1 TiB, on
 inline constexpr size_t kMaxScenarioVariants = 32;                  // the base cluster included
 inline constexpr size_t kMaxScenarioPoints = 20000;                 // collectives x sizes x algorithms
 inline constexpr size_t kMaxScenarioExpectations = 1000;
-inline constexpr double kMaxLinkGbps = 100000;  // 100 Tb/s, any one link
-inline constexpr double kMaxLatencyUs = 1e6;    // 1 s, any one link or switch
+// The cluster's physical ranges (link rates, latencies, oversubscription): models/cluster.h.
 
 // The name the scenario's own cluster goes by in results and expectations.
 inline constexpr std::string_view kBaseVariantName = "base";

@@ -373,4 +373,24 @@ TEST(Cli, OutputPathsAreCheckedBeforeTheRun) {
   EXPECT_TRUE(contains(report.err, "--output: the folder '/nonexistent'")) << report.err;
 }
 
+// Values a careless or hostile user gives, each refused with one line (they used to run: 300-digit
+// times, infinite rates, a contradictory policy list, simulator options on a real backend).
+TEST(Cli, PhysicalRangesAndContradictionsAreRefused) {
+  expect_usage_error(run_tandem("bound all_reduce 1G --nvlink-latency-us 1e300"), "--nvlink-latency-us");
+  expect_usage_error(run_tandem("bound all_reduce 1G --oversubscription 1e300"), "--oversubscription");
+  expect_usage_error(run_tandem("bound all_reduce 1G --nic-gbps 1e-300"), "--nic-gbps");
+  expect_usage_error(run_tandem("reliability --gpus 16 --rate-scale 1e308"), "--rate-scale");
+  expect_usage_error(run_tandem("reliability --gpus 16 --cause-rate faulty_gpu=1e300"), "--cause-rate");
+  expect_usage_error(run_tandem("reliability --gpus 16 --recovery none,retry"), "'none' cannot be combined");
+  expect_usage_error(run_tandem("bench all_reduce --backend host --network packet -b 8 -e 8"),
+                     "--network applies to --backend sim only");
+  expect_usage_error(run_tandem("bench all_reduce --ranks-per-node 0 -b 8 -e 8"), "--ranks-per-node");
+  expect_usage_error(run_tandem("schedule --collective all_reduce --nranks 8 --ranks-per-node 0"), "--ranks-per-node");
+  expect_usage_error(run_tandem("replay . --ops -1"), "--ops");
+  expect_usage_error(run_tandem("frobnicate"), "unknown command 'frobnicate' (the commands: schedule, bench");
+  // The same ranges hold in scenario files (models/cluster.h).
+  const Outcome ok = run_tandem("bound all_reduce 1G --nic-gbps 800 --oversubscription 2 --nvlink-latency-us 1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
 }  // namespace
