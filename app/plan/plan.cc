@@ -232,12 +232,7 @@ Plan read_plan(const Reader& reader, const YAML::Node& root) {
 
 Plan parse_plan(std::string_view yaml_text, const std::string& file) {
   const Reader reader(file, "plan");
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::Exception& error) {
-    reader.fail_at_mark(source_mark(error.mark), "invalid YAML: " + error.msg);
-  }
+  const YAML::Node root = load_one_document(reader, yaml_text);
   if (!root || root.IsNull()) reader.fail_at_mark({1, 1}, "the plan is empty (it starts with 'tandem_plan: 1')");
   try {
     return read_plan(reader, root);

@@ -1074,13 +1074,7 @@ models::TrainingConfig TrainingWorkload::config_for(size_t index, int gpus) cons
 
 Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
   const Reader reader(file);
-  const YAML::Node root = [&] {
-    try {
-      return YAML::Load(std::string(yaml_text));
-    } catch (const YAML::Exception& error) {
-      reader.fail_at_mark(source_mark(error.mark), "invalid YAML: " + error.msg);
-    }
-  }();
+  const YAML::Node root = load_one_document(reader, yaml_text);
   if (!root || root.IsNull()) {
     reader.fail_at_mark(
         {1, 1}, fmt::format("the scenario is empty (it starts with 'tandem_scenario: {}')", kScenarioFormatVersion));

@@ -201,4 +201,48 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
 // {min, max} at `node`.
 Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path);
 
+// Flow collections ([..], {..}) nested deeper than this are refused before yaml-cpp sees them (its
+// parser recurses, and gave only "bad file" at 10,000 levels). tandem's files nest a few levels.
+inline constexpr int kMaxYamlNesting = 64;
+
+// The one YAML document of a tandem file, checked as text first: no NUL byte (a file is text),
+// flow nesting within kMaxYamlNesting, and exactly one document (a second, after '---', was
+// silently ignored). Null when the file is empty.
+inline YAML::Node load_one_document(const Reader& reader, std::string_view text) {
+  int line = 1, column = 1, depth = 0;
+  char quote = 0;
+  for (const char c : text) {
+    if (c == '\0') reader.fail_at_mark({line, column}, "a NUL byte: a " + reader.document() + " is text");
+    if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxYamlNesting) {
+        reader.fail_at_mark({line, column}, fmt::format("nested deeper than {} levels", kMaxYamlNesting));
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+    if (c == '\n') {
+      ++line;
+      column = 1;
+      quote = 0;  // a quote never spans lines in tandem's files; a stray one must not hide the rest
+    } else {
+      ++column;
+    }
+  }
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& error) {
+    reader.fail_at_mark(source_mark(error.mark), "invalid YAML: " + error.msg);
+  }
+  if (documents.size() > 1) {
+    reader.fail_at_mark(source_mark(documents[1].Mark()),
+                        "a second YAML document: a " + reader.document() + " is one document (no '---' inside it)");
+  }
+  return documents.empty() ? YAML::Node() : documents[0];
+}
+
 }  // namespace tandem::app

@@ -242,9 +242,9 @@ std::vector<Rejection> rejections() {
        with_cluster("cluster: {preset: dgx-h100, nodes: 4096, gpus_per_node: 16, nics_per_node: 16}\n"),
        "t.yaml:3:10: cluster has 4096 nodes x 16 GPUs = 65536 GPUs, above the limit of 32768"},
       {"negative NIC speed", with_cluster("cluster: {preset: dgx-h100, nic_gbps: -400}\n"),
-       "t.yaml:3:39: cluster.nic_gbps must be a number > 0 and at most 100000 (got '-400')"},
+       "t.yaml:3:39: cluster.nic_gbps must be a number >= 0.01 and at most 100000 (got '-400')"},
       {"NIC speed not a number", with_cluster("cluster: {preset: dgx-h100, nic_gbps: 400G}\n"),
-       "cluster.nic_gbps must be a number > 0 and at most 100000 (got '400G')"},
+       "cluster.nic_gbps must be a number >= 0.01 and at most 100000 (got '400G')"},
       {"unknown fabric", with_cluster("cluster: {preset: dgx-h100, fabric: torus}\n"),
        "t.yaml:3:37: cluster.fabric: unknown fabric 'torus'"},
       {"NICs that do not divide the GPUs", with_cluster("cluster: {preset: dgx-h100, nics_per_node: 3}\n"),
@@ -263,7 +263,7 @@ std::vector<Rejection> rejections() {
       {"unknown key in a variant's cluster", minimal_plus("variants:\n  - name: 800G\n    cluster: {nic_gbs: 800}\n"),
        "t.yaml:10:15: unknown key 'nic_gbs' in variants[0].cluster"},
       {"bad value in a variant", minimal_plus("variants:\n  - name: 800G\n    cluster: {nic_gbps: 0}\n"),
-       "t.yaml:10:25: variants[0].cluster.nic_gbps must be a number > 0"},
+       "t.yaml:10:25: variants[0].cluster.nic_gbps must be a number >= 0.01"},
       {"variants empty", minimal_plus("variants: []\n"), "t.yaml:8:11: variants must not be empty"},
 
       // workload
@@ -378,6 +378,12 @@ std::vector<Rejection> rejections() {
        "expect[0].backend: unknown backend 'gpu' (expected: sim, host, cuda, nccl)"},
       {"expect not a list", minimal_plus("expect: {collective: all_reduce}\n"),
        "t.yaml:8:9: expect must be a list (got a mapping)"},
+      // A second document was silently ignored; a NUL byte and deep nesting gave yaml-cpp's own words.
+      {"second document", minimal_plus("---\nname: other\n"),
+       "t.yaml:9:1: a second YAML document: a scenario is one document"},
+      {"NUL byte", minimal_plus(std::string("description: \"a\0b\"\n", 19)), "t.yaml:8:16: a NUL byte"},
+      {"deep nesting", minimal_plus("description: " + std::string(100, '[') + std::string(100, ']') + "\n"),
+       "t.yaml:8:78: nested deeper than 64 levels"},
   };
 }
 
