@@ -43,6 +43,9 @@ inline constexpr size_t kMaxScenarioPoints = 20000;                 // collectiv
 inline constexpr size_t kMaxScenarioExpectations = 1000;
 inline constexpr double kMaxLinkGbps = 100000;  // 100 Tb/s, any one link
 inline constexpr double kMaxLatencyUs = 1e6;    // 1 s, any one link or switch
+// A scenario file: the shipped ones are under 4 KiB, and every list in one is capped above (points,
+// variants, expectations, faults). A file a thousand times larger is not a scenario.
+inline constexpr uint64_t kMaxScenarioFileBytes = uint64_t{4} << 20;  // 4 MiB
 
 // The name the scenario's own cluster goes by in results and expectations.
 inline constexpr std::string_view kBaseVariantName = "base";
