@@ -14,12 +14,12 @@
 #include <initializer_list>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 #include <unordered_set>
 #include <utility>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace tandem {
 namespace {
@@ -578,29 +578,6 @@ void write_atomically(const fs::path& path, std::string_view bytes) {
   }
 }
 
-// The whole file, read straight into `bytes`, whose memory is reused: a dump runs to megabytes and
-// there may be thousands, and fresh buffers (a stream's copies, a new string each time) cost more
-// than the reading.
-void read_file(const fs::path& path, std::string& bytes) {
-  std::ifstream in;
-  in.rdbuf()->pubsetbuf(nullptr, 0);  // unbuffered: large reads go straight into `bytes`
-  in.open(path, std::ios::binary);
-  if (!in) fail(ErrorCode::kIo, "cannot read {}", path.string());
-  bytes.clear();
-  std::error_code size_error;
-  if (const uintmax_t size = fs::file_size(path, size_error); !size_error) {
-    bytes.resize(size);
-    in.read(bytes.data(), static_cast<std::streamsize>(size));
-    bytes.resize(static_cast<size_t>(in.gcount()));
-  }
-  if (in && in.peek() != std::ifstream::traits_type::eof()) {  // it grew, or its size was unknown
-    std::ostringstream rest;
-    rest << in.rdbuf();
-    bytes += std::move(rest).str();
-  }
-  if (in.bad()) fail(ErrorCode::kIo, "cannot read {}", path.string());
-}
-
 struct DumpFile {
   fs::path path;
   int rank = 0;
@@ -614,11 +591,13 @@ std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
   std::atomic<size_t> next{0};
   std::atomic<size_t> first_error{files.size()};
   const auto work = [&] {
+    // Reused from file to file: a dump runs to megabytes and there may be thousands, and a fresh
+    // buffer each time costs more than the reading.
     std::string bytes;
     for (size_t i = next++; i < files.size(); i = next++) {
       if (i > first_error.load()) continue;  // a loop in order would have stopped before it
       try {
-        read_file(files[i].path, bytes);
+        read_file_bounded(files[i].path, kMaxFrDumpFileBytes, "flight-recorder dump", bytes);
         dumps[i] = parse_dump(bytes, files[i].path.string());
         dumps[i].rank = files[i].rank;
       } catch (...) {
@@ -900,8 +879,11 @@ int remove_dumps(const std::string& prefix) {
 
 std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix) {
   std::error_code error;
-  if (!fs::is_directory(dir, error))
-    fail(ErrorCode::kIo, "flight-recorder dump directory {} does not exist", dir.string());
+  if (!fs::exists(dir, error)) fail(ErrorCode::kIo, "flight-recorder dump folder {} does not exist", dir.string());
+  if (!fs::is_directory(dir, error)) {
+    fail(ErrorCode::kIo, "flight-recorder dump folder {} is a file, not a folder (give the folder of the dumps)",
+         dir.string());
+  }
   std::vector<std::string> names;
   for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
     if (it->is_regular_file(error)) names.push_back(it->path().filename().string());

@@ -148,11 +148,18 @@ int remove_dumps(const std::string& prefix);
 std::vector<std::filesystem::path> write_dumps(const std::vector<FrDump>& dumps, const std::string& prefix,
                                                FrFormat format);
 
+// The largest dump file read_dump_dir reads, checked before reading: a dump takes about as much
+// memory as its file, and several are read at once. An entry is a few hundred bytes (about 160 in
+// PyTorch's pickle, more in JSON), so 1 GiB holds millions: a thousand times PyTorch's default ring
+// of 2000 (FrConfig::capacity), and more than a ring tandem is ever asked to keep in practice.
+inline constexpr uint64_t kMaxFrDumpFileBytes = uint64_t{1} << 30;  // 1 GiB
+
 // Reads every dump in `dir` whose file name is `<prefix><digits>` (prefix empty: inferred from
 // the names as PyTorch's analyzer splits them, `(.*?)(\d+)$`, taking the stem most files share);
 // the rank comes from the digits.
-// Sorted by rank. Throws Error(kIo) for a missing directory or no dumps, Error(kFormat) naming
-// the file for a corrupt one.
+// Sorted by rank. Throws Error(kIo) for a missing directory (or a file given as one), no dumps, or
+// a dump that is not a regular file or is over kMaxFrDumpFileBytes; Error(kFormat) naming the file
+// for a corrupt one.
 std::vector<FrDump> read_dump_dir(const std::filesystem::path& dir, const std::string& prefix = "");
 
 }  // namespace tandem

@@ -2,11 +2,17 @@
 // other than Schedule::kSchemaVersion are errors (Error(kFormat), naming the JSON path).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/schedule.h"
 
 namespace tandem {
+
+// A schedule file `tandem schedule --check` reads: a 512-rank ring all_reduce is 208 MiB of JSON
+// and takes 1.2 GB of memory to check; 1 GiB holds a ring all_reduce of about 1100 ranks. Larger rings are stored in
+// symmetric form (docs/schedule-ir.md).
+inline constexpr uint64_t kMaxScheduleFileBytes = uint64_t{1} << 30;  // 1 GiB
 
 std::string schedule_to_json(const Schedule& schedule, int indent = 1);
 Schedule schedule_from_json(const std::string& text);

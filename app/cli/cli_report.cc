@@ -28,6 +28,10 @@ struct ReportOptions {
 nlohmann::json read_results(const std::string& run_dir) {
   const std::filesystem::path path = std::filesystem::path(run_dir) / "results.json";
   std::error_code error;
+  if (std::filesystem::exists(run_dir, error) && !std::filesystem::is_directory(run_dir, error)) {
+    fail(ErrorCode::kInvalidArgument, "'{}' is a file, not a run folder (write one with tandem run SCENARIO --out DIR)",
+         run_dir);
+  }
   if (!std::filesystem::is_directory(run_dir, error)) {
     fail(ErrorCode::kInvalidArgument, "run folder '{}' does not exist (write one with tandem run SCENARIO --out DIR)",
          run_dir);
@@ -36,7 +40,7 @@ nlohmann::json read_results(const std::string& run_dir) {
     fail(ErrorCode::kInvalidArgument, "'{}' has no results.json (write it with tandem run SCENARIO --out {})", run_dir,
          run_dir);
   }
-  const std::string text = read_text_file(path.string(), "results");
+  const std::string text = read_text_file(path.string(), "results", kMaxResultsFileBytes);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

@@ -1,11 +1,7 @@
 // tandem schedule: build a schedule and print it for a person (default) or as JSON (--json), or
 // load a JSON schedule and check it (--check FILE).
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -57,17 +53,8 @@ void print_algorithms() {
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorCode::kIo, "cannot read '{}': {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(ErrorCode::kIo, "cannot read '{}': {}", path, std::strerror(errno));
-  return text.str();
-}
-
 void check_file(const std::string& path) {
-  std::string text = read_file(path);
+  std::string text = read_text_file(path, "schedule", kMaxScheduleFileBytes);
   Schedule schedule;
   try {
     schedule = schedule_from_json(text);

@@ -8,9 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <new>
 #include <string>
 #include <string_view>
@@ -22,8 +20,10 @@
 
 #include "app/common/common.h"
 #include "app/cli/commands.h"
+#include "app/scenario/scenario.h"
 #include "core/child_processes.h"
 #include "core/error.h"
+#include "core/file_read.h"
 #include "sim/simulator.h"
 
 namespace {
@@ -59,15 +59,19 @@ int finish(int exit_code) {
 }
 
 // Whether this command line may run the simulator's packet model: `--network packet`, or a
-// scenario file that names it. Cheap and conservative; a false positive costs one re-exec.
+// scenario file that names it. Cheap and conservative; a false positive costs one re-exec. A file
+// that cannot be read (missing, too large, not a regular file) is the loader's to report.
 bool may_run_packet_model(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "packet" || arg == "--network=packet") return true;
     if (arg.ends_with(".yaml") || arg.ends_with(".yml")) {
-      std::ifstream file{std::string(arg)};
-      const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-      if (text.find("packet") != std::string::npos) return true;
+      try {
+        const std::string text =
+            tandem::read_file_bounded(std::string(arg), tandem::app::kMaxScenarioFileBytes, "scenario");
+        if (text.find("packet") != std::string::npos) return true;
+      } catch (const tandem::Error&) {
+      }
     }
   }
   return false;

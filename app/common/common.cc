@@ -10,22 +10,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "core/algorithms.h"
+#include "core/file_read.h"
 
 namespace tandem::app {
 
-std::string read_text_file(const std::string& path, std::string_view what) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) fail(ErrorCode::kIo, "{} '{}' is a folder, not a file", what, path);
-  std::ifstream in(path);
-  if (!in) fail(ErrorCode::kIo, "cannot read {} '{}'", what, path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(ErrorCode::kIo, "cannot read {} '{}'", what, path);
-  return text.str();
+std::string read_text_file(const std::string& path, std::string_view what, uint64_t max_bytes) {
+  return read_file_bounded(path, max_bytes, what);
 }
 
 void create_output_folder(const std::string& dir) {

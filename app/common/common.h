@@ -3,6 +3,7 @@
 // for long work.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -23,8 +24,10 @@ int exit_code_for(const Error& error);
 std::string version_string();
 
 // Files a command reads and writes; each failure is Error(kIo) naming the path.
-// The whole of a text file (`what` names it in messages: "scenario", "plan").
-std::string read_text_file(const std::string& path, std::string_view what);
+// The whole of a text file (`what` names it in messages: "scenario", "plan"), which must be a
+// regular file (or a link to one) of at most `max_bytes`: its kind's limit, kMaxScenarioFileBytes
+// and the like (core/file_read.h's read_file_bounded, whose messages these are).
+std::string read_text_file(const std::string& path, std::string_view what, uint64_t max_bytes);
 // Creates `dir` and its parents if missing (an --out folder).
 void create_output_folder(const std::string& dir);
 void write_text_file(const std::string& path, const std::string& text);

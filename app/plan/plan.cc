@@ -241,7 +241,7 @@ Plan parse_plan(std::string_view yaml_text, const std::string& file) {
   }
 }
 
-Plan load_plan(const std::string& path) { return parse_plan(read_text_file(path, "plan"), path); }
+Plan load_plan(const std::string& path) { return parse_plan(read_text_file(path, "plan", kMaxPlanFileBytes), path); }
 
 // ---- points and jobs ---------------------------------------------------------------------------
 

@@ -29,6 +29,8 @@ namespace tandem::app {
 inline constexpr int kPlanFormatVersion = 1;
 inline constexpr size_t kMaxPlanPoints = 100000;
 inline constexpr size_t kMaxPlanAxisValues = 64;
+// A plan file: a few axes of at most kMaxPlanAxisValues values each, a few KiB.
+inline constexpr uint64_t kMaxPlanFileBytes = uint64_t{4} << 20;  // 4 MiB
 
 // How reliability is modelled for every point (docs/plan.md, docs/reliability.md).
 struct PlanReliability {

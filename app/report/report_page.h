@@ -9,12 +9,17 @@
 // prediction-vs-measurement plot. docs/report.md describes the page.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace tandem::app {
+
+// A results.json `tandem report` reads: a sweep of kMaxScenarioPoints points on kMaxScenarioVariants
+// clusters writes tens of MiB; the shipped scenarios' are under 1 MiB.
+inline constexpr uint64_t kMaxResultsFileBytes = uint64_t{256} << 20;  // 256 MiB
 
 // `results` is a results.json; `compare` another one (the measurement to `results`' prediction, or
 // the other way round), or none. Throws Error(kFormat) for a results.json of no known kind or

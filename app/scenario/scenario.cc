@@ -1087,6 +1087,6 @@ Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
   }
 }
 
-Scenario load_scenario(const std::string& path) { return parse_scenario(read_text_file(path, "scenario"), path); }
+Scenario load_scenario(const std::string& path) { return parse_scenario(read_text_file(path, "scenario", kMaxScenarioFileBytes), path); }
 
 }  // namespace tandem::app

@@ -42,6 +42,9 @@ inline constexpr size_t kMaxScenarioVariants = 32;                  // the base 
 inline constexpr size_t kMaxScenarioPoints = 20000;                 // collectives x sizes x algorithms
 inline constexpr size_t kMaxScenarioExpectations = 1000;
 // The cluster's physical ranges (link rates, latencies, oversubscription): models/cluster.h.
+// A scenario file: the shipped ones are under 4 KiB, and every list in one is capped above (points,
+// variants, expectations, faults). A file a thousand times larger is not a scenario.
+inline constexpr uint64_t kMaxScenarioFileBytes = uint64_t{4} << 20;  // 4 MiB
 
 // The name the scenario's own cluster goes by in results and expectations.
 inline constexpr std::string_view kBaseVariantName = "base";

@@ -226,7 +226,7 @@ TEST(Cli, ScheduleCheckReportsBadFilesInOneLine) {
   Outcome missing = run_tandem("schedule --check /nonexistent/schedule.json");
   EXPECT_EQ(missing.exit_code, 1);
   ASSERT_EQ(lines_of(missing.err).size(), 1u) << missing.err;
-  EXPECT_TRUE(contains(missing.err, "tandem: error: cannot read '/nonexistent/schedule.json'"));
+  EXPECT_TRUE(contains(missing.err, "tandem: error: cannot read schedule '/nonexistent/schedule.json': No such file or directory"));
 
   // A schema version from the future is a format error naming the file.
   Outcome json = run_tandem("schedule --collective all_reduce --algo ring --nranks 2 --json");

@@ -470,7 +470,8 @@ TEST(Scenario, UnreadableFileIsAnIoError) {
     FAIL() << "loaded a missing file";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kIo);
-    EXPECT_EQ(std::string(error.what()), "cannot read scenario 'scenarios/does-not-exist.yaml'");
+    EXPECT_EQ(std::string(error.what()),
+              "cannot read scenario 'scenarios/does-not-exist.yaml': No such file or directory");
   }
 }
 

@@ -61,6 +61,34 @@ inline Outcome run_tandem(const std::string& args, const std::string& env = "") 
   return outcome;
 }
 
+// Runs `tandem <args>` as run_tandem does, killed after `seconds` and, outside sanitizer builds
+// (whose shadow memory needs terabytes of address space), limited to `memory_kib` of address
+// space: for inputs that once made tandem read without end. A run that was stopped shows as an
+// exit code of 137 (killed) or -1 (a signal), never as a hung or swapping test machine.
+inline Outcome run_tandem_limited(const std::string& args, long memory_kib = 4'000'000, int seconds = 20) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const bool limit_memory = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+  const bool limit_memory = false;
+#else
+  const bool limit_memory = true;
+#endif
+#else
+  const bool limit_memory = true;
+#endif
+  const std::string limit = limit_memory ? fmt::format("ulimit -v {}; ", memory_kib) : "";
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const std::string command = fmt::format("{}exec timeout -s KILL {} '{}' {} >'{}' 2>'{}' </dev/null", limit, seconds,
+                                          TANDEM_BINARY, args, out, err);
+  const int status = std::system(command.c_str());
+  Outcome outcome;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.out = read_text(out);
+  outcome.err = read_text(err);
+  return outcome;
+}
+
 inline std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
