@@ -58,6 +58,11 @@ int run_report(const ReportOptions& options) {
   } catch (const Error& error) {
     if (error.code() != ErrorCode::kFormat) throw;
     throw Error(ErrorCode::kInvalidArgument, fmt::format("{}/results.json: {}", options.run_dir, error.what()));
+  } catch (const nlohmann::json::exception& error) {
+    // A value of the wrong type or a missing field: a file edited by hand or written by another
+    // program, not tandem's own (whose fields the report page reads as they are written).
+    fail(ErrorCode::kInvalidArgument, "{}/results.json{}: not a results.json tandem wrote: {}", options.run_dir,
+         compare ? fmt::format(" or {}/results.json", options.compare) : std::string(), error.what());
   }
   const std::string output =
       options.output.empty() ? (std::filesystem::path(options.run_dir) / "report.html").string() : options.output;

@@ -111,6 +111,25 @@ TEST(ReportCli, Errors) {
   expect_usage_error(run_tandem("report " + empty), "not valid JSON");
   std::ofstream(empty + "/results.json") << "{\"answer\": 42}";
   expect_usage_error(run_tandem("report " + empty), "of no kind the report knows");
+  fs::remove_all(empty);
+}
+
+// A results.json with a string where a number belongs used to give "internal error:
+// [json.exception.type_error.302] ..." with no file: now one line naming the file.
+TEST(ReportCli, AWrongTypeInResultsJsonNamesTheFile) {
+  const std::string dir = temp_path("report_wrong_type");
+  fs::remove_all(dir);
+  ASSERT_EQ(run_tandem(fmt::format("run scenarios/faults/rank-hang-64xh100.yaml --out {}", dir)).exit_code, 0);
+  std::string text = read_text(dir + "/results.json");
+  const size_t at = text.find("\"total_seconds\": ");
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
+  const size_t value = at + std::string("\"total_seconds\": ").size();
+  text.replace(value, text.find_first_of(",\n", value) - value, "\"fast\"");
+  std::ofstream(dir + "/results.json") << text;
+  const auto outcome = run_tandem("report " + dir);
+  expect_usage_error(outcome, dir + "/results.json: not a results.json tandem wrote");
+  EXPECT_FALSE(contains(outcome.err, "internal error")) << outcome.err;
+  fs::remove_all(dir);
 }
 
 }  // namespace
