@@ -38,4 +38,21 @@ SizeCounts nccl_tests_counts(Collective collective, int64_t bytes, DataType dtyp
   return counts;
 }
 
+double bus_bandwidth_factor(Collective collective, int nranks) {
+  const double n = nranks;
+  switch (collective) {
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+      return (n - 1) / n;
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kSendRecv:
+      return 1.0;
+  }
+  return 1.0;
+}
+
 }  // namespace tandem

@@ -29,4 +29,8 @@ struct SizeCounts {
 };
 SizeCounts nccl_tests_counts(Collective collective, int64_t bytes, DataType dtype, int nranks);
 
+// nccl-tests' busbw / algbw: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
+// broadcast, reduce, send_recv 1.
+double bus_bandwidth_factor(Collective collective, int nranks);
+
 }  // namespace tandem

@@ -144,7 +144,7 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
                            (collective == Collective::kAllGather || collective == Collective::kReduceScatter);
     const Collective simulated = half_ring ? Collective::kAllReduce : collective;
     const int64_t count =
-        half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype)) : count_for(collective, bytes, n, dtype);
+        half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype)) : nccl_tests_counts(collective, bytes, dtype, n).count;
     const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
     // NCCL's channels for ring and tree (every NIC of a node carries a share across nodes).
     const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;

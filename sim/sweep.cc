@@ -20,18 +20,6 @@ namespace tandem::sim {
 
 using nlohmann::json;
 
-int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dtype) {
-  const auto element = static_cast<int64_t>(size_bytes(dtype));
-  switch (collective) {
-    case Collective::kAllGather:
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll:
-      return bytes / (element * nranks);
-    default:
-      return bytes / element;
-  }
-}
-
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned) {
   return rail_aligned ? RankLayout::nccl(nodes, per_node) : RankLayout::nodes(nodes, per_node);
 }
@@ -62,7 +50,7 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
     SweepPointResult out;
     out.point = point;
     try {
-      const int64_t count = count_for(point.collective, point.bytes, n, point.dtype);
+      const int64_t count = nccl_tests_counts(point.collective, point.bytes, point.dtype, n).count;
       const CollectiveSpec spec{point.collective, count, point.dtype, point.op, point.root, n};
       Choice choice =
           point.algorithm == "auto" && point.protocol == "auto"
@@ -165,19 +153,6 @@ void from_json(const json& rows, std::vector<SweepPointResult>& results) {
 
 }  // namespace
 
-double bus_bandwidth_factor(Collective collective, int nranks) {
-  const double n = nranks;
-  switch (collective) {
-    case Collective::kAllReduce:
-      return 2.0 * (n - 1) / n;
-    case Collective::kAllGather:
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll:
-      return (n - 1) / n;
-    default:
-      return 1.0;
-  }
-}
 
 namespace {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/sizes.h"
 #include "core/types.h"
 #include "models/cluster.h"
 #include "sim/simulator.h"
@@ -75,11 +76,6 @@ void run_isolated_parallel(size_t count, const std::function<std::string(size_t)
 // (core/schedule.h nccl_rings: each channel meets the next node on a rail of its own).
 RankLayout sweep_layout(int nodes, int per_node, bool rail_aligned);
 
-// Elements per rank for nccl-tests' size convention: all_gather / reduce_scatter / all_to_all
-// `bytes` are the total over ranks, the others one rank's buffer (docs/cli.md).
-int64_t count_for(Collective collective, int64_t bytes, int nranks, DataType dtype);
-
-// nccl-tests' bus-bandwidth factor for `collective` on n ranks (docs/cli.md).
-double bus_bandwidth_factor(Collective collective, int nranks);
+// Elements per rank for nccl-tests' size convention and its bus-bandwidth factor: core/sizes.h.
 
 }  // namespace tandem::sim

@@ -89,23 +89,6 @@ std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int64_t s
   return sizes;
 }
 
-double bus_bandwidth_factor(Collective collective, int nranks) {
-  const double n = nranks;
-  switch (collective) {
-    case Collective::kAllReduce:
-      return 2.0 * (n - 1) / n;
-    case Collective::kAllGather:
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll:
-      return (n - 1) / n;
-    case Collective::kBroadcast:
-    case Collective::kReduce:
-    case Collective::kSendRecv:
-      return 1.0;
-  }
-  return 1.0;
-}
-
 std::string_view nccl_tests_type_name(DataType dtype) {
   switch (dtype) {
     case DataType::kF32:

@@ -31,9 +31,7 @@ int64_t parse_size_bytes(std::string_view text, std::string_view flag);
 std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int64_t step_factor, int64_t step_bytes);
 
 
-// busbw / algbw: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; broadcast,
-// reduce, send_recv 1.
-double bus_bandwidth_factor(Collective collective, int nranks);
+// bus_bandwidth_factor (busbw / algbw): core/sizes.h.
 
 // nccl-tests' type names: float, half, bfloat16, double, int32, int64.
 std::string_view nccl_tests_type_name(DataType dtype);

@@ -211,10 +211,16 @@ inline constexpr int kMaxYamlNesting = 64;
 inline YAML::Node load_one_document(const Reader& reader, std::string_view text) {
   int line = 1, column = 1, depth = 0;
   char quote = 0;
+  bool comment = false;
+  char previous = '\n';
   for (const char c : text) {
     if (c == '\0') reader.fail_at_mark({line, column}, "a NUL byte: a " + reader.document() + " is text");
-    if (quote != 0) {
+    if (comment) {
+      // "# see [1" in a comment is no nesting.
+    } else if (quote != 0) {
       if (c == quote) quote = 0;
+    } else if (c == '#' && (previous == ' ' || previous == '\t' || previous == '\n')) {
+      comment = true;
     } else if (c == '"' || c == '\'') {
       quote = c;
     } else if (c == '[' || c == '{') {
@@ -228,9 +234,11 @@ inline YAML::Node load_one_document(const Reader& reader, std::string_view text)
       ++line;
       column = 1;
       quote = 0;  // a quote never spans lines in tandem's files; a stray one must not hide the rest
+      comment = false;
     } else {
       ++column;
     }
+    previous = c;
   }
   std::vector<YAML::Node> documents;
   try {

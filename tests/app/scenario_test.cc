@@ -405,6 +405,13 @@ TEST(Scenario, RejectsWithFileLineColumn) {
 
 TEST(Scenario, MinimalIsValid) { EXPECT_NO_THROW(parse_scenario(kMinimal, "t.yaml")); }
 
+// Brackets in comments are no nesting: 100 comments with an unclosed '[' still load.
+TEST(Scenario, BracketsInCommentsAreNotNesting) {
+  std::string yaml = kMinimal;
+  for (int i = 0; i < 100; ++i) yaml += "# a range [0, 1)\n";
+  EXPECT_NO_THROW(parse_scenario(yaml, "t.yaml"));
+}
+
 // The collective-loop workload with faults and recovery: what loads, and what is refused where.
 const std::string kLoop = with_workload(
     "workload: {type: collective-loop, collective: all_reduce, size: 1M, algorithm: ring, iterations: 4}\n");

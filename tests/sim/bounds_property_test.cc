@@ -151,9 +151,9 @@ std::vector<int64_t> sizes_for(const GridPoint& g, int nranks) {
 }
 
 // The bytes a point moves: all_gather / reduce_scatter sizes are totals over the ranks and round
-// down to whole elements per rank (count_for), so the bound is taken for what was simulated.
+// down to whole elements per rank (nccl_tests_counts), so the bound is taken for what was simulated.
 int64_t simulated_bytes(const SweepPoint& point, int nranks) {
-  const int64_t count = count_for(point.collective, point.bytes, nranks, point.dtype);
+  const int64_t count = nccl_tests_counts(point.collective, point.bytes, point.dtype, nranks).count;
   const auto element = static_cast<int64_t>(size_bytes(point.dtype));
   const bool total = point.collective == Collective::kAllGather || point.collective == Collective::kReduceScatter;
   return count * element * (total ? nranks : 1);
