@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <new>
 #include <optional>
@@ -321,7 +322,9 @@ struct Placement {
 
 // The mean time of -n timed runs after -w warm-up runs. They work on the pattern; in place, a
 // reduction would compound it run after run (sums overflow), so those runs reduce zeros instead.
-double timed_runs_s(const BenchContext& context, const Placement& placement, const CheckSpec& check) {
+// `phase` shows which run is under way (a host run of thousands of ranks takes seconds each).
+double timed_runs_s(const BenchContext& context, const Placement& placement, const CheckSpec& check,
+                    const std::function<void(const std::string&)>& phase) {
   const BenchPlan& plan = context.plan;
   if (placement.in_place && is_reduction(plan.collective)) {
     const int64_t element_bytes = static_cast<int64_t>(size_bytes(plan.dtype));
@@ -335,10 +338,12 @@ double timed_runs_s(const BenchContext& context, const Placement& placement, con
   }
   context.memory.upload();
   for (int i = 0; i < context.options.warmup_iters; ++i) {
+    phase(fmt::format("warm-up {}/{}", i + 1, context.options.warmup_iters));
     context.communicator.run(placement.spec, placement.run_buffers, plan.algorithm);
   }
   double seconds = 0;
   for (int i = 0; i < context.options.iters; ++i) {
+    phase(fmt::format("timing {}/{}", i + 1, context.options.iters));
     seconds += context.communicator.run(placement.spec, placement.run_buffers, plan.algorithm).seconds;
   }
   return seconds / context.options.iters;
@@ -366,7 +371,7 @@ BenchResult measure(const BenchContext& context, const CollectiveSpec& spec, con
                     size_t size_index, bool in_place) {
   const BenchPlan& plan = context.plan;
   const int nranks = plan.layout.nranks;
-  auto phase = [&](const char* what) {
+  auto phase = [&](const std::string& what) {
     context.progress.update(fmt::format("tandem bench: {} B ({}/{}), {}, {}", counts.size_bytes, size_index + 1,
                                         plan.sizes.size(), in_place ? "in-place" : "out-of-place", what));
   };
@@ -374,8 +379,7 @@ BenchResult measure(const BenchContext& context, const CollectiveSpec& spec, con
                             context.memory.host(plan.collective, counts.count, plan.dtype, in_place),
                             context.memory.run(plan.collective, counts.count, plan.dtype, in_place)};
   const CheckSpec check{plan.collective, plan.dtype, plan.op, plan.root, nranks, counts.count, 0};
-  phase("timing");
-  double seconds = timed_runs_s(context, placement, check);
+  double seconds = timed_runs_s(context, placement, check, phase);
   std::optional<int64_t> wrong;
   if (context.options.check_iters > 0) {
     phase("checking");

@@ -47,11 +47,7 @@ CollectiveRun::CollectiveRun(uint64_t sequence, const Signature& signature)
       states_(static_cast<size_t>(signature.nranks), RankState::kAbsent),
       wait_points_(static_cast<size_t>(signature.nranks)) {
   inboxes_.reserve(static_cast<size_t>(signature.nranks));
-  for (int rank = 0; rank < signature.nranks; ++rank) {
-    inboxes_.push_back(std::make_unique<Inbox>());
-    inboxes_.back()->queues.resize(static_cast<size_t>(signature.nranks) * lanes_per_rank_);
-    inboxes_.back()->lost_fault.assign(static_cast<size_t>(signature.nranks) * lanes_per_rank_, kNotLost);
-  }
+  for (int rank = 0; rank < signature.nranks; ++rank) inboxes_.push_back(std::make_unique<Inbox>());
 }
 
 std::string CollectiveRun::title() const {
@@ -94,9 +90,9 @@ void CollectiveRun::send(int src, int dst, int lane, Payload payload) {
   Inbox& box = inbox(dst);
   {
     std::lock_guard lock(box.mutex);
-    const size_t mailbox = static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane);
-    if (box.lost_fault[mailbox] != kNotLost) return;  // behind a lost message: never delivered
-    box.queues[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)].push_back(std::move(payload));
+    Mailbox& mailbox = box.mailboxes[mailbox_key(src, lane)];
+    if (mailbox.lost_fault != kNotLost) return;  // behind a lost message: never delivered
+    mailbox.queue.push_back(std::move(payload));
     ++box.deliveries;
   }
   box.delivered.notify_one();  // only dst's thread waits on its inbox
@@ -105,23 +101,29 @@ void CollectiveRun::send(int src, int dst, int lane, Payload payload) {
 void CollectiveRun::lose(int src, int dst, int lane, int fault_index) {
   Inbox& box = inbox(dst);
   std::lock_guard lock(box.mutex);
-  int& lost = box.lost_fault[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)];
+  int& lost = box.mailboxes[mailbox_key(src, lane)].lost_fault;
   if (lost == kNotLost) lost = fault_index;
 }
 
 int CollectiveRun::lost_fault(int src, int dst, int lane) {
   Inbox& box = inbox(dst);
   std::lock_guard lock(box.mutex);
-  return box.lost_fault[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)];
+  const auto found = box.mailboxes.find(mailbox_key(src, lane));
+  return found == box.mailboxes.end() ? kNotLost : found->second.lost_fault;
 }
 
 bool CollectiveRun::try_receive(int src, int dst, int lane, Payload& payload) {
   Inbox& box = inbox(dst);
   std::lock_guard lock(box.mutex);
-  auto& queue = box.queues[static_cast<size_t>(src) * lanes_per_rank_ + static_cast<size_t>(lane)];
-  if (queue.empty()) return false;
-  payload = std::move(queue.front());
-  queue.pop_front();
+  const auto found = box.mailboxes.find(mailbox_key(src, lane));
+  if (found == box.mailboxes.end()) return false;
+  Mailbox& mailbox = found->second;
+  if (mailbox.head == mailbox.queue.size()) return false;
+  payload = std::move(mailbox.queue[mailbox.head++]);
+  if (mailbox.head == mailbox.queue.size()) {  // drained: reuse the room from the front
+    mailbox.queue.clear();
+    mailbox.head = 0;
+  }
   return true;
 }
 

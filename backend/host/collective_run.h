@@ -7,11 +7,11 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -109,17 +109,29 @@ class CollectiveRun {
  private:
   enum class RankState : uint8_t { kAbsent, kRunning, kWaiting, kFinished, kFailed };
 
+  static constexpr int kNotLost = -2;
+  // One connection (src, lane) into a rank: its FIFO and the fault that lost a message on it. The
+  // FIFO is a vector read from `head` and emptied when drained, not a deque: a deque allocates a
+  // 512-byte node even when empty, and all_to_all has a mailbox per pair of ranks.
+  struct Mailbox {
+    std::vector<Payload> queue;
+    size_t head = 0;
+    int lost_fault = kNotLost;
+  };
+  // Mailboxes exist only for the connections a schedule uses, created at their first message:
+  // a dense nranks x lanes table of deques per rank cost 4 MB a rank at 1,024 ranks.
   struct Inbox {
     std::mutex mutex;
     std::condition_variable delivered;
     uint64_t deliveries = 0;
-    std::vector<std::deque<Payload>> queues;  // by src * lanes_per_rank + lane
-    std::vector<int> lost_fault;              // the same: the fault that lost a message there, or -2
+    std::unordered_map<uint64_t, Mailbox> mailboxes;  // by src * lanes_per_rank + lane
   };
 
   Inbox& inbox(int rank) { return *inboxes_[static_cast<size_t>(rank)]; }
+  uint64_t mailbox_key(int src, int lane) const {
+    return static_cast<uint64_t>(src) * lanes_per_rank_ + static_cast<uint64_t>(lane);
+  }
   std::string describe_rank(int rank);  // requires status_mutex_
-  static constexpr int kNotLost = -2;
   int lost_fault(int src, int dst, int lane);  // kNotLost when nothing was lost there
 
   const uint64_t sequence_;
