@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,6 +123,49 @@ void check_arguments(const AlgorithmInfo& info, const CollectiveSpec& spec, cons
   }
 }
 
+// Above this many ranks, build_schedule estimates the explicit form's op count before building it,
+// so that a schedule too large for memory is refused at once rather than after minutes of building
+// (the builders' own running count, core/schedule.h require_schedule_memory, is the guarantee).
+constexpr int kEstimateOpsAboveRanks = 4096;
+
+// The op count of `e`'s schedule for `spec` on `layout`, extrapolated from three probes of the same
+// shape: 16, 32 and 64 nodes (or, with fewer than 128 nodes, 64, 128 and 256 ranks a node). Ops per
+// rank grow linearly in the ranks (rings, direct all_to_all, PAT) or with their logarithm (trees,
+// recursive doubling): the model whose doubling steps match the probes' is extended. Empty when a
+// probe cannot be built.
+std::optional<int64_t> estimated_ops(const Entry& e, const CollectiveSpec& spec, const RankLayout& layout,
+                                     const AlgoParams& params, ScheduleForm form) {
+  const int per_node = layout.ranks_per_node;
+  const int nodes = layout.node_count();
+  if (spec.nranks % per_node != 0) return std::nullopt;
+  const bool scale_nodes = nodes >= 128;
+  if (!scale_nodes && per_node < 512) return std::nullopt;
+  double per_rank[3] = {};
+  double ranks[3] = {};
+  for (int i = 0; i < 3; ++i) {
+    const int probe_nodes = scale_nodes ? 16 << i : nodes;
+    const int probe_per_node = scale_nodes ? per_node : 64 << i;
+    RankLayout probe = layout.rings.empty() ? RankLayout::nodes(probe_nodes, probe_per_node)
+                                            : RankLayout::nccl(probe_nodes, probe_per_node);
+    CollectiveSpec probe_spec = spec;
+    probe_spec.nranks = probe.nranks;
+    probe_spec.root = 0;
+    try {
+      check_arguments(e.info, probe_spec, probe, params);
+      ranks[i] = probe.nranks;
+      per_rank[i] = static_cast<double>(e.build(probe_spec, probe, params, form).op_count()) / ranks[i];
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  }
+  const double step1 = per_rank[1] - per_rank[0], step2 = per_rank[2] - per_rank[1];
+  const double n = spec.nranks;
+  const bool linear = step2 > 1.5 * step1 && step2 > 0;  // a doubling doubles the growth: ops per rank ~ n
+  const double ops_per_rank = linear ? per_rank[2] + step2 / (ranks[2] - ranks[1]) * (n - ranks[2])
+                                     : per_rank[2] + std::max(0.0, step2) * std::log2(n / ranks[2]);
+  return static_cast<int64_t>(std::min(ops_per_rank * n, 9e18));
+}
+
 }  // namespace
 
 bool AlgorithmInfo::implements(Collective collective) const {
@@ -162,6 +207,12 @@ Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Al
     fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm, spec.collective));
   }
   check_arguments(e.info, spec, layout, params);
+  const bool explicit_form = form == ScheduleForm::kExplicit || !e.info.has_symmetric_form;
+  if (explicit_form && spec.nranks > kEstimateOpsAboveRanks) {
+    if (const std::optional<int64_t> ops = estimated_ops(e, spec, layout, params, form)) {
+      require_schedule_memory(*ops, spec.collective, algorithm, spec.nranks, /*estimated=*/true);
+    }
+  }
   return e.build(spec, layout, params, form);
 }
 

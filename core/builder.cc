@@ -48,6 +48,9 @@ void ScheduleBuilder::append(int rank, int lane, const Op& op) {
     fail(ErrorCode::kInvalidArgument, "builder: rank {} out of range [0, {})", rank, schedule_.nranks);
   }
   if (lane < 0) fail(ErrorCode::kInvalidArgument, "builder: negative lane {}", lane);
+  if (++ops_ > max_schedule_ops()) {
+    require_schedule_memory(ops_, schedule_.collective, schedule_.algorithm, schedule_.nranks);
+  }
   auto& lanes = schedule_.ranks[static_cast<size_t>(rank)].lanes;
   if (lanes.size() <= static_cast<size_t>(lane)) lanes.resize(static_cast<size_t>(lane) + 1);
   auto& ops = lanes[static_cast<size_t>(lane)].ops;

@@ -5,6 +5,7 @@
 // so an algorithm emits each rank's ops in the order that rank would run them.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/schedule.h"
@@ -50,6 +51,7 @@ class ScheduleBuilder {
 
   Schedule schedule_;
   std::vector<std::vector<OpRef>> emission_;  // per rank: ops in emission order
+  int64_t ops_ = 0;                           // emitted so far, checked against max_schedule_ops()
 };
 
 // Recomputes every op's dependencies from slot usage, replacing what the lanes hold. Ops of a rank

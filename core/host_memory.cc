@@ -1,12 +1,19 @@
 #include "core/host_memory.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
+#include <string_view>
 
 #include "core/error.h"
+#include "core/file_read.h"
 
 namespace tandem {
+namespace {
 
-std::optional<double> available_memory_bytes() {
+std::optional<double> meminfo_available() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key, unit;
   double kib = 0;
@@ -16,11 +23,65 @@ std::optional<double> available_memory_bytes() {
   return std::nullopt;
 }
 
-void require_host_memory(double needed_bytes, const std::string& what) {
-  const std::optional<double> available = available_memory_bytes();
-  if (available && needed_bytes > kMemoryHeadroom * *available) {
-    fail(ErrorCode::kInvalidArgument, "{} needs {:.1f} GiB of host memory; {:.1f} GiB is available", what,
-         needed_bytes / double(1 << 30), *available / double(1 << 30));
+// memory.max - memory.current of this process's cgroup (v2); empty when unlimited or unknown.
+std::optional<double> cgroup_left() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  }
+  if (path.empty()) return std::nullopt;
+  const std::string dir = "/sys/fs/cgroup" + path;
+  std::ifstream max_file(dir + "/memory.max"), current_file(dir + "/memory.current");
+  std::string max_text;
+  double current = 0;
+  if (!(max_file >> max_text) || max_text == "max" || !(current_file >> current)) return std::nullopt;
+  char* end = nullptr;
+  const double max = std::strtod(max_text.c_str(), &end);
+  if (end == max_text.c_str() || *end != '\0') return std::nullopt;
+  return std::max(0.0, max - current);
+}
+
+double parse_limit(std::string_view text) {
+  const std::string copy(text);
+  char* end = nullptr;
+  const double value = std::strtod(copy.c_str(), &end);
+  const std::string_view suffix(end);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1024.0;
+  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
+  else if (suffix == "T" || suffix == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!suffix.empty()) scale = -1;
+  if (end == copy.c_str() || scale < 0 || !std::isfinite(value) || value <= 0) {
+    fail(ErrorCode::kInvalidArgument, "TANDEM_MEMORY_LIMIT={}: expected a positive size in bytes (e.g. 512M or 8G)",
+         text);
+  }
+  return value * scale;
+}
+
+}  // namespace
+
+std::optional<MemoryBudget> memory_budget() {
+  if (const char* limit = std::getenv("TANDEM_MEMORY_LIMIT"); limit != nullptr && *limit != '\0') {
+    return MemoryBudget{parse_limit(limit), "TANDEM_MEMORY_LIMIT"};
+  }
+  const std::optional<double> available = meminfo_available();
+  const std::optional<double> cgroup = cgroup_left();
+  if (cgroup && (!available || *cgroup < *available)) return MemoryBudget{kMemoryHeadroom * *cgroup, "the cgroup's memory.max"};
+  if (available) return MemoryBudget{kMemoryHeadroom * *available, "MemAvailable"};
+  return std::nullopt;
+}
+
+std::string memory_text(double bytes) {
+  return byte_size_text(static_cast<uint64_t>(std::max(0.0, std::round(bytes))));
+}
+
+void require_host_memory(double needed_bytes, const std::string& what, const std::string& advice) {
+  const std::optional<MemoryBudget> budget = memory_budget();
+  if (budget && needed_bytes > budget->bytes) {
+    fail(ErrorCode::kInvalidArgument, "{} needs {} of host memory; {} is available ({}){}", what,
+         memory_text(needed_bytes), memory_text(budget->bytes), budget->source, advice);
   }
 }
 

@@ -1,8 +1,10 @@
-// Host memory for the commands that run the host backend (bench, run): aligned rank buffers and
-// a check that a run fits in what the machine has.
+// Host memory for the commands that build or run large things (schedules, the host backend's rank
+// threads, the simulator's actors, rank buffers): aligned rank buffers, the budget a command may
+// plan on, and one check that a run fits in it, made before the run starts.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <new>
 #include <optional>
 #include <string>
@@ -11,7 +13,8 @@ namespace tandem {
 
 // Buffers start on cache-line boundaries.
 inline constexpr std::align_val_t kBufferAlignment{64};
-// Leave this share of the available memory to everything else.
+// Leave this share of the measured available memory to everything else (not applied to an
+// explicit TANDEM_MEMORY_LIMIT).
 inline constexpr double kMemoryHeadroom = 0.9;
 
 // An uninitialised, aligned byte buffer (filling is the caller's business: checks poison it).
@@ -28,11 +31,24 @@ class AlignedBuffer {
   std::byte* data_;
 };
 
-// MemAvailable from /proc/meminfo in bytes; empty where it cannot be read.
-std::optional<double> available_memory_bytes();
+// The memory a command may plan on and where that figure comes from.
+struct MemoryBudget {
+  double bytes = 0;
+  std::string source;  // "MemAvailable", "the cgroup's memory.max", "TANDEM_MEMORY_LIMIT"
+};
 
-// Throws Error(kInvalidArgument) with `what` and the sizes when `needed_bytes` exceeds the
-// headroom share of the available memory (nothing when that is unknown).
-void require_host_memory(double needed_bytes, const std::string& what);
+// TANDEM_MEMORY_LIMIT when set (bytes, with an optional binary K, M, G or T: "512M"), else
+// kMemoryHeadroom of the lower of /proc/meminfo's MemAvailable and what the process's cgroup (v2)
+// has left under memory.max. Empty where none can be read. Throws Error(kInvalidArgument) for a
+// malformed TANDEM_MEMORY_LIMIT.
+std::optional<MemoryBudget> memory_budget();
+
+// Throws Error(kInvalidArgument) "<what> needs 12.3 GiB of host memory; 9.8 GiB is available
+// (MemAvailable)<advice>" when `needed_bytes` exceeds the budget (nothing when it is unknown).
+// `advice` starts with "; " or is empty.
+void require_host_memory(double needed_bytes, const std::string& what, const std::string& advice = "");
+
+// A figure of bytes for messages: "812 MiB", "3.4 GiB".
+std::string memory_text(double bytes);
 
 }  // namespace tandem

@@ -1,9 +1,12 @@
 #include "core/schedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace tandem {
 
@@ -114,8 +117,35 @@ size_t Schedule::op_count() const {
   return symmetric() ? total * static_cast<size_t>(nranks) : total;
 }
 
+namespace {
+const std::optional<MemoryBudget>& schedule_budget() {
+  static const std::optional<MemoryBudget> budget = memory_budget();
+  return budget;
+}
+}  // namespace
+
+int64_t max_schedule_ops() {
+  static const int64_t limit = schedule_budget() ? static_cast<int64_t>(schedule_budget()->bytes / kScheduleBytesPerOp)
+                                                 : std::numeric_limits<int64_t>::max();
+  return limit;
+}
+
+void require_schedule_memory(int64_t ops, Collective collective, Algorithm algorithm, int nranks, bool estimated) {
+  if (ops <= max_schedule_ops()) return;
+  fail(ErrorCode::kInvalidArgument,
+       "the {} {} schedule for {} ranks needs {} {} ops, {} of host memory at about {:.0f} bytes an op; {} is "
+       "available ({}): use fewer ranks, an algorithm with fewer steps, or the rank-symmetric form where there is one "
+       "(tandem schedule --symmetric)",
+       name(algorithm), name(collective), nranks, estimated ? "about" : "more than", ops,
+       memory_text(static_cast<double>(ops) * kScheduleBytesPerOp),
+       kScheduleBytesPerOp, memory_text(schedule_budget()->bytes), schedule_budget()->source);
+}
+
 Schedule expand(const Schedule& schedule) {
   if (!schedule.symmetric()) return schedule;
+  int64_t base_ops = 0;
+  for (const Lane& lane : schedule.ranks.at(0).lanes) base_ops += static_cast<int64_t>(lane.ops.size());
+  require_schedule_memory(base_ops * schedule.nranks, schedule.collective, schedule.algorithm, schedule.nranks);
   Schedule out = schedule;
   out.symmetry = {};
   const RankProgram& base = schedule.ranks.at(0);

@@ -210,6 +210,19 @@ struct Schedule {
 // The explicit form of a symmetric schedule (a copy of an explicit one). Rounds are kept.
 Schedule expand(const Schedule& schedule);
 
+// A schedule's ops live in memory: about this many bytes an op at the peak of building, checking
+// and printing one (the Op, its dependencies, emission order and round; `tandem schedule` of a ring
+// all_reduce peaked at 150-165 bytes an op over 1,024-4,096 ranks).
+inline constexpr double kScheduleBytesPerOp = 160;
+// Throws Error(kInvalidArgument), naming the schedule and what it needs against what is available
+// (core/host_memory.h), when `ops` ops of the explicit form of a `collective` `algorithm` schedule
+// for `nranks` ranks would not fit the host memory budget. build_schedule calls it with an estimate
+// before building (`estimated`), builders and expand() with their running count as they grow.
+void require_schedule_memory(int64_t ops, Collective collective, Algorithm algorithm, int nranks,
+                             bool estimated = false);
+// The most ops a schedule may hold under the budget (INT64_MAX when it is unknown). Read once.
+int64_t max_schedule_ops();
+
 // Maps the chunks of a block to element ranges, by the balanced aligned partition: a block of
 // `count` elements is `units` = ceil(count / align) aligned units; piece i of k over n units
 // starts at i*floor(n/k) + min(i, n mod k). Tiles (pipelining, orthogonal to the algorithm) cut

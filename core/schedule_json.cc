@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace tandem {
 namespace {
@@ -139,6 +140,14 @@ json symmetry_json(const Symmetry& symmetry) {
 }  // namespace
 
 std::string schedule_to_json(const Schedule& s, int indent) {
+  size_t stored_ops = 0;  // a symmetric schedule stores its template only
+  for (const RankProgram& rank : s.ranks) {
+    for (const Lane& lane : rank.lanes) stored_ops += lane.ops.size();
+  }
+  require_host_memory(static_cast<double>(stored_ops) * kScheduleJsonBytesPerOp,
+                      fmt::format("the JSON of the {} {} schedule for {} ranks ({} ops)", name(s.algorithm),
+                                  name(s.collective), s.nranks, stored_ops),
+                      s.symmetric() ? "" : "; print it as text, or write the rank-symmetric form where there is one (--symmetric)");
   json ranks = json::array();
   for (const RankProgram& rank : s.ranks) {
     json lanes = json::array();

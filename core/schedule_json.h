@@ -14,6 +14,11 @@ namespace tandem {
 // symmetric form (docs/schedule-ir.md).
 inline constexpr uint64_t kMaxScheduleFileBytes = uint64_t{1} << 30;  // 1 GiB
 
+// Writing one builds the document in memory first: about this many bytes an op at the peak (the
+// JSON tree and its text; `tandem schedule --json` of a 2,048-rank ring all_reduce, 16.8 M ops,
+// peaked at 18.8 GB). schedule_to_json checks the host memory budget for it (core/host_memory.h).
+inline constexpr double kScheduleJsonBytesPerOp = 1150;
+
 std::string schedule_to_json(const Schedule& schedule, int indent = 1);
 Schedule schedule_from_json(const std::string& text);
 

@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
+#include <limits>
 #include <map>
 #include <queue>
 #include <unordered_map>
@@ -25,6 +25,7 @@
 #include "core/algorithms.h"
 #include "core/schedule_dag.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/faults.h"
 #include "sim/protocol.h"
 
@@ -120,6 +121,19 @@ class TopologyZone : public routing::NetZoneImpl {
 // the Simulator constructor).
 constexpr int kActorStackKiB = 256;
 constexpr int kHeapActorStacksMaxGpus = 1024;
+// The op-by-op simulation has an actor per (rank, lane) and one per connection, all alive at once:
+// a direct all_to_all on n GPUs has n^2 of them. Above this many actors in one run their stacks
+// are always mmapped too (heap stacks are calloc'ed, and a reused heap chunk is cleared whole:
+// 256 KiB resident an actor; 36,864 actors of a 192-GPU all_to_all took 5.2 GB).
+constexpr size_t kHeapActorStacksMaxActors = 4096;
+// What a simulated platform holds per GPU for a collective on all of them: its hosts, links and
+// routes in SimGrid, the route cache and the replayed tree's state (measured: an all_reduce of 1 MiB
+// on 8,192 nodes, 65,536 GPUs, peaked at 2.3 GB; on 16,384 nodes, 131,072 GPUs, at 5.75 GB).
+constexpr double kPlatformBytesPerGpu = 48 * 1024;
+// What an actor of the op-by-op simulation keeps resident with an mmapped stack: the stack pages it
+// touches, its SimGrid actor and context, and its connection's semaphores and queues (measured:
+// a 128-GPU direct all_to_all, 16,512 actors, 284 MB).
+constexpr double kOpByOpActorBytes = 16 * 1024;
 
 // ns-3 models TCP; the fabrics tandem simulates run RDMA over lossless links (no slow start, no
 // window limit, PFC instead of drops). SimGrid's binding exposes no TCP settings, so the defaults
@@ -159,16 +173,46 @@ struct RankState {
   sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
   std::vector<uint64_t> done;  // per lane: ops completed (over all tiles)
 };
+// A first-in first-out list that costs nothing while empty (a deque allocates 576 bytes up front,
+// and a direct all_to_all has three per pair of ranks): a vector read from `head`, reset when drained.
+template <typename T>
+class Fifo {
+ public:
+  void push_back(T value) { items_.push_back(value); }
+  T pop_front() {
+    T value = items_[head_++];
+    if (head_ == items_.size()) {
+      items_.clear();
+      head_ = 0;
+    }
+    return value;
+  }
+
+ private:
+  std::vector<T> items_;
+  size_t head_ = 0;
+};
+
 struct Connection {
   int from = 0, to = 0;
   uint64_t messages = 0;              // over all tiles
-  std::deque<uint64_t> queue;         // bytes of the messages waiting to go
-  std::deque<double> send_slowdowns;  // their SimRequest::send_slowdown (when set)
-  std::deque<double> arrivals;        // when moved messages reach the receiver
+  Fifo<uint64_t> queue;         // bytes of the messages waiting to go
+  Fifo<double> send_slowdowns;  // their SimRequest::send_slowdown (when set)
+  Fifo<double> arrivals;        // when moved messages reach the receiver
   double latency_s = 0;               // route + protocol latency of each message
   sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
-  sg4::SemaphorePtr in_flight = sg4::Semaphore::create(0);
-  sg4::SemaphorePtr delivered = sg4::Semaphore::create(0);
+  sg4::SemaphorePtr moved = sg4::Semaphore::create(0);
+
+  // The receiver's side: waits until the next message has moved, then until it arrives a route's
+  // latency later. Messages of a connection move one after the other with the same latency, so
+  // they arrive in order whenever the receiver asks. (A second actor per connection that slept
+  // until each arrival did the same for twice the actors: 16 KB of memory each, n^2 of them in a
+  // direct all_to_all.)
+  void receive() {
+    moved->acquire();
+    const double at = arrivals.pop_front();
+    if (at > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(at);
+  }
 };
 
 // What the op-by-op actors share; it outlives them (Impl::run_op_by_op holds it until the engine
@@ -350,6 +394,8 @@ Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec
          "use the fluid model (--network fluid)",
          topology.gpu_count(), kMaxPacketGpus);
   }
+  require_host_memory(static_cast<double>(topology.gpu_count()) * kPlatformBytesPerGpu,
+                      fmt::format("a simulated platform of {} GPUs", topology.gpu_count()), "; use fewer nodes");
   if (g_platform_built.exchange(true)) {
     fail(ErrorCode::kBackend, "SimGrid allows one simulated platform per process; run further clusters with "
                               "run_sweep (one child process each)");
@@ -956,6 +1002,16 @@ double Simulator::Impl::run_op_by_op(const Schedule& schedule, const SimRequest&
   }
   run.states.resize(static_cast<size_t>(static_cast<int>(placements.size()) * schedule.nranks));
   add_connections(run);
+  size_t actors = run.connections.size();
+  for (size_t r = 0; r < run.states.size(); ++r) actors += run.program_of(static_cast<int>(r)).lanes.size();
+  require_host_memory(static_cast<double>(actors) * kOpByOpActorBytes,
+                      fmt::format("simulating the {} {} on {} ranks op by op ({} actors, one per connection and lane)",
+                                  name(schedule.algorithm), name(schedule.collective), run.states.size(), actors),
+                      "; use fewer GPUs, or an algorithm the simulator replays (ring, tree, pat: docs/simulator.md)");
+  if (actors > kHeapActorStacksMaxActors) {
+    mallopt(M_MMAP_THRESHOLD, kActorStackKiB * 1024 / 2);
+    mallopt(M_MMAP_MAX, std::numeric_limits<int>::max());
+  }
   // A connection moves its messages' bytes one after the other (SimGrid flows with the route's
   // latency switched off) and hands each to a delay line of the route's latency: latencies of
   // consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
@@ -999,8 +1055,8 @@ void Simulator::Impl::add_connections(OpByOpRun& run) const {
   }
 }
 
-// Two actors per connection: one moves its messages' bytes in order (a straggling or slowed
-// sender holding the connection longer), one delivers each a route's latency after it moved.
+// One actor per connection: it moves its messages' bytes in order (a straggling or slowed sender
+// holding the connection longer); the receiver waits out the latency (Connection::receive).
 void Simulator::Impl::start_connection_actors(OpByOpRun& run) {
   const bool packet = zone == nullptr;
   // Every connection's route first (this is where a pair with no route left around dead links
@@ -1024,29 +1080,18 @@ void Simulator::Impl::start_connection_actors(OpByOpRun& run) {
                        [c, from, to, latency, packet, slowdown, slowed_sends] {
       for (uint64_t m = 0; m < c->messages; ++m) {
         c->queued->acquire();
-        const uint64_t bytes = c->queue.front();
-        c->queue.pop_front();
+        const uint64_t bytes = c->queue.pop_front();
         const double began = sg4::Engine::get_clock();
         // ns-3 carries a message as one TCP flow (at most 4 GiB; an empty one never completes).
         if (!packet || bytes > 0) sg4::Comm::sendto(from, to, bytes);
         if (slowdown != 1.0) sg4::this_actor::sleep_for((slowdown - 1.0) * (sg4::Engine::get_clock() - began));
         if (slowed_sends) {
-          const double factor = c->send_slowdowns.front();
-          c->send_slowdowns.pop_front();
+          const double factor = c->send_slowdowns.pop_front();
           const double spent = std::max(sg4::Engine::get_clock() - began, kMinSlowedTransfer_s);
           if (factor > 1.0) sg4::this_actor::sleep_for((factor - 1.0) * spent);
         }
         c->arrivals.push_back(sg4::Engine::get_clock() + latency);
-        c->in_flight->release();
-      }
-    });
-    sg4::Actor::create(fmt::format("d{}-{}", c->from, c->to), to, [c] {
-      for (uint64_t m = 0; m < c->messages; ++m) {
-        c->in_flight->acquire();
-        const double at = c->arrivals.front();
-        c->arrivals.pop_front();
-        if (at > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(at);
-        c->delivered->release();
+        c->moved->release();
       }
     });
   }
@@ -1096,7 +1141,7 @@ void Simulator::Impl::start_lane_actors(OpByOpRun& run) {
               }
               case OpKind::kRecv:
               case OpKind::kRecvReduce:
-                run.connections.at({run.peer_of(r, op.peer), r, l}).delivered->acquire();
+                run.connections.at({run.peer_of(r, op.peer), r, l}).receive();
                 break;
               case OpKind::kCopy:
                 sg4::this_actor::execute(slowdown * 2.0 * static_cast<double>(run.sizer.bytes(op.dst, t)));

@@ -12,6 +12,7 @@
 #error "tests/support/cli_runner.h needs TANDEM_BINARY, the tandem binary's path (see the comment above)"
 #endif
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,6 +85,33 @@ inline Outcome run_tandem_limited(const std::string& args, long memory_kib = 4'0
   const int status = std::system(command.c_str());
   Outcome outcome;
   outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  outcome.out = read_text(out);
+  outcome.err = read_text(err);
+  return outcome;
+}
+
+// Runs `tandem <args>` as run_tandem does and also reports the run's peak resident memory (KiB),
+// for tests that hold a command to a memory figure without limiting its address space (rank threads
+// reserve 8 MiB of stack each: a thousand of them would fail any ulimit -v that means anything).
+struct MeasuredOutcome : Outcome {
+  long peak_rss_kib = 0;
+};
+inline MeasuredOutcome run_tandem_measured(const std::string& args, const std::string& env = "") {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const std::string command =
+      fmt::format("{} exec '{}' {} >'{}' 2>'{}' </dev/null", env, TANDEM_BINARY, args, out, err);
+  MeasuredOutcome outcome;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  if (pid > 0 && wait4(pid, &status, 0, &usage) == pid) {
+    outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    outcome.peak_rss_kib = usage.ru_maxrss;
+  }
   outcome.out = read_text(out);
   outcome.err = read_text(err);
   return outcome;
