@@ -20,6 +20,8 @@
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "core/host_memory.h"
+#include "core/text.h"
 
 namespace tandem {
 namespace {
@@ -32,8 +34,11 @@ using pickle::List;
 using pickle::Tuple;
 using pickle::Value;
 
-// A ring larger than this is a typo, not a plan: PyTorch's default is 2000.
-constexpr size_t kMaxFrCapacity = 10'000'000;
+// Memory while reading dumps, per byte of dump file: what a parsed FrDump keeps (its strings
+// unshared, where the pickle memoizes them), and what a thread holds while parsing one file (the
+// bytes and the pickle::Value tree). Measured with bench/fr_bench.sh (see docs/flight-recorder.md).
+constexpr double kFrReadBytesPerFileByte = 3;
+constexpr double kFrParseBytesPerFileByte = 10;
 // read_dump_dir parses dumps on up to this many threads (and no more than the machine has cores).
 constexpr unsigned kMaxReadThreads = 8;
 // JSON dumps are flat (depth 4); the limit keeps the conversion to pickle::Value shallow.
@@ -341,8 +346,9 @@ class DumpReader {
     }
   }
 
+  // Names end up on terminals and in reports: control characters are kept escaped (core/text.h).
   std::string text(const Value& v, const Path& path) const {
-    return typed(path, [&] { return v.as_string(); });
+    return printable(typed(path, [&] { return std::cref(v.as_string()); }).get());
   }
   int64_t integer(const Value& v, const Path& path) const {
     return typed(path, [&] { return v.as_int(); });
@@ -465,7 +471,7 @@ class DumpReader {
   // None in pickle, 0 in JSON: not discovered yet.
   std::optional<int64_t> discovered_time(const Value* v, const Path& path) const {
     if (v == nullptr || v->is_none()) return std::nullopt;
-    const int64_t time_ns = integer(*v, path);
+    const int64_t time_ns = integer_in(*v, path, 0, kMaxFrTimeNs);
     if (json_ && time_ns == 0) return std::nullopt;
     return time_ns;
   }
@@ -524,9 +530,12 @@ class DumpReader {
     e.p2p_seq_id = integer(at("p2p_seq_id"), sub("p2p_seq_id"));
     e.op_id = integer(at("op_id"), sub("op_id"));
     e.profiling_name = text(at("profiling_name"), sub("profiling_name"));
-    e.time_created_ns = integer(at("time_created_ns"), sub("time_created_ns"));
+    e.time_created_ns = integer_in(at("time_created_ns"), sub("time_created_ns"), 0, kMaxFrTimeNs);
     if (const Value* duration = find("duration_ms"); duration != nullptr && !duration->is_none()) {
       e.duration_ms = typed(sub("duration_ms"), [&] { return duration->as_number(); });
+      if (!(*e.duration_ms >= 0 && *e.duration_ms <= kMaxFrDurationMs)) {
+        bad(sub("duration_ms"), fmt::format("{} out of range [0, {:g}]", *e.duration_ms, kMaxFrDurationMs));
+      }
     }
     e.input_sizes = sizes(at("input_sizes"), sub("input_sizes"));
     e.input_dtypes = strings(at("input_dtypes"), sub("input_dtypes"));
@@ -586,6 +595,21 @@ struct DumpFile {
 // Reads and parses each file, on several threads (reading is most of `tandem fr analyze`, and the
 // dumps are independent). What fails is what a loop over the files in order would meet first.
 std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
+  const size_t threads = std::min<size_t>({files.size(), std::max(1u, std::thread::hardware_concurrency()), kMaxReadThreads});
+  // Every dump stays in memory once read, and each thread holds one file's bytes and parse tree
+  // while it reads: check both against the budget before reading any.
+  uint64_t total_bytes = 0, largest_bytes = 0;
+  for (const DumpFile& file : files) {
+    std::error_code error;
+    const uintmax_t bytes = fs::file_size(file.path, error);
+    if (error) continue;  // read_file_bounded says why
+    total_bytes += bytes;
+    largest_bytes = std::max<uint64_t>(largest_bytes, bytes);
+  }
+  require_host_memory(static_cast<double>(total_bytes) * kFrReadBytesPerFileByte +
+                          static_cast<double>(threads * largest_bytes) * kFrParseBytesPerFileByte,
+                      fmt::format("reading {} flight-recorder dumps ({} in all, the largest {})", files.size(),
+                                  byte_size_text(total_bytes), byte_size_text(largest_bytes)));
   std::vector<FrDump> dumps(files.size());
   std::vector<std::exception_ptr> errors(files.size());
   std::atomic<size_t> next{0};
@@ -608,7 +632,6 @@ std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
       }
     }
   };
-  const size_t threads = std::min<size_t>({files.size(), std::max(1u, std::thread::hardware_concurrency()), kMaxReadThreads});
   {
     std::vector<std::jthread> helpers;  // joined on leaving the block, also when starting one fails
     for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
@@ -831,9 +854,14 @@ std::string to_json(const FrDump& dump) {
 }
 
 FrDump parse_dump(std::string_view bytes, const std::string& source) {
+  // A UTF-8 byte-order mark (an editor's) can only start text: JSON. It is not part of the JSON.
+  constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+  if (bytes.starts_with(kByteOrderMark)) bytes.remove_prefix(kByteOrderMark.size());
   const size_t first = bytes.find_first_not_of(" \t\r\n");
   if (first == std::string_view::npos) fail(ErrorCode::kFormat, "{}: empty flight-recorder dump", source);
-  const bool is_json = bytes[first] == '{';
+  // Pickles start with PROTO (0x80) or, at protocols 0 and 1, an opcode such as '(' or '}'; '[' is
+  // no pickle opcode, so a top-level array is JSON (and refused as "not an object" by the reader).
+  const bool is_json = bytes[first] == '{' || bytes[first] == '[';
   Value root;
   try {
     root = is_json ? parse_json(bytes) : pickle::loads(bytes);

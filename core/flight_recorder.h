@@ -153,6 +153,14 @@ std::vector<std::filesystem::path> write_dumps(const std::vector<FrDump>& dumps,
 // PyTorch's pickle, more in JSON), so 1 GiB holds millions: a thousand times PyTorch's default ring
 // of 2000 (FrConfig::capacity), and more than a ring tandem is ever asked to keep in practice.
 inline constexpr uint64_t kMaxFrDumpFileBytes = uint64_t{1} << 30;  // 1 GiB
+// A ring larger than this is a typo, not a plan: PyTorch's default is 2000. A full ring's dump must
+// stay readable under kMaxFrDumpFileBytes: an entry is about 160 bytes of pickle and up to about
+// 700 of JSON, so 1,000,000 entries write at most 0.7 GB.
+inline constexpr size_t kMaxFrCapacity = 1'000'000;
+// Times in a dump are nanoseconds of the recording clock: 0 to 2^62 (year 2116 of the Unix epoch),
+// so that differences of two never overflow; durations up to a year.
+inline constexpr int64_t kMaxFrTimeNs = int64_t{1} << 62;
+inline constexpr double kMaxFrDurationMs = 365.0 * 24 * 3600 * 1000;
 
 // Reads every dump in `dir` whose file name is `<prefix><digits>` (prefix empty: inferred from
 // the names as PyTorch's analyzer splits them, `(.*?)(\d+)$`, taking the stem most files share);

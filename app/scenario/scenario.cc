@@ -493,7 +493,7 @@ Outputs read_outputs(const Reader& reader, const Mapping& top) {
     outputs.dump_format = reader.at(*format, mapping.path("dump_format"), [&] { return parse_fr_format(text); });
   }
   if (const YAML::Node* size = mapping.find("fr_buffer_size")) {
-    outputs.fr_buffer_size = static_cast<size_t>(reader.integer(*size, mapping.path("fr_buffer_size"), 0, 10000000));
+    outputs.fr_buffer_size = static_cast<size_t>(reader.integer(*size, mapping.path("fr_buffer_size"), 0, static_cast<int64_t>(kMaxFrCapacity)));
   }
   return outputs;
 }

@@ -20,6 +20,7 @@
 #include "app/report/nccl_tests_table.h"
 #include "app/scenario/scenario.h"
 #include "core/error.h"
+#include "core/text.h"
 
 namespace tandem::app {
 
@@ -83,6 +84,10 @@ class Reader {
   std::string text(const YAML::Node& node, std::string_view path) const {
     std::string value = scalar(node, path);
     if (value.empty()) fail_at(node, "{} must not be empty", path);
+    if (const size_t at = find_control_character(value, /*layout_allowed=*/true); at != std::string::npos) {
+      fail_at(node, "{} has a control character (byte 0x{:02x} at position {}): names are printed on terminals", path,
+              static_cast<unsigned char>(value[at]), at);
+    }
     return value;
   }
 

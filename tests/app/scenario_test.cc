@@ -382,6 +382,10 @@ std::vector<Rejection> rejections() {
       {"second document", minimal_plus("---\nname: other\n"),
        "t.yaml:9:1: a second YAML document: a scenario is one document"},
       {"NUL byte", minimal_plus(std::string("description: \"a\0b\"\n", 19)), "t.yaml:8:16: a NUL byte"},
+      // Names are printed on terminals: an escape sequence in one could retitle or clear the screen.
+      {"control character in a name",
+       "tandem_scenario: 1\nname: \"t\\e]0;x\\a\"\n" + std::string(kMinimal).substr(std::string(kMinimal).find("cluster:")),
+       "t.yaml:2:7: name has a control character (byte 0x1b at position 1)"},
       {"deep nesting", minimal_plus("description: " + std::string(100, '[') + std::string(100, ']') + "\n"),
        "t.yaml:8:78: nested deeper than 64 levels"},
   };

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -347,7 +348,7 @@ TEST(FrConfig, ReadsTheVariablesNewestNameFirst) {
 }
 
 TEST(FrConfig, InvalidValuesNameTheVariable) {
-  for (const char* bad : {"abc", "-1", "12x", "99999999999999999999", "100000000"}) {
+  for (const char* bad : {"abc", "-1", "12x", "99999999999999999999", "100000000", "1000001"}) {
     const ScopedEnv env({{"TORCH_FR_BUFFER_SIZE", bad}});
     expect_error([] { FrConfig::from_env(); }, ErrorCode::kInvalidArgument, {"TORCH_FR_BUFFER_SIZE", bad});
   }
@@ -426,6 +427,8 @@ TEST(FrFormats, ParseDumpRoundTripsBothFormats) {
   EXPECT_EQ(parse_dump(to_pickle(original), "a.pkl"), original);
   EXPECT_EQ(parse_dump(to_json(original), "a.json"), original);
   EXPECT_EQ(parse_dump("  \n" + to_json(original), "a.json"), original);  // space before the '{'
+  // An editor's UTF-8 byte-order mark before the JSON.
+  EXPECT_EQ(parse_dump("\xEF\xBB\xBF" + to_json(original), "a.json"), original);
   FrDump empty;
   empty.comm_lib_version = "x";
   EXPECT_EQ(parse_dump(to_pickle(empty), "e.pkl"), empty);
@@ -463,6 +466,18 @@ Value older_dump(const char* version) {
               {"pg_config", Dict{{"0", Dict{{"name", "0"}, {"desc", "default_pg"}, {"ranks", List{0, 1}}}}}},
               {"entries", List{entry}},
               {"some_later_key", 1}};
+}
+
+// Names reach terminals and reports: control characters come out escaped, in both formats.
+TEST(FrFormats, ControlCharactersInNamesAreEscaped) {
+  FrDump dump = rich_dump();
+  dump.groups[0].desc = "\x1b]0;owned\x07\x1b[2Jdefault_pg";
+  dump.entries[0].thread_name = "worker\r";
+  for (const std::string& bytes : {to_pickle(dump), to_json(dump)}) {
+    const FrDump read = parse_dump(bytes, "r");
+    EXPECT_EQ(read.groups[0].desc, "\\x1b]0;owned\\x07\\x1b[2Jdefault_pg");
+    EXPECT_EQ(read.entries[0].thread_name, "worker\\x0d");
+  }
 }
 
 TEST(FrFormats, ReadsOlderPyTorchVersions) {
@@ -546,6 +561,13 @@ TEST(FrFormats, ProblemsNameTheSourceAndTheField) {
   bad(with([&](Dict& r) { set(entry0(r), "state", 1); }), {"dumps/rank_3: entries[0].state: expected str, got int"});
   bad(with([&](Dict& r) { set(entry0(r), "state", "lost"); }), {"entries[0].state: unknown state 'lost'"});
   bad(with([&](Dict& r) { set(entry0(r), "record_id", -1); }), {"entries[0].record_id: -1 out of range"});
+  // Times are checked so that replay's clock (differences of two) cannot overflow.
+  bad(with([&](Dict& r) { set(entry0(r), "time_created_ns", std::numeric_limits<int64_t>::min()); }),
+      {"entries[0].time_created_ns: -9223372036854775808 out of range [0, 4611686018427387904]"});
+  bad(with([&](Dict& r) { set(entry0(r), "time_discovered_started_ns", -5); }),
+      {"entries[0].time_discovered_started_ns: -5 out of range"});
+  bad(with([&](Dict& r) { set(entry0(r), "duration_ms", std::numeric_limits<double>::quiet_NaN()); }),
+      {"entries[0].duration_ms: nan out of range"});
   bad(with([&](Dict& r) { set(entry0(r), "process_group", List{"0"}); }), {"entries[0].process_group"});
   bad(with([&](Dict& r) { set(entry0(r), "input_sizes", List{List{"3"}}); }), {"entries[0].input_sizes"});
   bad(with([&](Dict& r) { entry0(r).erase(entry0(r).begin()); }), {"entries[0]: missing key 'record_id'"});
@@ -564,6 +586,9 @@ TEST(FrFormats, ProblemsNameTheSourceAndTheField) {
       {"pg_status['7']: no group 7 (3 in pg_config)"});
   bad(with([&](Dict& r) { r.erase(r.begin() + 2); }), {"(top level): missing key 'pg_config'"});
   expect_error([] { parse_dump("", "f"); }, ErrorCode::kFormat, {"f: empty flight-recorder dump"});
+  // A top-level array is JSON ('[' is no pickle opcode), refused as such rather than as a pickle.
+  expect_error([] { parse_dump("[" + to_json(rich_dump()) + "]", "a.json"); }, ErrorCode::kFormat,
+               {"a.json: (top level): expected a dict, got list"});
   expect_error([] { parse_dump("\x80\x02\x63os\nsystem\n.", "f"); }, ErrorCode::kFormat,
                {"f: unsupported pickle opcode 0x63 (GLOBAL) at byte 2"});
   expect_error([] { parse_dump("{\"version\": ", "f.json"); }, ErrorCode::kFormat, {"f.json: bad JSON"});
