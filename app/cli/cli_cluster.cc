@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "app/cli/cli_paths.h"
 #include "core/error.h"
 
 namespace tandem::app {
@@ -22,29 +23,29 @@ void add_cluster_options(CLI::App& command, ClusterOptions& options) {
   command.add_option("--nics-per-node", options.nics_per_node,
                      "NICs per node, dividing the GPUs per node (default: the preset's, one per GPU)");
   command.add_option("--nic-gbps", options.nic_Gbps, "NIC line rate in Gb/s, e.g. 400 or 800 (default: the preset's)")
-      ->check(CLI::Range(models::kMinLinkGbps, models::kMaxLinkGbps));
+      ->check(number_range(models::kMinLinkGbps, models::kMaxLinkGbps));
   command.add_option("--pcie-GBps", options.pcie_GBps, "GPU <-> NIC PCIe bandwidth in GB/s per direction")
-      ->check(CLI::Range(models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8));
+      ->check(number_range(models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8));
   command.add_option("--fabric", options.fabric, "rail-optimized (default), fat-tree or single-switch");
   command.add_option("--spines", options.spines, "spine switches (default: derived from the leaf ports)")
       ->check(CLI::Range(1, models::kMaxSpines));
   command
       .add_option("--oversubscription", options.oversubscription,
                   "leaf downlink : uplink bandwidth ratio, e.g. 2 for 2:1 (default 1)")
-      ->check(CLI::Range(models::kMinOversubscription, models::kMaxOversubscription));
+      ->check(number_range(models::kMinOversubscription, models::kMaxOversubscription));
   command
       .add_option("--nodes-per-leaf", options.nodes_per_leaf,
                   "nodes under one leaf group (rail-optimized: a scalable unit; default: 32 leaf ports)")
       ->check(CLI::Range(1, models::kMaxNodes));
   command.add_flag("--sharp", options.sharp, "the switches reduce in the network (InfiniBand SHARP: NCCL CollNet)");
   command.add_option("--nvlink-latency-us", options.nvlink_latency_us, "GPU <-> NVSwitch link latency")
-      ->check(CLI::Range(0.0, models::kMaxLatencyUs));
+      ->check(number_range(0.0, models::kMaxLatencyUs));
   command.add_option("--pcie-latency-us", options.pcie_latency_us, "GPU <-> NIC link latency")
-      ->check(CLI::Range(0.0, models::kMaxLatencyUs));
+      ->check(number_range(0.0, models::kMaxLatencyUs));
   command.add_option("--nic-latency-us", options.nic_latency_us, "NIC <-> leaf link latency")
-      ->check(CLI::Range(0.0, models::kMaxLatencyUs));
+      ->check(number_range(0.0, models::kMaxLatencyUs));
   command.add_option("--switch-latency-us", options.switch_latency_us, "leaf <-> spine link latency")
-      ->check(CLI::Range(0.0, models::kMaxLatencyUs));
+      ->check(number_range(0.0, models::kMaxLatencyUs));
 }
 
 models::ClusterSpec cluster_spec(const ClusterOptions& options) {

@@ -1,7 +1,10 @@
 #include "app/cli/cli_paths.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -48,6 +51,18 @@ void check_output_file(const std::string& path, std::string_view option, const s
   if (const std::string problem = output_file_problem(path, will_create); !problem.empty()) {
     fail(ErrorCode::kInvalidArgument, "{}: {}", option, problem);
   }
+}
+
+CLI::Validator number_range(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        if (!(value >= min && value <= max)) return fmt::format("{} is outside {:g} to {:g}", text, min, max);
+        return "";
+      },
+      fmt::format("in [{:g}, {:g}]", min, max));
 }
 
 }  // namespace tandem::app

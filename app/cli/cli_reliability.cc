@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/cli/cli_cluster.h"
+#include "app/cli/cli_paths.h"
 #include "app/common/common.h"
 #include "app/cli/commands.h"
 #include "app/report/nccl_tests_table.h"
@@ -437,7 +438,7 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--rates", options->rates, "failure-rate table: llama3, rsc1 or rsc2")->capture_default_str();
   command->add_option("--rate-scale", options->rate_scale, "multiply every failure rate by this")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, models::kMaxRateScale));
+      ->check(number_range(0.0, models::kMaxRateScale));
   command->add_option("--cause-rate", options->cause_rates,
                       "CAUSE=RATE: one cause's rate in failures per 10^6 GPU-hours (or node-hours), e.g. "
                       "faulty_gpu=5; repeatable");
@@ -445,12 +446,12 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
       command
           ->add_option("--checkpoint-write-s", options->checkpoint_write_s,
                        fmt::format("checkpoint write time delta in s (default {:g})", kDefaultCheckpointWrite_s))
-          ->check(CLI::Range(1e-6, models::kMaxDuration_s));
+          ->check(number_range(1e-6, models::kMaxDuration_s));
   auto* bandwidth =
       command
           ->add_option("--checkpoint-GBps", options->checkpoint_GBps,
                        "storage write bandwidth for the whole job, GB/s: delta = bytes per GPU x GPUs / bandwidth")
-          ->check(CLI::Range(1e-6, 1e9))
+          ->check(number_range(1e-6, 1e9))
           ->excludes(write);
   auto* bytes = command->add_option("--checkpoint-bytes-per-gpu", options->checkpoint_bytes_per_gpu,
                                     "checkpoint bytes per GPU (16G, 1.5G: binary units); with --checkpoint-GBps");
@@ -459,38 +460,38 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
   command
       ->add_option("--checkpoint-blocking-s", options->checkpoint_blocking_s,
                    "how long training stalls per checkpoint, s (default: the write time, a synchronous save)")
-      ->check(CLI::Range(0.0, models::kMaxDuration_s));
+      ->check(number_range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--checkpoint-load-s", options->checkpoint_load_s,
                    "checkpoint load time on restart, s (default: the write time)")
-      ->check(CLI::Range(0.0, models::kMaxDuration_s));
+      ->check(number_range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--checkpoint-interval", options->checkpoint_interval,
                    "auto (Daly at the MTBF between restarts), young, daly, or a duration: 90s, 30m, 2h")
       ->capture_default_str();
   command->add_option("--detect-s", options->detection_s, "failure detection time, s")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, models::kMaxDuration_s));
+      ->check(number_range(0.0, models::kMaxDuration_s));
   command->add_option("--rendezvous-s", options->rendezvous_s, "rescheduling and rendezvous time on restart, s")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, models::kMaxDuration_s));
+      ->check(number_range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--init-s", options->init_s,
                    "communicator initialisation on restart, s (default: the simulated start-up)")
-      ->check(CLI::Range(0.0, models::kMaxDuration_s));
+      ->check(number_range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--recovery", options->recovery,
                    "in-place recovery policies, comma-separated: retry, reroute, shrink, or none")
       ->capture_default_str();
   command->add_option("--in-place-recovery-s", options->in_place_recovery_s, "cost of one in-place recovery, s")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, models::kMaxDuration_s));
+      ->check(number_range(0.0, models::kMaxDuration_s));
   command->add_option("--mfu", options->mfu, "program goodput (e.g. MFU, 0-1]: goodput = ETTR x MFU")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_range(0.0, 1.0));
   command
       ->add_option("--target-mtbf-hours", options->target_mtbf_hours,
                    "the MTBF between restarts to reach: the in-place fraction it needs")
-      ->check(CLI::Range(1e-6, models::kMaxDuration_s / 3600));
+      ->check(number_range(1e-6, models::kMaxDuration_s / 3600));
   command->add_flag("--json", options->json, "print JSON instead of tables");
   command->callback([options, command, &status] {
     options->nodes_given = command->count("--nodes") > 0;

@@ -378,8 +378,10 @@ TEST(Cli, OutputPathsAreCheckedBeforeTheRun) {
 TEST(Cli, PhysicalRangesAndContradictionsAreRefused) {
   expect_usage_error(run_tandem("bound all_reduce 1G --nvlink-latency-us 1e300"), "--nvlink-latency-us");
   expect_usage_error(run_tandem("bound all_reduce 1G --oversubscription 1e300"), "--oversubscription");
-  expect_usage_error(run_tandem("bound all_reduce 1G --nic-gbps 1e-300"), "--nic-gbps");
-  expect_usage_error(run_tandem("reliability --gpus 16 --rate-scale 1e308"), "--rate-scale");
+  // Bounds said in the shortest form (CLI11's Range printed "0.010000 to 100000.000000").
+  expect_usage_error(run_tandem("bound all_reduce 1G --nic-gbps 1e-300"), "--nic-gbps: 1e-300 is outside 0.01 to 100000");
+  expect_usage_error(run_tandem("bound all_reduce 1G --nic-gbps fast"), "--nic-gbps");
+  expect_usage_error(run_tandem("reliability --gpus 16 --rate-scale 1e308"), "--rate-scale: 1e308 is outside 0 to 1e+06");
   expect_usage_error(run_tandem("reliability --gpus 16 --cause-rate faulty_gpu=1e300"), "--cause-rate");
   expect_usage_error(run_tandem("reliability --gpus 16 --recovery none,retry"), "'none' cannot be combined");
   expect_usage_error(run_tandem("bench all_reduce --backend host --network packet -b 8 -e 8"),
