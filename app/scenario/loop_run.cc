@@ -25,6 +25,10 @@
 namespace tandem::app {
 namespace {
 
+// An iteration within this share of its fault-free time took that time: a fault active in it had
+// no effect (timings are sums of the same simulated or measured steps, equal up to rounding).
+constexpr double kNoEffectTolerance = 1e-6;
+
 using nlohmann::json;
 
 // What every backend shares: the cluster, the ranks' GPUs, the fault injector.
@@ -331,13 +335,20 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
     text += "Faults:\n";
     for (size_t i = 0; i < scenario.faults.faults.size(); ++i) {
       std::vector<int> hit;
+      bool effect = false;  // some iteration it was active in went otherwise than without faults
       for (const IterationResult& it : results.iterations) {
-        if (std::find(it.faults.begin(), it.faults.end(), static_cast<int>(i)) != it.faults.end())
-          hit.push_back(it.iteration);
+        if (std::find(it.faults.begin(), it.faults.end(), static_cast<int>(i)) == it.faults.end()) continue;
+        hit.push_back(it.iteration);
+        effect = effect || it.outcome != Outcome::kCompleted || it.attempts > 1 || it.rerouted ||
+                 it.seconds > it.fault_free_seconds * (1 + kNoEffectTolerance);
       }
-      text += fmt::format(
-          "  #{} {}: {}\n", i, scenario.faults.faults[i].describe(),
-          hit.empty() ? std::string("never hit") : fmt::format("hit iteration(s) {}", fmt::join(hit, ", ")));
+      std::string seen = "never hit";
+      if (!hit.empty()) {
+        seen = fmt::format("{} iteration(s) {}", effect ? "hit" : "active in", fmt::join(hit, ", "));
+        // A link no transfer crosses, or a slow-down off the critical path: say it changed nothing.
+        if (!effect) seen += ", with no effect (each completed at once in its fault-free time)";
+      }
+      text += fmt::format("  #{} {}: {}\n", i, scenario.faults.faults[i].describe(), seen);
     }
   }
   text += "\n iter  outcome                 attempts    time (us)  fault-free (us)    cost (us)  note\n";

@@ -387,3 +387,32 @@ TEST(RunCli, DumpsWithoutAnOutputFolderAreRemovedAndAMissingDumpFolderIsRefused)
 }
 
 }  // namespace
+
+// A fault on a link no transfer crosses changes nothing; the report says so instead of "hit" (a
+// fault that did slow the ring is still "hit": the link-flap scenario's expectations above).
+TEST(RunCli, AFaultWithNoEffectIsReportedAsSuch) {
+  const std::string scenario = write_scenario("unused_link.yaml", R"(tandem_scenario: 1
+name: unused-link
+cluster: {preset: dgx-h100, nodes: 2}
+workload: {type: collective-loop, collective: all_reduce, size: 1M, algorithm: ring, iterations: 2, gpus_per_node: 1}
+faults:
+  - {kind: link_degrade, link: n0-nic5-uplink, factor: 0.1, at_collective: 0}
+recovery: {watchdog_ms: 100, action: abort}
+)");
+  const Outcome unused = run_tandem("run " + scenario);
+  ASSERT_EQ(unused.exit_code, 0) << unused.err;
+  EXPECT_TRUE(contains(unused.out, "at collective 0: active in iteration(s) 0, 1, with no effect (each completed at "
+                                   "once in its fault-free time)"))
+      << unused.out;
+  const std::string on_path = R"(tandem_scenario: 1
+name: used-link
+cluster: {preset: dgx-h100, nodes: 2}
+workload: {type: collective-loop, collective: all_reduce, size: 1M, algorithm: ring, iterations: 2, gpus_per_node: 1}
+faults:
+  - {kind: link_degrade, link: n0-nic0-uplink, factor: 0.1, at_collective: 0}
+recovery: {watchdog_ms: 100, action: abort}
+)";
+  const Outcome slowed = run_tandem("run " + write_scenario("used_link.yaml", on_path));
+  ASSERT_EQ(slowed.exit_code, 0) << slowed.err;
+  EXPECT_TRUE(contains(slowed.out, "at collective 0: hit iteration(s) 0, 1\n")) << slowed.out;
+}
