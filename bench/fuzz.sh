@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes tandem's input readers with libFuzzer (ASan + UBSan): the schedule JSON reader (and the
 # validate / symbolic_check that `tandem schedule --check` runs after it), the scenario YAML loader,
-# and the pickle / flight-recorder dump reader.
+# the pickle / flight-recorder dump reader (pickle and JSON dumps), the results.json reader of
+# `tandem report` (down to the page it writes) and the capacity-plan YAML loader.
 #
 # Usage: bench/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
 #   Configures build-fuzz with clang (TANDEM_FUZZ=ON, no tests, no benchmarks), builds only the fuzz
@@ -20,7 +21,7 @@ seconds=${1:-60}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "fuzz.sh: SECONDS must be a positive integer" >&2; exit 2; }
 out=${OUT:-build-fuzz/out}
 jobs=${JOBS:-2}
-targets=${TARGETS:-fuzz_schedule_json fuzz_scenario_yaml fuzz_pickle}
+targets=${TARGETS:-fuzz_schedule_json fuzz_scenario_yaml fuzz_pickle fuzz_results_json fuzz_plan_yaml}
 build="build-fuzz"
 
 mkdir -p "$out"
