@@ -36,7 +36,8 @@ using pickle::Value;
 
 // Memory while reading dumps, per byte of dump file: what a parsed FrDump keeps (its strings
 // unshared, where the pickle memoizes them), and what a thread holds while parsing one file (the
-// bytes and the pickle::Value tree). Measured with bench/fr_bench.sh (see docs/flight-recorder.md).
+// bytes and the pickle::Value tree). Upper bounds: `tandem fr analyze` of 4,096 PyTorch-style pickle
+// dumps of 100 entries (177 MB, bench/fr_bench.sh's layout) peaked at 380 MB, 2.1 bytes a file byte.
 constexpr double kFrReadBytesPerFileByte = 3;
 constexpr double kFrParseBytesPerFileByte = 10;
 // read_dump_dir parses dumps on up to this many threads (and no more than the machine has cores).
