@@ -20,20 +20,6 @@ using tandem::testing::run_tandem;
 using tandem::testing::run_tandem_limited;
 using tandem::testing::run_tandem_measured;
 
-bool sanitized() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  return true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  return true;
-#else
-  return false;
-#endif
-#else
-  return false;
-#endif
-}
-
 // Refused before anything is built: the estimate from three small probes is exact for a ring
 // (n x 2(n-1) sends and receives) and for recursive doubling (n x log2 n x 2).
 TEST(MemoryBudget, ScheduleOfAMillionRanksIsRefusedAtOnce) {
@@ -70,7 +56,7 @@ TEST(MemoryBudget, MalformedLimitIsNamed) {
 
 // 8-byte all_reduces on 1,024 host ranks: kilobytes a rank (4.2 GB in all before, 80 MB now).
 TEST(MemoryBudget, HostRanksCostKilobytes) {
-  if (sanitized()) GTEST_SKIP() << "sanitizers multiply memory";
+  if (tandem::testing::kSanitizerBuild) GTEST_SKIP() << "sanitizers multiply memory";
   const MeasuredOutcome outcome = run_tandem_measured("bench all_reduce -g 1024 -b 8 -e 8 -n 1 -w 0 -c 1");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
   EXPECT_LT(outcome.peak_rss_kib, 400 * 1024) << "peak RSS of 1,024 host ranks";
@@ -80,7 +66,7 @@ TEST(MemoryBudget, HostRanksCostKilobytes) {
 // A direct all_to_all on 192 GPUs runs 36,864 actors at once in the op-by-op simulation: 589 MB
 // with mmapped stacks, 5.2 GB when reused heap stacks were cleared whole.
 TEST(MemoryBudget, SimulatedAllToAllActorsStaySmall) {
-  if (sanitized()) GTEST_SKIP() << "sanitizers multiply memory";
+  if (tandem::testing::kSanitizerBuild) GTEST_SKIP() << "sanitizers multiply memory";
   const MeasuredOutcome outcome =
       run_tandem_measured("bench all_to_all --backend sim --nodes 24 -b 1M -e 1M --algo direct -n 1 -w 0");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.err;

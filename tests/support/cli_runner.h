@@ -48,6 +48,21 @@ inline std::string temp_path(const std::string& name) {
   return fmt::format("{}tandem_test_{}_{}", ::testing::TempDir(), getpid(), name);
 }
 
+// True when the tests (and so the binary they run) are built with AddressSanitizer or
+// ThreadSanitizer: their shadow memory needs terabytes of address space and multiplies resident
+// memory and time.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizerBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
 // Runs `tandem <args>` with stdin from /dev/null, and `env` ("NAME=value ...") added to its
 // environment. `args` is passed through the shell; tests only use plain words (and single-quoted
 // paths).
@@ -67,17 +82,7 @@ inline Outcome run_tandem(const std::string& args, const std::string& env = "") 
 // space: for inputs that once made tandem read without end. A run that was stopped shows as an
 // exit code of 137 (killed) or -1 (a signal), never as a hung or swapping test machine.
 inline Outcome run_tandem_limited(const std::string& args, long memory_kib = 4'000'000, int seconds = 20) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  const bool limit_memory = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-  const bool limit_memory = false;
-#else
-  const bool limit_memory = true;
-#endif
-#else
-  const bool limit_memory = true;
-#endif
+  const bool limit_memory = !kSanitizerBuild;
   const std::string limit = limit_memory ? fmt::format("ulimit -v {}; ", memory_kib) : "";
   const std::string out = temp_path("stdout"), err = temp_path("stderr");
   const std::string command = fmt::format("{}exec timeout -s KILL {} '{}' {} >'{}' 2>'{}' </dev/null", limit, seconds,
