@@ -607,10 +607,13 @@ std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
     total_bytes += bytes;
     largest_bytes = std::max<uint64_t>(largest_bytes, bytes);
   }
-  require_host_memory(static_cast<double>(total_bytes) * kFrReadBytesPerFileByte +
-                          static_cast<double>(threads * largest_bytes) * kFrParseBytesPerFileByte,
-                      fmt::format("reading {} flight-recorder dumps ({} in all, the largest {})", files.size(),
-                                  byte_size_text(total_bytes), byte_size_text(largest_bytes)));
+  // A file over the per-file limit is refused by name when it is read (it would be read first).
+  if (largest_bytes <= kMaxFrDumpFileBytes) {
+    require_host_memory(static_cast<double>(total_bytes) * kFrReadBytesPerFileByte +
+                            static_cast<double>(threads * largest_bytes) * kFrParseBytesPerFileByte,
+                        fmt::format("reading {} flight-recorder dump(s) ({} in all, the largest {})", files.size(),
+                                    byte_size_text(total_bytes), byte_size_text(largest_bytes)));
+  }
   std::vector<FrDump> dumps(files.size());
   std::vector<std::exception_ptr> errors(files.size());
   std::atomic<size_t> next{0};

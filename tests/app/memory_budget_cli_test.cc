@@ -4,6 +4,7 @@
 // rank schedule built for minutes until it was killed, and the simulator's actors took 256 KiB each
 // past a few thousand of them.
 #include <chrono>
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -86,3 +87,15 @@ TEST(MemoryBudget, SimulatedActorsAreCheckedUpFront) {
 }
 
 }  // namespace
+
+// Dumps are read on several threads and all kept: their total is checked before the first is read.
+TEST(MemoryBudget, DumpsAreCheckedBeforeReading) {
+  const std::string dir = tandem::testing::temp_path("budget_dumps");
+  const Outcome run = run_tandem("run scenarios/faults/host/rank-hang-host.yaml --out " + dir);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const Outcome limited = run_tandem("fr analyze " + dir + "/fr", "TANDEM_MEMORY_LIMIT=4K");
+  expect_usage_error(limited, "reading 8 flight-recorder dump(s) (");
+  EXPECT_TRUE(contains(limited.err, "4 KiB is available (TANDEM_MEMORY_LIMIT)")) << limited.err;
+  EXPECT_EQ(run_tandem("fr analyze " + dir + "/fr").exit_code, 1);  // the hang: a finding
+  std::filesystem::remove_all(dir);
+}
