@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
+#include <span>
 #include <vector>
 
 #include <fmt/format.h>
@@ -432,8 +434,123 @@ std::string html_escape(std::string_view text) {
   return out;
 }
 
-std::string report_html(const json& results, const std::optional<json>& compare) {
+// ---- checking a results.json ----------------------------------------------------------------------
+
+// What a value of results.json must be where the page reads it.
+enum class Kind { kBool, kInt, kNumber, kString, kObject, kObjects, kStrings, kInts, kSlices };
+
+struct FieldRule {
+  const char* key;
+  Kind kind;
+};
+
+// The fields the page reads, as tandem run writes them (app/scenario/scenario_report.cc): top level,
+// and inside each element of the arrays of objects.
+constexpr FieldRule kTopRules[] = {
+    {"passed", Kind::kBool},          {"aborted", Kind::kBool},       {"backend", Kind::kString},
+    {"ranks", Kind::kInt},            {"total_seconds", Kind::kNumber}, {"fault_free_seconds", Kind::kNumber},
+    {"analysis", Kind::kObject},
+    {"faults", Kind::kStrings},       {"dump_reasons", Kind::kStrings}, {"slices", Kind::kSlices},
+    {"iterations", Kind::kObjects},   {"points", Kind::kObjects},     {"variants", Kind::kObjects},
+    {"expectations", Kind::kObjects},
+};
+constexpr FieldRule kElementRules[] = {
+    // iterations
+    {"iteration", Kind::kInt}, {"outcome", Kind::kString}, {"start_s", Kind::kNumber}, {"seconds", Kind::kNumber},
+    {"fault_free_seconds", Kind::kNumber}, {"attempts", Kind::kInt}, {"faults", Kind::kInts},
+    // points
+    {"status", Kind::kString}, {"variant", Kind::kString}, {"collective", Kind::kString},
+    {"algorithm", Kind::kString}, {"size_bytes", Kind::kInt}, {"time_us", Kind::kNumber},
+    {"busbw_GBps", Kind::kNumber},
+    // variants and their layouts
+    {"layouts", Kind::kObjects}, {"ok", Kind::kBool}, {"layout", Kind::kString}, {"step_s", Kind::kNumber},
+    {"compute_s", Kind::kNumber}, {"exposed_comm_s", Kind::kNumber}, {"bubble_s", Kind::kNumber},
+    {"achieved_mfu", Kind::kNumber},
+    // expectations
+    {"pass", Kind::kBool}, {"verdict", Kind::kString}, {"line", Kind::kString}, {"detail", Kind::kString},
+};
+constexpr FieldRule kAnalysisRules[] = {{"culprit_ranks", Kind::kInts}, {"verdict", Kind::kString}};
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kBool: return "true or false";
+    case Kind::kInt: return "an integer";
+    case Kind::kNumber: return "a number";
+    case Kind::kString: return "a string";
+    case Kind::kObject: return "an object";
+    case Kind::kObjects: return "a list of objects";
+    case Kind::kStrings: return "a list of strings";
+    case Kind::kInts: return "a list of integers";
+    case Kind::kSlices: return "a list of [rank, iteration, attempt, start_s, end_s, ok]";
+  }
+  return "?";
+}
+
+bool fits_int(const json& v) {
+  return v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<int>::min() &&
+         v.get<int64_t>() <= std::numeric_limits<int>::max();
+}
+
+bool has_kind(const json& v, Kind kind) {
+  const auto all = [&](auto&& each) { return v.is_array() && std::all_of(v.begin(), v.end(), each); };
+  switch (kind) {
+    case Kind::kBool: return v.is_boolean();
+    case Kind::kInt: return v.is_number_integer();
+    case Kind::kNumber: return v.is_number();
+    case Kind::kString: return v.is_string();
+    case Kind::kObject: return v.is_object();
+    case Kind::kObjects: return all([](const json& e) { return e.is_object(); });
+    case Kind::kStrings: return all([](const json& e) { return e.is_string(); });
+    case Kind::kInts: return all(fits_int);
+    case Kind::kSlices:
+      return all([](const json& s) {
+        return s.is_array() && s.size() == 6 && fits_int(s[0]) && fits_int(s[1]) && fits_int(s[2]) &&
+               s[3].is_number() && s[4].is_number() && s[5].is_boolean();
+      });
+  }
+  return false;
+}
+
+void check_fields(const json& object, const std::string& path, std::span<const FieldRule> rules) {
+  for (const FieldRule& rule : rules) {
+    const auto found = object.find(rule.key);
+    if (found == object.end()) continue;
+    const std::string where = path.empty() ? rule.key : path + "." + rule.key;
+    if (!has_kind(*found, rule.kind)) {
+      fail(ErrorCode::kFormat, "{}: expected {}, got {}", where, kind_name(rule.kind), found->type_name());
+    }
+    if (rule.kind == Kind::kObjects) {
+      for (size_t i = 0; i < found->size(); ++i) {
+        check_fields((*found)[i], fmt::format("{}[{}]", where, i), kElementRules);
+      }
+    }
+  }
+}
+
+// Every value the page reads has the type tandem writes, or the error names it: "iterations[3].seconds:
+// expected a number, got string" (a hand-edited or foreign file), never a JSON library's exception.
+void check_results(const json& results) {
   if (!results.is_object()) fail(ErrorCode::kFormat, "results.json is not a JSON object");
+  check_fields(results, "", kTopRules);
+  // A collective loop names its scenario and workload; sweeps and training runs describe them.
+  const bool loop = results.contains("slices") && results.contains("iterations");
+  const Kind described = loop ? Kind::kString : Kind::kObject;
+  const FieldRule kind_rules[] = {{"scenario", described}, {"workload", described}};
+  check_fields(results, "", kind_rules);
+  if (const auto analysis = results.find("analysis"); analysis != results.end() && analysis->is_object()) {
+    check_fields(*analysis, "analysis", kAnalysisRules);
+  }
+}
+
+std::string report_html(const json& results, const std::optional<json>& compare) {
+  check_results(results);
+  if (compare) {
+    try {
+      check_results(*compare);
+    } catch (const Error& error) {
+      fail(ErrorCode::kFormat, "the --compare run's {}", error.what());
+    }
+  }
   if (results.contains("slices") && results.contains("iterations")) return loop_page(results, compare);
   if (results.contains("points")) return sweep_page(results, compare);
   if (results.contains("variants")) return training_page(results);

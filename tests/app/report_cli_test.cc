@@ -115,20 +115,27 @@ TEST(ReportCli, Errors) {
 }
 
 // A results.json with a string where a number belongs used to give "internal error:
-// [json.exception.type_error.302] ..." with no file: now one line naming the file.
-TEST(ReportCli, AWrongTypeInResultsJsonNamesTheFile) {
+// [json.exception.type_error.302] ..." with no file: now one line naming the file and the field.
+TEST(ReportCli, AWrongTypeInResultsJsonNamesTheFileAndTheField) {
   const std::string dir = temp_path("report_wrong_type");
   fs::remove_all(dir);
   ASSERT_EQ(run_tandem(fmt::format("run scenarios/faults/rank-hang-64xh100.yaml --out {}", dir)).exit_code, 0);
-  std::string text = read_text(dir + "/results.json");
+  const std::string original = read_text(dir + "/results.json");
+  std::string text = original;
   const size_t at = text.find("\"total_seconds\": ");
   ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
   const size_t value = at + std::string("\"total_seconds\": ").size();
   text.replace(value, text.find_first_of(",\n", value) - value, "\"fast\"");
   std::ofstream(dir + "/results.json") << text;
   const auto outcome = run_tandem("report " + dir);
-  expect_usage_error(outcome, dir + "/results.json: not a results.json tandem wrote");
-  EXPECT_FALSE(contains(outcome.err, "internal error")) << outcome.err;
+  expect_usage_error(outcome, dir + "/results.json: total_seconds: expected a number, got string");
+  // Inside a list: the element's place.
+  std::string nested = original;
+  const size_t attempts = nested.find("\"attempts\": ");
+  ASSERT_NE(attempts, std::string::npos);
+  nested.replace(attempts + std::string("\"attempts\": ").size(), 1, "null");
+  std::ofstream(dir + "/results.json") << nested;
+  expect_usage_error(run_tandem("report " + dir), dir + "/results.json: iterations[0].attempts: expected an integer, got null");
   fs::remove_all(dir);
 }
 
