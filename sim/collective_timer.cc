@@ -20,6 +20,14 @@ namespace {
 constexpr int64_t kMaxConcurrentRanks = 4096;
 constexpr int64_t kMaxConcurrentRanksOpByOp = 256;
 
+// The largest group whose explicit schedules (CollectiveTimer's explicit_schedules) still run op
+// by op. Beyond it, op by op takes minutes and gigabytes per distinct collective (measured, 16
+// channels, 4 MiB: a ring broadcast on 256 GPUs 3.8 s, on 1,024 GPUs 36.8 s and 2.8 GB; a
+// replay of 1,024 ranks' all_gathers did not finish in 10 min at 11 GB), so regular rings take
+// their rank-symmetric rounds and other schedules (broadcast chains, a shrink's survivors) the
+// analytic replay after one contention round, as `tandem bench` and training steps time them.
+constexpr int kMaxOpByOpRanks = 256;
+
 // The instances of a group simulated at once with the first. Inside one node: those on that node
 // (other nodes' NVLink is their own), which keeps 2,048 TP groups from being simulated together.
 // Across nodes: all of them (their rings meet on leaves and spines) up to `max_ranks` ranks;
@@ -127,6 +135,7 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   timing.algorithm = choice.algorithm;
   timing.protocol = choice.protocol;
   const DataType dtype = DataType::kBF16;
+  const bool op_by_op = explicit_schedules_ && n <= kMaxOpByOpRanks;
   SimResult result;
   if (n == 1) {
     result.seconds = 0;
@@ -150,10 +159,11 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;
     const Schedule& schedule =
         shape.regular
-            ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), !explicit_schedules_, channels)
+            ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), !op_by_op, channels)
             : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
     SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
     request.concurrent.assign(instances.begin() + 1, instances.end());
+    request.analytic = explicit_schedules_ && !op_by_op;
     result = simulator_.run(request);
     if (half_ring) {
       const double base = network_.protocol_effects ? protocol_base_latency_s(choice.protocol, core) : 0.0;

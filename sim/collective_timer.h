@@ -38,7 +38,9 @@ class CollectiveTimer {
  public:
   // Builds the topology and the SimGrid platform: at most one timer (or Simulator) per process.
   // With `explicit_schedules`, every collective runs its explicit schedule (rings op by op), as
-  // `tandem run`'s collective loops do: a replay of such a run gives back its times. Without,
+  // `tandem run`'s collective loops do: a replay of such a run gives back its times, on groups of
+  // up to 256 ranks (beyond, op by op costs minutes per collective: regular rings then run their
+  // rank-symmetric rounds, other schedules the simulator's analytic replay). Without,
   // rings on regular placements run their rank-symmetric rounds (cheap at any scale; with NCCL's
   // 16 channels up to ~27% slower than op by op at mid sizes, docs/simulator.md).
   CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network, bool explicit_schedules = false);

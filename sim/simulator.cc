@@ -956,7 +956,8 @@ SimResult Simulator::run(const SimRequest& request) {
   // the op-by-op simulation quadratic in the ranks); detours around dead links and stragglers need
   // the op-by-op simulation.
   const bool stragglers = std::any_of(s.gpu_slowdown.begin(), s.gpu_slowdown.end(), [](double f) { return f != 1.0; });
-  const bool replayable = schedule.algorithm == Algorithm::kTree || schedule.algorithm == Algorithm::kPat;
+  const bool replayable =
+      schedule.algorithm == Algorithm::kTree || schedule.algorithm == Algorithm::kPat || request.analytic;
   if (s.zone != nullptr && !schedule.symmetric() && replayable && s.dead_links.empty() && !stragglers &&
       !request.send_slowdown) {
     result.compressed = true;

@@ -77,6 +77,11 @@ struct SimRequest {
   // op_index) >= 1: the host backend's realisation. Forces the op-by-op simulation; not with
   // `concurrent` groups.
   std::function<double(int rank, int64_t op_index)> send_slowdown;
+  // Replay any explicit schedule analytically after one contention round (as trees always are),
+  // rings and chains included, instead of op by op: one SimGrid actor per rank and lane and one
+  // per connection costs minutes and gigabytes at a thousand ranks (a 4 MiB ring broadcast on
+  // 1,024 GPUs: 36.8 s and 2.8 GB). Ignored while faults are active or with send_slowdown.
+  bool analytic = false;
 };
 
 struct SimResult {

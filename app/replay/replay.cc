@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,6 +23,32 @@ namespace tandem::app {
 namespace {
 
 using nlohmann::json;
+
+// Reports a phase's progress through ReplayOptions::progress: at its start, at its end, and in
+// between at most every kProgressInterval (a terminal redraw per dump would cost more than the
+// line is worth at 16,384 dumps).
+constexpr auto kProgressInterval = std::chrono::milliseconds(100);
+class PhaseProgress {
+ public:
+  PhaseProgress(const ReplayOptions& options, std::string_view phase, size_t total)
+      : report_(options.progress), phase_(phase), total_(total), last_(std::chrono::steady_clock::now()) {
+    if (report_) report_(phase_, 0, total_);
+  }
+  void step(size_t done) {
+    if (!report_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done == total_ || now - last_ >= kProgressInterval) {
+      report_(phase_, done, total_);
+      last_ = now;
+    }
+  }
+
+ private:
+  const std::function<void(std::string_view, size_t, size_t)>& report_;
+  std::string_view phase_;
+  size_t total_;
+  std::chrono::steady_clock::time_point last_;
+};
 
 // ---- what the dumps hold ----------------------------------------------------------------------
 
@@ -39,10 +68,41 @@ std::optional<int> p2p_peer(std::string_view profiling_name) {
   return std::nullopt;
 }
 
-// An op's key: its group (name and membership) and sequence number on the collective or p2p stream.
+// Group memberships, interned: every dump declares its groups with their whole rank lists (the
+// default group's 16,384 ranks in each of 16,384 dumps), so a list is sorted and compared once per
+// distinct list, not once per dump, per member or per entry (which made the checks and the op index
+// cubic in the ranks: nothing within minutes at 4,096 ranks).
+class Memberships {
+ public:
+  // The id of `ranks`' membership: lists of the same ranks share one, in any order.
+  size_t id(const std::vector<int>& ranks) {
+    auto found = by_list_.find(ranks);
+    if (found != by_list_.end()) return found->second;
+    std::vector<int> members = ranks;
+    std::sort(members.begin(), members.end());
+    auto [it, inserted] = by_members_.try_emplace(members, sorted_.size());
+    if (inserted) sorted_.push_back(std::move(members));
+    by_list_.emplace(ranks, it->second);
+    return it->second;
+  }
+  const std::vector<int>& sorted(size_t id) const { return sorted_[id]; }
+
+ private:
+  struct ListHash {
+    size_t operator()(const std::vector<int>& list) const {
+      return std::hash<std::string_view>()(
+          std::string_view(reinterpret_cast<const char*>(list.data()), list.size() * sizeof(int)));
+    }
+  };
+  std::unordered_map<std::vector<int>, size_t, ListHash> by_list_;  // as declared -> id
+  std::map<std::vector<int>, size_t> by_members_;                   // sorted -> id
+  std::vector<std::vector<int>> sorted_;
+};
+
+// An op's key: its group (name and membership: an id of Built::group_ids) and sequence number on
+// the collective or p2p stream.
 struct OpKey {
-  std::string group;
-  std::vector<int> ranks;
+  size_t group = 0;
   bool p2p = false;
   int64_t sequence = 0;
   auto operator<=>(const OpKey&) const = default;
@@ -115,26 +175,38 @@ void check_versions(const std::vector<FrDump>& dumps) {
 }
 
 // Every member of a group a rank declares must declare it with the same members.
-void check_membership(const std::vector<FrDump>& dumps) {
-  std::map<int, const FrDump*> by_rank;
-  for (const FrDump& d : dumps) by_rank[d.rank] = &d;
-  for (const FrDump& d : dumps) {
-    for (const FrGroup& g : d.groups) {
-      std::vector<int> mine = g.ranks;
-      std::sort(mine.begin(), mine.end());
-      if (!std::binary_search(mine.begin(), mine.end(), d.rank)) continue;
+void check_membership(const std::vector<FrDump>& dumps, Memberships& memberships) {
+  std::map<int, size_t> by_rank;
+  for (size_t d = 0; d < dumps.size(); ++d) by_rank[dumps[d].rank] = d;
+  std::vector<std::vector<size_t>> ids(dumps.size());  // per dump, per group: its membership
+  std::map<std::string, std::set<size_t>> declared;     // group name -> the memberships declared
+  for (size_t d = 0; d < dumps.size(); ++d) {
+    for (const FrGroup& g : dumps[d].groups) {
+      ids[d].push_back(memberships.id(g.ranks));
+      declared[g.name].insert(ids[d].back());
+    }
+  }
+  for (size_t d = 0; d < dumps.size(); ++d) {
+    for (size_t k = 0; k < dumps[d].groups.size(); ++k) {
+      const FrGroup& g = dumps[d].groups[k];
+      // One membership for the name everywhere: nothing to disagree on (the usual case, and the
+      // only one where the check below would cost ranks^2).
+      if (declared[g.name].size() == 1) continue;
+      const std::vector<int>& mine = memberships.sorted(ids[d][k]);
+      if (!std::binary_search(mine.begin(), mine.end(), dumps[d].rank)) continue;
       for (int other : mine) {
         auto it = by_rank.find(other);
-        if (other == d.rank || it == by_rank.end()) continue;
-        for (const FrGroup& h : it->second->groups) {
+        if (other == dumps[d].rank || it == by_rank.end()) continue;
+        const FrDump& their_dump = dumps[it->second];
+        for (size_t j = 0; j < their_dump.groups.size(); ++j) {
+          const FrGroup& h = their_dump.groups[j];
           if (h.name != g.name) continue;
-          std::vector<int> theirs = h.ranks;
-          std::sort(theirs.begin(), theirs.end());
-          if (theirs != mine && std::binary_search(theirs.begin(), theirs.end(), other)) {
+          const std::vector<int>& theirs = memberships.sorted(ids[it->second][j]);
+          if (ids[it->second][j] != ids[d][k] && std::binary_search(theirs.begin(), theirs.end(), other)) {
             fail(ErrorCode::kFormat,
                  "the dumps disagree on the membership of group {} ({}): rank {} has it as ranks {}, rank {} as ranks "
                  "{}; were they written by different jobs, or did the group change between the dumps?",
-                 g.name, g.desc, d.rank, rank_ranges(mine), other, rank_ranges(theirs));
+                 g.name, g.desc, dumps[d].rank, rank_ranges(mine), other, rank_ranges(theirs));
           }
         }
       }
@@ -150,13 +222,16 @@ struct Built {
   std::vector<std::vector<int64_t>> gaps_ns;  // per dump: recorded time before each of its ops
   std::vector<int> rank_of;                   // per dump: its rank
   std::map<int, size_t> dump_of;              // rank -> dump index
-  // Per dump and (group, membership, stream): the oldest sequence number its ring buffer still
-  // holds (older ops are unknown for that rank, not missing), when the buffer wrapped.
-  std::vector<std::map<std::tuple<std::string, std::vector<int>, bool>, int64_t>> oldest;
+  std::map<std::pair<std::string, size_t>, size_t> group_ids;  // (name, membership) -> OpKey::group
+  std::vector<size_t> group_of;               // per op: its OpKey::group
+  // Per dump and (group, stream): the oldest sequence number its ring buffer still holds (older
+  // ops are unknown for that rank, not missing), when the buffer wrapped.
+  std::vector<std::map<std::pair<size_t, bool>, int64_t>> oldest;
   std::vector<bool> truncated;
 };
 
-Built build_ops(const std::vector<FrDump>& dumps, bool recorded_gaps) {
+Built build_ops(const std::vector<FrDump>& dumps, Memberships& memberships, bool recorded_gaps,
+                PhaseProgress& progress) {
   Built built;
   std::map<OpKey, size_t> index;
   for (size_t d = 0; d < dumps.size(); ++d) {
@@ -165,8 +240,11 @@ Built build_ops(const std::vector<FrDump>& dumps, bool recorded_gaps) {
     built.dump_of[dump.rank] = d;
     built.truncated.push_back(!dump.entries.empty() && dump.entries.front().record_id > 0);
     built.oldest.emplace_back();
-    std::map<std::string, const FrGroup*> declared;
-    for (const FrGroup& g : dump.groups) declared[g.name] = &g;
+    std::map<std::string, std::pair<const FrGroup*, size_t>> declared;  // name -> (group, OpKey::group)
+    for (const FrGroup& g : dump.groups) {
+      const std::pair<std::string, size_t> group{g.name, memberships.id(g.ranks)};
+      declared[g.name] = {&g, built.group_ids.try_emplace(group, built.group_ids.size()).first->second};
+    }
     std::vector<RankOp> ops;
     std::vector<int64_t> gaps;
     std::optional<int64_t> previous_end;
@@ -176,8 +254,8 @@ Built build_ops(const std::vector<FrDump>& dumps, bool recorded_gaps) {
         fail(ErrorCode::kFormat, "rank {}: entry {} names group '{}', which its pg_config does not declare", dump.rank,
              e.record_id, e.pg_name);
       }
-      OpKey key{e.pg_name, g->second->ranks, e.is_p2p, e.is_p2p ? e.p2p_seq_id : e.collective_seq_id};
-      std::sort(key.ranks.begin(), key.ranks.end());
+      const FrGroup& group = *g->second.first;
+      const OpKey key{g->second.second, e.is_p2p, e.is_p2p ? e.p2p_seq_id : e.collective_seq_id};
       auto found = index.find(key);
       if (found != index.end() && !ops.empty() && ops.back().op == found->second) {  // a coalesced group goes on
         ops.back().entries.push_back(&e);
@@ -185,25 +263,27 @@ Built build_ops(const std::vector<FrDump>& dumps, bool recorded_gaps) {
         auto [it, inserted] = index.try_emplace(key, built.ops.size());
         if (inserted) {
           ReplayOp op;
-          op.group = key.group;
-          op.group_desc = g->second->desc;
-          op.group_ranks = key.ranks;
+          op.group = group.name;
+          op.group_desc = group.desc;
+          op.group_ranks = memberships.sorted(memberships.id(group.ranks));
           op.p2p = key.p2p;
           op.sequence = key.sequence;
           op.profiling_name = e.profiling_name;
           built.ops.push_back(std::move(op));
+          built.group_of.push_back(key.group);
         }
         ops.push_back(RankOp{it->second, {&e}});
         int64_t gap = 0;
         if (recorded_gaps && previous_end) gap = std::max<int64_t>(0, e.time_created_ns - *previous_end);
         gaps.push_back(gap);
         auto& oldest = built.oldest.back();
-        oldest.try_emplace(std::make_tuple(key.group, key.ranks, key.p2p), key.sequence);
+        oldest.try_emplace(std::make_pair(key.group, key.p2p), key.sequence);
       }
       if (auto end = recorded_end_ns(e)) previous_end = std::max(previous_end.value_or(*end), *end);
     }
     built.per_rank.push_back(std::move(ops));
     built.gaps_ns.push_back(std::move(gaps));
+    progress.step(d + 1);
   }
   return built;
 }
@@ -296,14 +376,17 @@ struct Replayed {
 
 // Whether the rank of dump `d` must take part in `op`: a member whose retained records start after
 // it (the ring buffer dropped them) has been through it.
-bool required(const Built& built, size_t d, const ReplayOp& op) {
+bool required(const Built& built, size_t d, size_t op_index) {
+  const ReplayOp& op = built.ops[op_index];
   const auto& oldest = built.oldest[d];
-  auto it = oldest.find(std::make_tuple(op.group, op.group_ranks, op.p2p));
+  auto it = oldest.find(std::make_pair(built.group_of[op_index], op.p2p));
   if (it != oldest.end()) return op.sequence >= it->second;
   return !built.truncated[d];  // no records of the group: missing, unless the buffer wrapped
 }
 
-Replayed replay_logic(const Built& built, const std::vector<std::vector<std::string>>& signatures) {
+using Signatures = std::vector<std::vector<uint32_t>>;  // per dump: each of its ops' signature(), interned
+
+Replayed replay_logic(const Built& built, const Signatures& signatures, PhaseProgress& progress) {
   Replayed out;
   const size_t dumps = built.per_rank.size();
   out.arrived.resize(built.ops.size());
@@ -313,7 +396,7 @@ Replayed replay_logic(const Built& built, const std::vector<std::vector<std::str
   for (size_t i = 0; i < built.ops.size(); ++i) {
     for (int r : built.ops[i].ranks) {
       auto it = built.dump_of.find(r);
-      if (it != built.dump_of.end() && required(built, it->second, built.ops[i])) needed[i].push_back(it->second);
+      if (it != built.dump_of.end() && required(built, it->second, i)) needed[i].push_back(it->second);
     }
   }
   std::deque<size_t> ready;
@@ -328,13 +411,14 @@ Replayed replay_logic(const Built& built, const std::vector<std::vector<std::str
     const size_t op = ready.front();
     ready.pop_front();
     // Every member is here; with different ops (a desync) it cannot run.
-    std::set<std::string> seen;
+    std::set<uint32_t> seen;
     for (size_t d : out.arrived[op]) seen.insert(signatures[d][out.position[d]]);
     const bool all_recorded_complete = std::all_of(out.arrived[op].begin(), out.arrived[op].end(), [&](size_t d) {
       return built.per_rank[d][out.position[d]].entries.back()->state == FrState::kCompleted;
     });
     if (seen.size() > 1 || !all_recorded_complete) continue;  // stays where it is: desync or stalled
     out.order.push_back(op);
+    progress.step(out.order.size());
     for (size_t d : out.arrived[op]) {
       ++out.position[d];
       arrive(d);
@@ -398,15 +482,21 @@ std::string_view name(ReplayState state) {
 
 namespace {
 
-using Signatures = std::vector<std::vector<std::string>>;  // per dump: each of its ops' signature()
-
-// The dumps in rank order, checked to come from one job (one recorder version, one membership per group).
-std::vector<FrDump> sorted_and_checked(const std::vector<FrDump>& input) {
+// The dumps in rank order, checked to come from one job (one recorder version, one membership per
+// group): `input` itself when it is in rank order already (read_dump_dir's), else a sorted copy
+// kept in `sorted` (a copy of 16,384 dumps is a GiB more: each holds its groups' rank lists).
+const std::vector<FrDump>& sorted_and_checked(const std::vector<FrDump>& input, std::vector<FrDump>& sorted,
+                                              Memberships& memberships) {
   if (input.empty()) fail(ErrorCode::kInvalidArgument, "no dumps to replay");
-  std::vector<FrDump> dumps = input;
-  std::sort(dumps.begin(), dumps.end(), [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; });
+  auto by_rank = [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; };
+  const bool in_order = std::is_sorted(input.begin(), input.end(), by_rank);
+  if (!in_order) {
+    sorted = input;
+    std::stable_sort(sorted.begin(), sorted.end(), by_rank);
+  }
+  const std::vector<FrDump>& dumps = in_order ? input : sorted;
   check_versions(dumps);
-  check_membership(dumps);
+  check_membership(dumps, memberships);
   return dumps;
 }
 
@@ -423,11 +513,17 @@ ReplayResult result_header(const std::vector<FrDump>& dumps, const ReplayOptions
   return result;
 }
 
-// Each dump's ops as the cross-rank comparison sees them.
-Signatures signatures_of(const Built& built) {
+// Each dump's ops as the cross-rank comparison sees them: equal signatures, equal ids (ranks x ops
+// small integers rather than as many strings).
+Signatures signatures_of(const Built& built, PhaseProgress& progress) {
   Signatures signatures(built.per_rank.size());
+  std::unordered_map<std::string, uint32_t> ids;
   for (size_t d = 0; d < built.per_rank.size(); ++d) {
-    for (const RankOp& r : built.per_rank[d]) signatures[d].push_back(signature(r));
+    signatures[d].reserve(built.per_rank[d].size());
+    for (const RankOp& r : built.per_rank[d]) {
+      signatures[d].push_back(ids.try_emplace(signature(r), static_cast<uint32_t>(ids.size())).first->second);
+    }
+    progress.step(d + 1);
   }
   return signatures;
 }
@@ -466,7 +562,7 @@ std::vector<int> culprits_of(const Built& built, const Replayed& logic, const Bl
       auto it = built.dump_of.find(r);
       if (it == built.dump_of.end()) continue;  // no dump: cannot be judged
       const size_t d = it->second;
-      if (here.count(d) > 0 || !required(built, d, built.ops[o])) continue;
+      if (here.count(d) > 0 || !required(built, d, o)) continue;
       auto waits = blocked.op_of.find(d);
       if (waits == blocked.op_of.end()) {
         culprits.insert(r);
@@ -496,7 +592,7 @@ std::vector<BlockedInfo> describe_blocked(Built& built, const Replayed& logic, c
     ReplayOp& o = built.ops[op];
     for (int r : o.ranks) {
       auto it = built.dump_of.find(r);
-      if (it == built.dump_of.end() || (here.count(it->second) == 0 && required(built, it->second, o))) {
+      if (it == built.dump_of.end() || (here.count(it->second) == 0 && required(built, it->second, op))) {
         info.missing.push_back(r);
       }
     }
@@ -541,7 +637,9 @@ Timings time_ops(const ReplayOptions& options, const std::vector<ReplayOp>& ops,
     ask(info.op, ops[info.op].ranks);
     ask(info.op, info.survivors);
   }
+  PhaseProgress progress(options, "simulating distinct collectives", queries.size());
   out.timings = time_queries(options, queries);
+  progress.step(queries.size());
   return out;
 }
 
@@ -557,8 +655,10 @@ struct RankClock {
 
 // Runs the completed ops on the replayed clock: an op starts when its last member arrives.
 void run_completed(Built& built, const Replayed& logic, const Timings& timings, RankClock& clock,
-                   ReplayResult& result) {
+                   ReplayResult& result, PhaseProgress& progress) {
+  size_t done = 0;
   for (size_t op : logic.order) {
+    progress.step(++done);
     ReplayOp& o = built.ops[op];
     double start = 0;
     for (size_t d : logic.arrived[op]) start = std::max(start, clock.arrival(d));
@@ -595,7 +695,7 @@ struct DesyncSides {
 // Splits the ranks waiting in `op` by the op each of them holds.
 DesyncSides desync_sides(const Built& built, const Replayed& logic, const Signatures& signatures,
                          const RankClock& clock, size_t op) {
-  std::map<std::string, std::vector<int>> holders;
+  std::map<uint32_t, std::vector<int>> holders;
   for (size_t d : logic.arrived[op]) holders[signatures[d][clock.next[d]]].push_back(built.rank_of[d]);
   const std::vector<int>* majority = nullptr;
   for (auto& [sig, ranks] : holders) {
@@ -620,7 +720,7 @@ void judge_blocked(Built& built, const Replayed& logic, const Signatures& signat
   double at = 0;
   for (size_t d : logic.arrived[info.op]) at = std::max(at, clock.arrival(d));
   o.start_s = o.end_s = at;
-  std::set<std::string> seen;
+  std::set<uint32_t> seen;
   for (size_t d : logic.arrived[info.op]) seen.insert(signatures[d][clock.next[d]]);
   if (!info.missing.empty()) {
     o.state = ReplayState::kStuck;
@@ -809,17 +909,25 @@ void place_ops(Built& built, const Replayed& logic, const std::vector<BlockedInf
 }  // namespace
 
 ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& options) {
-  const std::vector<FrDump> dumps = sorted_and_checked(input);
+  std::vector<FrDump> sorted;
+  Memberships memberships;
+  PhaseProgress(options, "checking dumps", input.size());
+  const std::vector<FrDump>& dumps = sorted_and_checked(input, sorted, memberships);
+  PhaseProgress(options, "analyzing (fr analyze)", dumps.size());
   ReplayResult result = result_header(dumps, options);
-  Built built = build_ops(dumps, options.recorded_gaps);
+  PhaseProgress building(options, "building ops, dumps", dumps.size());
+  Built built = build_ops(dumps, memberships, options.recorded_gaps, building);
   describe_ops(built, options.cluster.nodes * options.cluster.gpus_per_node);
-  const Signatures signatures = signatures_of(built);
-  const Replayed logic = replay_logic(built, signatures);
+  PhaseProgress comparing(options, "comparing ops across ranks, dumps", dumps.size());
+  const Signatures signatures = signatures_of(built, comparing);
+  PhaseProgress matching(options, "matching ops", built.ops.size());
+  const Replayed logic = replay_logic(built, signatures, matching);
   std::vector<BlockedInfo> infos = describe_blocked(built, logic, find_blocked(built, logic));
   const Timings timings = time_ops(options, built.ops, logic, infos);
 
   RankClock clock(built);
-  run_completed(built, logic, timings, clock, result);
+  PhaseProgress clocking(options, "replaying ops", logic.order.size());
+  run_completed(built, logic, timings, clock, result, clocking);
   for (BlockedInfo& info : infos) judge_blocked(built, logic, signatures, timings, clock, info);
   // The blocked ops in the order their last waiting rank arrived.
   std::stable_sort(infos.begin(), infos.end(), [&](const BlockedInfo& a, const BlockedInfo& b) {

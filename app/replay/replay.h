@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,6 +35,9 @@ struct ReplayOptions {
   std::vector<RecoveryAction> recoveries; // the policies to try where the ranks stop agreeing
   std::optional<double> watchdog_s;       // none: the stuck op's recorded timeout (timeout_ms)
   bool recorded_gaps = true;              // keep each rank's recorded time between its ops
+  // Called as the replay goes (a phase, and how much of it is done: ops, dumps, collectives), for
+  // a progress line; several times a second at most in long phases. None: silent.
+  std::function<void(std::string_view phase, size_t done, size_t total)> progress;
 };
 
 enum class ReplayState : uint8_t {

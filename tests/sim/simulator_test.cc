@@ -239,6 +239,40 @@ struct FaultBench {
   static double bandwidth_term_s(double bottleneck_Bps) { return 2.0 * 15 / 16 * kBytes / bottleneck_Bps; }
 };
 
+// SimRequest::analytic (what `tandem replay` asks for on groups of more than 256 ranks, where op
+// by op takes minutes): an explicit ring and a ring broadcast chain, replayed analytically after
+// one contention round, take the op-by-op time (one ring, alpha-beta: no drift between channels to
+// tell them apart), and only with the flag do they leave the op-by-op simulation.
+TEST(Simulator, AnalyticReplayOfExplicitRingsMatchesOpByOp) {
+  const std::vector<double> t = in_child([] {
+    FaultBench bench;
+    Simulator sim(bench.topology, bench.cluster, NetworkModel::ideal());
+    std::vector<double> out;
+    for (Collective c : {Collective::kAllReduce, Collective::kBroadcast}) {
+      CollectiveSpec spec = bench.spec;
+      spec.collective = c;
+      RankLayout layout = bench.topology.layout();
+      layout.rings = {{0, 1, 2, 3, 4, 5, 6, 7, 15, 14, 13, 12, 11, 10, 9, 8}};
+      const Schedule ring = build_checked_schedule(spec, layout, Algorithm::kRing, {}, ScheduleForm::kExplicit);
+      SimRequest request{&ring, spec, {}, models::NcclProtocol::kSimple, 4};
+      const SimResult op_by_op = sim.run(request);
+      request.analytic = true;
+      const SimResult analytic = sim.run(request);
+      out.insert(out.end(), {op_by_op.seconds, analytic.seconds, op_by_op.compressed ? 1.0 : 0.0,
+                             analytic.compressed ? 1.0 : 0.0});
+    }
+    return out;
+  });
+  ASSERT_EQ(t.size(), 8u);
+  for (size_t i = 0; i < t.size(); i += 4) {
+    SCOPED_TRACE(i == 0 ? "all_reduce" : "broadcast");
+    EXPECT_GT(t[i], 0);
+    EXPECT_NEAR(t[i + 1] / t[i], 1.0, 0.01) << "op by op " << t[i] << " s, analytic " << t[i + 1] << " s";
+    EXPECT_EQ(t[i + 2], 0.0) << "without the flag an explicit ring runs op by op";
+    EXPECT_EQ(t[i + 3], 1.0);
+  }
+}
+
 TEST(SimulatorFaults, DegradedBottleneckLinkDoublesTheBandwidthTerm) {
   const std::vector<double> t = in_child([] {
     FaultBench bench;
