@@ -43,7 +43,7 @@ nlohmann::json read_results(const std::string& run_dir) {
   const std::string text = read_text_file(path.string(), "results", kMaxResultsFileBytes);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     fail(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", path.string(), e.what());
   }
 }
