@@ -8,6 +8,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,6 +16,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "app/report/nccl_tests_table.h"
@@ -210,6 +212,20 @@ Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string
 // parser recurses, and gave only "bad file" at 10,000 levels). tandem's files nest a few levels.
 inline constexpr int kMaxYamlNesting = 64;
 
+// Records where each document starts, and nothing else.
+struct DocumentStarts : YAML::EventHandler {
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 // The one YAML document of a tandem file, checked as text first: no NUL byte (a file is text),
 // flow nesting within kMaxYamlNesting, and exactly one document (a second, after '---', was
 // silently ignored). Null when the file is empty.
@@ -245,17 +261,24 @@ inline YAML::Node load_one_document(const Reader& reader, std::string_view text)
     }
     previous = c;
   }
-  std::vector<YAML::Node> documents;
+  // Whether there is a second document, from the parser's events alone and at most two documents
+  // deep: YAML::LoadAll never returns on some malformed input (yaml-cpp 0.7 keeps yielding empty
+  // documents; found by fuzz_scenario_yaml), while the first document loads at once.
+  const std::string copy(text);
   try {
-    documents = YAML::LoadAll(std::string(text));
+    std::istringstream stream(copy);
+    YAML::Parser parser(stream);
+    DocumentStarts starts;
+    for (int document = 0; document < 2 && parser.HandleNextDocument(starts); ++document) {
+    }
+    if (starts.marks.size() > 1) {
+      reader.fail_at_mark(source_mark(starts.marks[1]),
+                          "a second YAML document: a " + reader.document() + " is one document (no '---' inside it)");
+    }
+    return YAML::Load(copy);
   } catch (const YAML::Exception& error) {
     reader.fail_at_mark(source_mark(error.mark), "invalid YAML: " + error.msg);
   }
-  if (documents.size() > 1) {
-    reader.fail_at_mark(source_mark(documents[1].Mark()),
-                        "a second YAML document: a " + reader.document() + " is one document (no '---' inside it)");
-  }
-  return documents.empty() ? YAML::Node() : documents[0];
 }
 
 }  // namespace tandem::app

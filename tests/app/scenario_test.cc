@@ -380,7 +380,10 @@ std::vector<Rejection> rejections() {
        "t.yaml:8:9: expect must be a list (got a mapping)"},
       // A second document was silently ignored; a NUL byte and deep nesting gave yaml-cpp's own words.
       {"second document", minimal_plus("---\nname: other\n"),
-       "t.yaml:9:1: a second YAML document: a scenario is one document"},
+       "t.yaml:8:1: a second YAML document: a scenario is one document"},
+      // yaml-cpp's LoadAll never returned on a lone ',' (it yields empty documents without end;
+      // found by fuzz_scenario_yaml): refused at once.
+      {"a lone comma", ",", "t.yaml:1:1: a second YAML document"},
       {"NUL byte", minimal_plus(std::string("description: \"a\0b\"\n", 19)), "t.yaml:8:16: a NUL byte"},
       // Names are printed on terminals: an escape sequence in one could retitle or clear the screen.
       {"control character in a name",
