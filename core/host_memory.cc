@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string_view>
 
 #include "core/error.h"
 #include "core/file_read.h"
+#include "core/sizes.h"
 
 namespace tandem {
 namespace {
@@ -42,22 +44,18 @@ std::optional<double> cgroup_left() {
   return std::max(0.0, max - current);
 }
 
+// TANDEM_MEMORY_LIMIT's value, a size as every size option takes it (core/sizes.h).
 double parse_limit(std::string_view text) {
-  const std::string copy(text);
-  char* end = nullptr;
-  const double value = std::strtod(copy.c_str(), &end);
-  const std::string_view suffix(end);
-  double scale = 1;
-  if (suffix == "K" || suffix == "k") scale = 1024.0;
-  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
-  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
-  else if (suffix == "T" || suffix == "t") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (!suffix.empty()) scale = -1;
-  if (end == copy.c_str() || scale < 0 || !std::isfinite(value) || value <= 0) {
+  int64_t bytes = 0;
+  try {
+    bytes = parse_size_bytes(text, "TANDEM_MEMORY_LIMIT");
+  } catch (const Error&) {
+  }
+  if (bytes <= 0) {
     fail(ErrorCode::kInvalidArgument, "TANDEM_MEMORY_LIMIT={}: expected a positive size in bytes (e.g. 512M or 8G)",
          text);
   }
-  return value * scale;
+  return static_cast<double>(bytes);
 }
 
 }  // namespace

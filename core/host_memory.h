@@ -37,7 +37,7 @@ struct MemoryBudget {
   std::string source;  // "MemAvailable", "the cgroup's memory.max", "TANDEM_MEMORY_LIMIT"
 };
 
-// TANDEM_MEMORY_LIMIT when set (bytes, with an optional binary K, M, G or T: "512M"), else
+// TANDEM_MEMORY_LIMIT when set (a size as the size options take it: bytes, or binary K, M, G: "512M"), else
 // kMemoryHeadroom of the lower of /proc/meminfo's MemAvailable and what the process's cgroup (v2)
 // has left under memory.max. Empty where none can be read. Throws Error(kInvalidArgument) for a
 // malformed TANDEM_MEMORY_LIMIT.

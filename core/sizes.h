@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/types.h"
 
@@ -32,5 +33,10 @@ SizeCounts nccl_tests_counts(Collective collective, int64_t bytes, DataType dtyp
 // nccl-tests' busbw / algbw: all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n;
 // broadcast, reduce, send_recv 1.
 double bus_bandwidth_factor(Collective collective, int nranks);
+
+// "8", "64K", "64M", "1G", "1.5M": bytes; K, M, G (either case) are binary (1024-based) as in
+// nccl-tests; a fraction is rounded down to whole bytes. Throws Error(kInvalidArgument) naming
+// `flag` for anything else, negative values included.
+int64_t parse_size_bytes(std::string_view text, std::string_view flag);
 
 }  // namespace tandem

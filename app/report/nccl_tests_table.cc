@@ -1,59 +1,11 @@
 #include "app/report/nccl_tests_table.h"
 
-#include <cctype>
-#include <charconv>
-#include <cmath>
-
 #include <fmt/format.h>
 
 #include "core/error.h"
 
 namespace tandem::app {
 
-namespace {
-
-// Sizes above this are typos: 1 PiB per rank.
-constexpr int64_t kMaxSizeBytes = int64_t{1} << 50;
-
-}  // namespace
-
-int64_t parse_size_bytes(std::string_view text, std::string_view flag) {
-  auto bad = [&]() -> int64_t {
-    fail(ErrorCode::kInvalidArgument, "invalid size '{}' for {}: expected bytes such as 8, 64K, 64M or 1G", text, flag);
-  };
-  if (text.empty()) return bad();
-  int64_t unit = 1;
-  std::string_view number = text;
-  switch (text.back()) {
-    case 'K':
-    case 'k':
-      unit = int64_t{1} << 10;
-      break;
-    case 'M':
-    case 'm':
-      unit = int64_t{1} << 20;
-      break;
-    case 'G':
-    case 'g':
-      unit = int64_t{1} << 30;
-      break;
-    default:
-      break;
-  }
-  if (unit != 1) number.remove_suffix(1);
-  if (number.empty() || !(std::isdigit(static_cast<unsigned char>(number.front())) || number.front() == '.')) {
-    return bad();
-  }
-  double value = 0;
-  auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value, std::chars_format::fixed);
-  if (error != std::errc() || end != number.data() + number.size() || !std::isfinite(value)) return bad();
-  double bytes = std::floor(value * static_cast<double>(unit));
-  if (bytes > static_cast<double>(kMaxSizeBytes)) {
-    fail(ErrorCode::kInvalidArgument, "size '{}' for {} is larger than the limit of {} bytes", text, flag,
-         kMaxSizeBytes);
-  }
-  return static_cast<int64_t>(bytes);
-}
 
 std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int64_t step_factor, int64_t step_bytes) {
   if (min_bytes < 0 || max_bytes < 0) fail(ErrorCode::kInvalidArgument, "sizes must not be negative");

@@ -20,10 +20,7 @@ namespace tandem::app {
 // A sweep longer than this is a typo (e.g. -i 1 up to -e 1G), not a benchmark.
 inline constexpr size_t kMaxSweepSizes = 4096;
 
-// "8", "64K", "64M", "1G", "1.5M": bytes; K, M, G (either case) are binary (1024-based) as in
-// nccl-tests; a fraction is rounded down to whole bytes. Throws Error(kInvalidArgument) naming
-// `flag` for anything else, negative values included.
-int64_t parse_size_bytes(std::string_view text, std::string_view flag);
+// parse_size_bytes ("64K", "1G"): core/sizes.h.
 
 // The sizes a -b/-e/-f/-i sweep visits: min_bytes, then *step_factor when step_factor > 1,
 // otherwise +step_bytes, while <= max_bytes. Throws Error(kInvalidArgument) for min > max, a step
