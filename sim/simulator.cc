@@ -25,6 +25,7 @@
 #include "core/algorithms.h"
 #include "core/schedule_dag.h"
 #include "core/error.h"
+#include "core/fifo.h"
 #include "core/host_memory.h"
 #include "core/faults.h"
 #include "sim/protocol.h"
@@ -173,32 +174,12 @@ struct RankState {
   sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
   std::vector<uint64_t> done;  // per lane: ops completed (over all tiles)
 };
-// A first-in first-out list that costs nothing while empty (a deque allocates 576 bytes up front,
-// and a direct all_to_all has three per pair of ranks): a vector read from `head`, reset when drained.
-template <typename T>
-class Fifo {
- public:
-  void push_back(T value) { items_.push_back(value); }
-  T pop_front() {
-    T value = items_[head_++];
-    if (head_ == items_.size()) {
-      items_.clear();
-      head_ = 0;
-    }
-    return value;
-  }
-
- private:
-  std::vector<T> items_;
-  size_t head_ = 0;
-};
-
 struct Connection {
   int from = 0, to = 0;
   uint64_t messages = 0;              // over all tiles
-  Fifo<uint64_t> queue;         // bytes of the messages waiting to go
-  Fifo<double> send_slowdowns;  // their SimRequest::send_slowdown (when set)
-  Fifo<double> arrivals;        // when moved messages reach the receiver
+  Fifo<uint64_t> queue;               // bytes of the messages waiting to go
+  Fifo<double> send_slowdowns;        // their SimRequest::send_slowdown (when set)
+  Fifo<double> arrivals;              // when moved messages reach the receiver
   double latency_s = 0;               // route + protocol latency of each message
   sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
   sg4::SemaphorePtr moved = sg4::Semaphore::create(0);
@@ -1014,8 +995,8 @@ double Simulator::Impl::run_op_by_op(const Schedule& schedule, const SimRequest&
     mallopt(M_MMAP_MAX, std::numeric_limits<int>::max());
   }
   // A connection moves its messages' bytes one after the other (SimGrid flows with the route's
-  // latency switched off) and hands each to a delay line of the route's latency: latencies of
-  // consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
+  // latency switched off); the receiver waits out each message's route latency after it moved:
+  // latencies of consecutive messages overlap, as NCCL's FIFO slots let them, while their bytes queue.
   if (zone != nullptr) zone->latency_off = true;
   struct LatencyBack {
     TopologyZone* zone;

@@ -116,14 +116,8 @@ bool CollectiveRun::try_receive(int src, int dst, int lane, Payload& payload) {
   Inbox& box = inbox(dst);
   std::lock_guard lock(box.mutex);
   const auto found = box.mailboxes.find(mailbox_key(src, lane));
-  if (found == box.mailboxes.end()) return false;
-  Mailbox& mailbox = found->second;
-  if (mailbox.head == mailbox.queue.size()) return false;
-  payload = std::move(mailbox.queue[mailbox.head++]);
-  if (mailbox.head == mailbox.queue.size()) {  // drained: reuse the room from the front
-    mailbox.queue.clear();
-    mailbox.head = 0;
-  }
+  if (found == box.mailboxes.end() || found->second.queue.empty()) return false;
+  payload = found->second.queue.pop_front();
   return true;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fifo.h"
 #include "core/executor.h"
 
 namespace tandem::host {
@@ -110,12 +111,10 @@ class CollectiveRun {
   enum class RankState : uint8_t { kAbsent, kRunning, kWaiting, kFinished, kFailed };
 
   static constexpr int kNotLost = -2;
-  // One connection (src, lane) into a rank: its FIFO and the fault that lost a message on it. The
-  // FIFO is a vector read from `head` and emptied when drained, not a deque: a deque allocates a
-  // 512-byte node even when empty, and all_to_all has a mailbox per pair of ranks.
+  // One connection (src, lane) into a rank: its FIFO (core/fifo.h: all_to_all has a mailbox per
+  // pair of ranks) and the fault that lost a message on it.
   struct Mailbox {
-    std::vector<Payload> queue;
-    size_t head = 0;
+    Fifo<Payload> queue;
     int lost_fault = kNotLost;
   };
   // Mailboxes exist only for the connections a schedule uses, created at their first message:
