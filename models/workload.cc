@@ -86,12 +86,24 @@ Sharding parse_sharding(std::string_view text) {
   fail(ErrorCode::kInvalidArgument, "unknown sharding '{}' (expected: none, zero1, fsdp, hsdp)", text);
 }
 
-std::string_view name(Precision precision) { return precision == Precision::kFP8 ? "fp8" : "bf16"; }
+std::string_view name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
 
-Precision parse_precision(std::string_view text) {
-  if (lower(text) == "bf16") return Precision::kBF16;
-  if (lower(text) == "fp8") return Precision::kFP8;
-  fail(ErrorCode::kInvalidArgument, "unknown precision '{}' (expected: bf16, fp8)", text);
+Recompute parse_recompute(std::string_view text) {
+  const std::string key = lower(text);
+  if (key == "none" || key == "false") return Recompute::kNone;
+  if (key == "selective") return Recompute::kSelective;
+  if (key == "full" || key == "true") return Recompute::kFull;
+  fail(ErrorCode::kInvalidArgument, "unknown recompute '{}' (expected: none, selective, full)", text);
 }
 
 // ---- layout --------------------------------------------------------------------------------------
@@ -103,8 +115,9 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
     fail(ErrorCode::kInvalidArgument, "layout '{}' on {} GPUs: {}", layout.name, gpus,
          fmt::format(fmt::runtime(what), args...));
   };
-  if (layout.tp < 1 || layout.pp < 1) bad("tp and pp must be at least 1");
-  if (gpus % (layout.tp * layout.pp) != 0) bad("tp x pp = {} does not divide the GPUs", layout.tp * layout.pp);
+  if (layout.tp < 1 || layout.pp < 1 || layout.vp < 1 || layout.cp < 1) bad("tp, pp, vp and cp must be at least 1");
+  const int64_t model_ranks = int64_t{layout.tp} * layout.pp * layout.cp;
+  if (gpus % model_ranks != 0) bad("tp x pp x cp = {} does not divide the GPUs", model_ranks);
   const int kv_heads = config.model.kv_heads;
   if (config.model.heads % layout.tp != 0 || (kv_heads % layout.tp != 0 && layout.tp % kv_heads != 0)) {
     bad("tp = {} does not split the model's {} heads and {} KV heads", layout.tp, config.model.heads, kv_heads);
@@ -112,14 +125,21 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
   if (layout.tp > gpus_per_node || gpus_per_node % layout.tp != 0) {
     bad("tensor parallelism stays inside a node: tp = {} must divide the {} GPUs of a node", layout.tp, gpus_per_node);
   }
-  if (layout.pp > config.model.layers)
-    bad("pp = {} is more than the model's {} layers", layout.pp, config.model.layers);
+  if (int64_t{layout.pp} * layout.vp > config.model.layers) {
+    bad("pp x vp = {} is more than the model's {} layers", int64_t{layout.pp} * layout.vp, config.model.layers);
+  }
+  if (layout.vp > 1 && layout.pp < 2) bad("vp = {} needs pipeline parallelism (pp of at least 2)", layout.vp);
   if (config.seq_len < 1 || config.seq_len > kMaxSeqLen) bad("seq_len must be 1..{}", kMaxSeqLen);
+  if (layout.cp > 1 && config.seq_len % (2 * layout.cp) != 0) {
+    bad("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}",
+        layout.cp, config.seq_len, 2 * layout.cp);
+  }
   if (config.micro_batch < 1) bad("micro_batch must be at least 1");
-  if (!(config.mfu > 0 && config.mfu <= 1)) bad("mfu must be in (0, 1] (got {})", config.mfu);
+  if (config.mfu && !(*config.mfu > 0 && *config.mfu <= 1)) bad("mfu must be in (0, 1] (got {})", *config.mfu);
   DerivedLayout d;
   d.gpus = gpus;
-  d.dp = gpus / (layout.tp * layout.pp);
+  d.dp = static_cast<int>(gpus / model_ranks);
+  d.data_ranks = d.dp * layout.cp;
   if (config.global_batch < 1 || config.global_batch % (d.dp * config.micro_batch) != 0) {
     bad("global_batch {} does not split into {} data-parallel ranks x micro_batch {}", config.global_batch, d.dp,
         config.micro_batch);
@@ -127,26 +147,31 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
   d.microbatches = config.global_batch / (d.dp * config.micro_batch);
   if (d.microbatches > kMaxMicrobatches)
     bad("{} microbatches, above the limit of {}", d.microbatches, kMaxMicrobatches);
+  if (layout.vp > 1 && d.microbatches % layout.pp != 0) {
+    bad("the interleaved schedule runs microbatches in groups of pp: {} microbatches is not a multiple of pp = {}",
+        d.microbatches, layout.pp);
+  }
   switch (layout.sharding) {
     case Sharding::kNone:
     case Sharding::kZero1:
       d.shard_group = 1;
       break;
     case Sharding::kFsdp:
-      d.shard_group = d.dp;
+      d.shard_group = d.data_ranks;
       break;
     case Sharding::kHsdp: {
       d.shard_group = layout.shard_group > 0 ? layout.shard_group : std::max(1, gpus_per_node / layout.tp);
-      if (d.shard_group > d.dp || d.dp % d.shard_group != 0) {
-        bad("hsdp shard_group {} does not divide the {} data-parallel ranks", d.shard_group, d.dp);
+      if (d.shard_group > d.data_ranks || d.data_ranks % d.shard_group != 0) {
+        bad("hsdp shard_group {} does not divide the {} data-parallel ranks", d.shard_group, d.data_ranks);
       }
       break;
     }
   }
-  d.replicas = d.dp / d.shard_group;
+  d.replicas = d.data_ranks / d.shard_group;
   const int layers = config.model.layers;
-  for (int s = 0; s < layout.pp; ++s)
-    d.layers_of_stage.push_back(layers / layout.pp + (s < layers % layout.pp ? 1 : 0));
+  const int virtual_stages = layout.pp * layout.vp;
+  for (int v = 0; v < virtual_stages; ++v)
+    d.layers_of_stage.push_back(layers / virtual_stages + (v < layers % virtual_stages ? 1 : 0));
   return d;
 }
 
@@ -159,27 +184,51 @@ double MemoryBreakdown::total_bytes() const {
 
 namespace {
 
-// Parameters a stage holds before tensor parallelism: its layers, the embedding on the first, the
-// output head (and final norm) on the last.
-double stage_parameters(const TrainingConfig& config, const DerivedLayout& d, int stage) {
+int virtual_stages(const TrainingConfig& config) { return config.layout.pp * config.layout.vp; }
+
+// Parameters a virtual stage holds before tensor parallelism: its layers, the embedding on the
+// first, the output head (and final norm) on the last.
+double virtual_stage_parameters(const TrainingConfig& config, const DerivedLayout& d, int v) {
   const TransformerSpec& m = config.model;
-  const int pp = config.layout.pp;
-  double params =
-      static_cast<double>(d.layers_of_stage[static_cast<size_t>(stage)]) * static_cast<double>(m.layer_parameters());
+  const int last = virtual_stages(config) - 1;
+  double params = static_cast<double>(d.layers_of_stage[static_cast<size_t>(v)]) *
+                  static_cast<double>(m.layer_parameters());
   const double matrix = static_cast<double>(m.vocab * m.d_model);
-  if (stage == 0) params += matrix;
-  if (stage == pp - 1 && (!m.tied_embeddings || pp > 1)) params += matrix + static_cast<double>(m.d_model);
+  if (v == 0) params += matrix;
+  if (v == last && (!m.tied_embeddings || last > 0)) params += matrix + static_cast<double>(m.d_model);
   return params;
+}
+
+// The microbatches whose activations a rank holds at its peak, in units of one virtual stage's
+// layers: the warm-up forwards of its schedule plus the one in flight (1F1B: pp - stage;
+// interleaved: Megatron's (pp - stage - 1) x 2 + (vp - 1) x pp + 1).
+int units_in_flight(const TrainingConfig& config, const DerivedLayout& d, int stage) {
+  const int pp = config.layout.pp, vp = config.layout.vp;
+  const int total = d.microbatches * vp;
+  const int warmup = vp == 1 ? pp - stage - 1 : (pp - stage - 1) * 2 + (vp - 1) * pp;
+  return std::min(total, warmup + 1);
 }
 
 // Activation bytes one layer saves per token for backward (bf16), with flash attention: the two
 // norms' inputs, q / k / v and the attention output, and the gated MLP's gate, up, SiLU and product.
-double activation_bytes_per_token(const TransformerSpec& m) {
+// torchtitan's selective policy keeps only the outputs of the matmuls but every second one (q/k/v,
+// the output projection, w1, w3, w2: the 1st, 3rd and 5th) and of attention.
+double activation_bytes_per_token(const TrainingConfig& config) {
+  const TransformerSpec& m = config.model;
+  const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
   const double kv_dim = static_cast<double>(m.d_model / m.heads * m.kv_heads);
-  return 2.0 * (4.0 * static_cast<double>(m.d_model) + 2.0 * kv_dim + 4.0 * static_cast<double>(m.ffn));
+  if (config.recompute == Recompute::kSelective && config.kernels == KernelStack::kEager) {
+    return 2.0 * ((h + 2.0 * kv_dim) + f + h + h);  // qkv, w1, w2 outputs; attention output
+  }
+  return 2.0 * (4.0 * h + 2.0 * kv_dim + 4.0 * f);
 }
 
 double grad_bytes(const TrainingConfig& config) { return static_cast<double>(size_bytes(config.grad_reduce_dtype)); }
+
+// Tokens of one microbatch on one rank: context parallelism splits each sequence.
+double tokens_per_rank(const TrainingConfig& config) {
+  return static_cast<double>(config.micro_batch) * config.seq_len / config.layout.cp;
+}
 
 // Bytes of optimizer state per parameter: fp32 master weights and Adam's two fp32 moments.
 constexpr double kOptimizerBytesPerParam = 12;
@@ -193,27 +242,32 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   const TransformerSpec& m = config.model;
   const ParallelLayout& layout = config.layout;
   const double tp = layout.tp;
-  const double local = stage_parameters(config, d, stage) / tp;
+  double params = 0, layers = 0;
+  for (int v = stage; v < virtual_stages(config); v += layout.pp) {
+    params += virtual_stage_parameters(config, d, v);
+    layers += d.layers_of_stage[static_cast<size_t>(v)];
+  }
+  const double local = params / tp;
   const bool sharded = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
   const double shard = sharded ? d.shard_group : 1;
   MemoryBreakdown mem;
   mem.weights_bytes = 2.0 * local / shard;
   mem.gradients_bytes = grad_bytes(config) * local / shard;
-  const double optimizer_shard = layout.sharding == Sharding::kZero1 ? d.dp : shard;
+  const double optimizer_shard = layout.sharding == Sharding::kZero1 ? d.data_ranks : shard;
   mem.optimizer_bytes = kOptimizerBytesPerParam * local / optimizer_shard;
   if (sharded && d.shard_group > 1) {
     const double layer = static_cast<double>(m.layer_parameters()) / tp;
     mem.unsharded_bytes = 2.0 * 2.0 * layer + grad_bytes(config) * layer;
   }
-  const double tokens = static_cast<double>(config.micro_batch) * config.seq_len;
-  const double in_flight = std::min(layout.pp - stage, d.microbatches);
-  const double layers = d.layers_of_stage[static_cast<size_t>(stage)];
-  const double full = activation_bytes_per_token(m) / tp;
-  if (config.recompute) {
+  const double tokens = tokens_per_rank(config);
+  const double chunk_layers = layers / layout.vp;  // one virtual stage's layers, on average
+  const double in_flight = units_in_flight(config, d, stage);
+  const double full = activation_bytes_per_token(config) / tp;
+  if (config.recompute == Recompute::kFull) {
     const double input = 2.0 * static_cast<double>(m.d_model) / tp;  // each layer's input only
-    mem.activations_bytes = in_flight * tokens * layers * input + tokens * full;
+    mem.activations_bytes = in_flight * tokens * chunk_layers * input + tokens * full;
   } else {
-    mem.activations_bytes = in_flight * tokens * layers * full;
+    mem.activations_bytes = in_flight * tokens * chunk_layers * full;
   }
   if (stage == layout.pp - 1) mem.logits_bytes = tokens * static_cast<double>(m.vocab) * kLogitBytes / tp;
   mem.runtime_bytes = kRuntimeReserveBytes;
@@ -235,7 +289,8 @@ void check_fits(const TrainingConfig& config, const DerivedLayout& derived, cons
   const MemoryBreakdown mem = memory_per_gpu(config, derived);
   if (mem.total_bytes() <= gpu.memory_bytes) return;
   std::string advice;
-  if (!config.recompute && mem.activations_bytes > 0.3 * mem.total_bytes()) advice = "recompute: true, ";
+  if (config.recompute != Recompute::kFull && mem.activations_bytes > 0.3 * mem.total_bytes())
+    advice = "recompute: full, context parallelism (cp), ";
   if (config.micro_batch > 1) advice += "a smaller micro_batch, ";
   advice += "more sharding, tensor or pipeline parallelism, or more GPUs";
   fail(ErrorCode::kUnsupported,
@@ -252,35 +307,176 @@ double model_flops_per_token(const TransformerSpec& model, int seq_len) {
          12.0 * model.layers * static_cast<double>(model.d_model) * seq_len;
 }
 
-double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, double mfu) {
+double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, std::optional<double> mfu) {
+  if (!mfu) return task.kernel_s;
   const double peak = precision == Precision::kFP8 ? gpu.fp8_flops : gpu.bf16_flops;
   if (!(peak > 0)) fail(ErrorCode::kUnsupported, "the {} has no {} tensor cores", gpu.name, name(precision));
-  return task.flops / (peak * mfu) + task.fixed_s;
+  return task.flops / (peak * *mfu) + task.fixed_s;
+}
+
+std::string describe_compute(const TrainingConfig& config) {
+  if (config.mfu) return fmt::format("compute at {:.1f}% MFU (override)", 100 * *config.mfu);
+  return fmt::format("compute timed from the {} kernels", name(config.kernels));
+}
+
+// ---- kernels -------------------------------------------------------------------------------------
+
+namespace {
+
+// HBM bytes per element of the memory-bound ops, forward (docs/kernels.md counts them). Fused: one
+// kernel reads its inputs and writes its output once, in bf16. Eager: every PyTorch op of the
+// layer as torchtitan writes it reads and writes its own tensors, RMSNorm and rotary in fp32.
+struct ElementwiseBytes {
+  double norm;      // per element of d_model
+  double rotary;    // per element of q and k
+  double residual;  // per element of d_model
+  double swiglu;    // per element of ffn
+  double loss;      // per logit: softmax cross-entropy
+};
+// Fused: norm reads x, writes y (2 + 2); rotary reads and writes q, k (2 + 2); residual add reads
+// two, writes one (6); SwiGLU reads gate and up, writes the product (6); vocab-parallel
+// cross-entropy reads the bf16 logits and writes the fp32 softmax it keeps for backward (2 + 4).
+constexpr ElementwiseBytes kFusedBytes{4, 4, 6, 6, 6};
+// Eager: RMSNorm = x.float() (2 + 4), pow (4 + 4), mean (4), rsqrt-multiply (4 + 4), type_as
+// (4 + 2), weight multiply (2 + 2) = 36; rotary = float (2 + 4), complex multiply (4 + 4), type_as
+// (4 + 2) = 20; SiLU (2 + 2) and multiply (4 + 2) = 10; cross-entropy on fp32 logits: float (2 + 4),
+// log_softmax (4 + 4) = 14.
+constexpr ElementwiseBytes kEagerBytes{36, 20, 6, 10, 14};
+// Backward of a memory-bound op: reads the saved input and the incoming gradient, writes the
+// outgoing one: twice the forward's traffic.
+constexpr double kElementwiseBackwardFactor = 2.0;
+// Flash attention's backward: five matmuls to the forward's two (FlashAttention-2, §3.1.2).
+constexpr double kAttentionBackwardFlopsFactor = 2.5;
+// fp8 GEMMs (Transformer Engine): each input is cast from bf16 to fp8 by its own kernel.
+constexpr double kFp8CastBytesPerElement = 3;
+
+}  // namespace
+
+LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
+  const TransformerSpec& m = config.model;
+  const KernelEnv env{gpu, config.precision, config.kernels};
+  const bool eager = config.kernels == KernelStack::kEager;
+  const ElementwiseBytes& e = eager ? kEagerBytes : kFusedBytes;
+  const double tp = config.layout.tp;
+  const double t = tokens_per_rank(config);
+  const double h = static_cast<double>(m.d_model);
+  const double head_dim = h / m.heads;
+  const double q = h / tp;
+  // Grouped-query attention under TP: each rank keeps its share of the KV heads, or one when
+  // there are fewer KV heads than TP ranks (replicated, as Megatron does).
+  const double kv = head_dim * std::max(1.0, static_cast<double>(m.kv_heads) / tp);
+  const double f = static_cast<double>(m.ffn) / tp;
+  const double vocab = static_cast<double>(m.vocab) / tp;
+
+  // A GEMM's forward, or its backward (data gradient and weight gradient), with fp8's casts.
+  auto forward = [&](GemmShape s) {
+    KernelCost cost = gemm(env, s);
+    if (config.precision == Precision::kFP8) cost += memory_bound(env, kFp8CastBytesPerElement * s.m * s.k);
+    return cost;
+  };
+  auto backward = [&](GemmShape s) {
+    KernelCost cost = gemm(env, {s.m, s.k, s.n});  // dX = dY W^T
+    cost += gemm(env, {s.k, s.n, s.m});            // dW = X^T dY
+    if (config.precision == Precision::kFP8) cost += memory_bound(env, kFp8CastBytesPerElement * s.m * s.n);
+    return cost;
+  };
+  // Sequence parallelism: norms and residuals run on the rank's 1/tp of the tokens.
+  const double norm = e.norm * t * h / tp, residual = e.residual * t * h / tp;
+  const GemmShape qkv{t, q + 2 * kv, h}, out{t, h, q};
+  // eager: two GEMMs for gate and up (torchtitan's w1, w3); fused: one of twice the width.
+  const GemmShape gate_up{t, 2 * f, h}, gate{t, f, h}, down{t, h, f};
+  // Causal flash attention: QK^T and PV over half the score matrix; with context parallelism the
+  // load-balanced chunks give each rank 1/cp of the work.
+  const double attention_flops = 4.0 * t * (config.seq_len / 2.0) * q;
+
+  LayerKernels k;
+  for (bool is_backward : {false, true}) {
+    KernelCost attention, mlp, gemms, elementwise_ops;
+    auto gemm_of = [&](GemmShape s) {
+      const KernelCost cost = is_backward ? backward(s) : forward(s);
+      gemms += cost;
+      return cost;
+    };
+    auto elementwise = [&](double bytes, bool backward_pass) {
+      const KernelCost cost = memory_bound(env, backward_pass ? kElementwiseBackwardFactor * bytes : bytes);
+      elementwise_ops += cost;
+      return cost;
+    };
+    attention += elementwise(norm, is_backward);
+    attention += gemm_of(qkv);
+    attention += elementwise(e.rotary * t * (q + kv), is_backward);
+    const KernelCost core = flash_attention(
+        env, is_backward ? kAttentionBackwardFlopsFactor * attention_flops : attention_flops, is_backward);
+    attention += core;
+    attention += gemm_of(out);
+    attention += elementwise(residual, is_backward);
+    mlp += elementwise(norm, is_backward);
+    if (eager) {
+      mlp += gemm_of(gate);
+      mlp += gemm_of(gate);
+    } else {
+      mlp += gemm_of(gate_up);
+    }
+    mlp += elementwise(e.swiglu * t * f, is_backward);
+    mlp += gemm_of(down);
+    mlp += elementwise(residual, is_backward);
+    if (!is_backward && config.recompute == Recompute::kSelective && eager) {
+      // Half the layer's forward GEMMs and all of its elementwise ops, again.
+      k.selective_recompute.seconds = gemms.seconds / 2 + elementwise_ops.seconds;
+      k.selective_recompute.flops = gemms.flops / 2;
+      k.selective_recompute.bytes = elementwise_ops.bytes;
+      k.selective_recompute.kernels = gemms.kernels / 2 + elementwise_ops.kernels;
+    }
+    KernelCost head = elementwise(norm, is_backward);
+    head += gemm_of({t, vocab, h});
+    head += elementwise(e.loss * t * vocab, is_backward);
+    // The lookup reads a row and writes it (forward); the backward scatter-adds into the table.
+    const KernelCost embedding = elementwise(4.0 * t * h / tp, is_backward);
+    (is_backward ? k.attention_bwd : k.attention_fwd) = attention;
+    (is_backward ? k.core_bwd : k.core_fwd) = core;
+    (is_backward ? k.mlp_bwd : k.mlp_fwd) = mlp;
+    (is_backward ? k.head_bwd : k.head_fwd) = head;
+    (is_backward ? k.embedding_bwd : k.embedding_fwd) = embedding;
+  }
+  return k;
 }
 
 // ---- the step program ----------------------------------------------------------------------------
 
 namespace {
 
-// Builds one step's tasks. Ranks: r = (stage * dp + dp_index) * tp + tp_index, rank r on GPU r.
+// Builds one step's tasks. Ranks are placed Megatron-style, tensor-parallel index fastest, then
+// context-parallel, data-parallel, pipeline stage: r = (stage * data_ranks + data) * tp + tp_index
+// with data = dp_index * cp + cp_index; rank r on GPU r. Virtual pipeline stage v (pp * vp of them)
+// runs on rank stage v mod pp.
 class StepBuilder {
  public:
   StepBuilder(const TrainingConfig& config, const ClusterSpec& cluster, const DerivedLayout& d)
-      : config_(config), cluster_(cluster), d_(d), m_(config.model), tp_(config.layout.tp), pp_(config.layout.pp) {}
+      : config_(config),
+        cluster_(cluster),
+        d_(d),
+        m_(config.model),
+        tp_(config.layout.tp),
+        pp_(config.layout.pp),
+        vp_(config.layout.vp),
+        cp_(config.layout.cp),
+        kernels_(layer_kernels(config, cluster.gpu)) {}
 
   StepProgram build() {
     program_.stages = pp_;
     make_groups();
-    for (int s = 0; s < pp_; ++s) {
-      program_.compute_stream.push_back(stream(s, "compute"));
-    }
-    fwd_send_.assign(static_cast<size_t>(pp_), std::vector<int>(static_cast<size_t>(d_.microbatches), -1));
+    for (int s = 0; s < pp_; ++s) program_.compute_stream.push_back(stream(s, "compute"));
+    const auto virtual_stages = static_cast<size_t>(pp_ * vp_);
+    fwd_send_.assign(virtual_stages, std::vector<int>(static_cast<size_t>(d_.microbatches), -1));
     bwd_send_ = fwd_send_;
-    for (int s = 0; s < pp_; ++s) build_stage(s);
-    // Backward of stage s waits for stage s+1's gradient send, which was built after it.
-    for (const auto& [task, stage_mb] : bwd_fixups_) {
-      program_.tasks[static_cast<size_t>(task)].deps.push_back(
-          bwd_send_[static_cast<size_t>(stage_mb.first + 1)][static_cast<size_t>(stage_mb.second)]);
+    for (int s = 0; s < pp_; ++s) build_rank(s);
+    // A virtual stage's forward waits for the previous one's activations and its backward for the
+    // next one's gradients: sends built later than the task that needs them are tied in here.
+    for (const Pending& p : pending_) {
+      const auto& sends = p.forward ? fwd_send_ : bwd_send_;
+      const int send = sends[static_cast<size_t>(p.from)][static_cast<size_t>(p.microbatch)];
+      if (send < 0) fail(ErrorCode::kInvalidArgument, "step program: a pipeline send was never built (a bug)");
+      program_.tasks[static_cast<size_t>(p.task)].deps.push_back(send);
     }
     const double tokens = static_cast<double>(config_.global_batch) * config_.seq_len;
     program_.tokens = tokens;
@@ -289,7 +485,7 @@ class StepBuilder {
   }
 
  private:
-  int rank(int stage, int dp_index, int tp_index) const { return (stage * d_.dp + dp_index) * tp_ + tp_index; }
+  int rank(int stage, int data, int tp_index) const { return (stage * d_.data_ranks + data) * tp_ + tp_index; }
 
   int stream(int stage, std::string_view what) {
     const std::string key = fmt::format("s{}/{}", stage, what);
@@ -335,11 +531,11 @@ class StepBuilder {
   }
 
   void make_groups() {
-    const int dp = d_.dp;
+    const int data = d_.data_ranks;
     if (tp_ > 1) {
       std::vector<std::vector<int>> instances;
       for (int s = 0; s < pp_; ++s) {
-        for (int i = 0; i < dp; ++i) {
+        for (int i = 0; i < data; ++i) {
           std::vector<int> g;
           for (int j = 0; j < tp_; ++j) g.push_back(rank(s, i, j));
           instances.push_back(std::move(g));
@@ -347,7 +543,21 @@ class StepBuilder {
       }
       tp_group_ = add_group("tp", std::move(instances));
     }
-    // The data-parallel ranks of (stage, tp index) i in [first, first + count) step `stride`.
+    if (cp_ > 1) {
+      std::vector<std::vector<int>> instances;
+      for (int s = 0; s < pp_; ++s) {
+        for (int i = 0; i < d_.dp; ++i) {
+          for (int j = 0; j < tp_; ++j) {
+            std::vector<int> g;
+            for (int c = 0; c < cp_; ++c) g.push_back(rank(s, i * cp_ + c, j));
+            instances.push_back(std::move(g));
+          }
+        }
+      }
+      cp_group_ = add_group("cp", std::move(instances));
+    }
+    // The data-parallel ranks (with CP: every rank holding the same parameters) of (stage, tp
+    // index): `blocks` groups of `count`, ranks `stride` apart, blocks `block_stride` apart.
     auto data_instances = [&](int count, int stride, int blocks, int block_stride) {
       std::vector<std::vector<int>> instances;
       for (int s = 0; s < pp_; ++s) {
@@ -362,21 +572,25 @@ class StepBuilder {
       return instances;
     };
     const Sharding sharding = config_.layout.sharding;
-    if (dp > 1) {
+    if (data > 1) {
       if (sharding == Sharding::kHsdp) {
         const int shard = d_.shard_group, replicas = d_.replicas;
         if (shard > 1) data_group_ = add_group("hsdp-shard", data_instances(shard, 1, replicas, shard));
         if (replicas > 1) replicate_group_ = add_group("hsdp-replicate", data_instances(replicas, shard, shard, 1));
       } else {
-        data_group_ = add_group(sharding == Sharding::kFsdp ? "fsdp" : "dp", data_instances(dp, 1, 1, 0));
+        data_group_ = add_group(sharding == Sharding::kFsdp ? "fsdp" : "dp", data_instances(data, 1, 1, 0));
       }
     }
-    for (int s = 0; s + 1 < pp_; ++s) {
+    // Point to point between consecutive stages; the interleaved schedule also sends from the last
+    // stage back to the first (virtual stage pp - 1 to pp, and so on).
+    const int links = vp_ > 1 ? pp_ : pp_ - 1;
+    for (int s = 0; s < links; ++s) {
+      const int next = (s + 1) % pp_;
       std::vector<std::vector<int>> instances;
-      for (int i = 0; i < dp; ++i) {
-        for (int j = 0; j < tp_; ++j) instances.push_back({rank(s, i, j), rank(s + 1, i, j)});
+      for (int i = 0; i < data; ++i) {
+        for (int j = 0; j < tp_; ++j) instances.push_back({rank(s, i, j), rank(next, i, j)});
       }
-      pp_group_.push_back(add_group(fmt::format("pp{}-{}", s, s + 1), std::move(instances)));
+      pp_group_.push_back(add_group(fmt::format("pp{}-{}", s, next), std::move(instances)));
     }
   }
 
@@ -395,14 +609,18 @@ class StepBuilder {
     return static_cast<int>(program_.tasks.size() - 1);
   }
 
-  int compute(int stage, double flops, std::string_view what, std::vector<int> deps) {
+  // A compute task: `flops` are what an mfu override times (model-style hardware FLOPs), `kernels`
+  // what the kernel model times.
+  int compute(int stage, double flops, const KernelCost& kernels, std::string_view what, std::vector<int> deps) {
     StepTask t;
     t.kind = TaskKind::kCompute;
     t.stage = stage;
     t.stream = program_.compute_stream[static_cast<size_t>(stage)];
     t.flops = flops;
+    t.kernel_s = kernels.seconds;
     t.label = label(what);
     t.deps = std::move(deps);
+    std::erase(t.deps, -1);
     last_compute_ = add(std::move(t));
     return last_compute_;
   }
@@ -416,206 +634,305 @@ class StepBuilder {
     t.comm = comm_op(collective, bytes, group);
     t.label = label(what);
     t.deps = std::move(deps);
+    std::erase(t.deps, -1);
     return add(std::move(t));
   }
 
   static std::vector<int> maybe(int task) { return task >= 0 ? std::vector<int>{task} : std::vector<int>{}; }
 
-  // One block's compute (attention or MLP), between the tensor-parallel all_gather and
-  // reduce_scatter of sequence parallelism when tp > 1.
-  void block(int stage, double flops, std::string_view what, std::vector<int> deps) {
+  // The attention core with context parallelism: the rank's share of the flash-attention work in
+  // cp steps, each on the KV block that the previous ring step brought (send/recv with the next
+  // CP rank, overlapped with the current step's compute, as Transformer Engine's ring attention
+  // does). The backward passes the KV blocks and their gradients.
+  void ring_attention(int stage, const KernelCost& core, double flops, bool backward, std::string_view what) {
+    const double kv_dim = static_cast<double>(m_.d_model / m_.heads) *
+                          std::max(1.0, static_cast<double>(m_.kv_heads) / tp_);
+    const double block_bytes = (backward ? 2.0 : 1.0) * 2.0 * kv_dim * tokens_per_rank(config_) * 2.0;
+    KernelCost step = core;
+    step.seconds /= cp_;
+    int exchange = -1;
+    for (int i = 0; i < cp_; ++i) {
+      compute(stage, flops / cp_, step, what, maybe(exchange));
+      if (i + 1 < cp_) {
+        // The block for step i + 1 travels while step i computes: the first once q, k, v exist,
+        // each later one after the previous (one block in flight per direction).
+        exchange = comm(stage, "cp", Collective::kSendRecv, block_bytes, cp_group_,
+                        backward ? "CP send/recv (KV, dKV)" : "CP send/recv (KV)",
+                        {i == 0 ? last_before_core_ : exchange});
+      }
+    }
+  }
+
+  // One block's compute (attention or MLP). With tp > 1 it sits between the sequence-parallel
+  // all_gather and reduce_scatter; with tp_overlap those are split in tp chunks pipelined with the
+  // GEMMs (Transformer Engine's userbuffers): only the first gather chunk and the last
+  // reduce-scatter chunk wait on or hold up the compute.
+  void block(int stage, double flops, const KernelCost& kernels, const KernelCost* core, double core_flops,
+             bool backward, std::string_view what, std::vector<int> deps) {
+    std::vector<int> work_deps = deps;
+    int gather_rest = -1;
     if (tp_ > 1) {
       deps.push_back(last_tp_ >= 0 ? last_tp_ : last_compute_);
       std::erase(deps, -1);
-      const int gather = comm(stage, "tp", Collective::kAllGather, activation_bytes_, tp_group_, "TP all_gather", deps);
-      const int work = compute(stage, flops, what, {gather});
-      comm(stage, "tp", Collective::kReduceScatter, activation_bytes_, tp_group_, "TP reduce_scatter", {work});
-      last_tp_ = static_cast<int>(program_.tasks.size() - 1);
-      return;
+      if (config_.layout.tp_overlap) {
+        const int head = comm(stage, "tp", Collective::kAllGather, activation_bytes_ / tp_, tp_group_,
+                              "TP all_gather (overlapped)", deps);
+        gather_rest = comm(stage, "tp", Collective::kAllGather, activation_bytes_ * (tp_ - 1) / tp_, tp_group_,
+                           "TP all_gather (overlapped)", {head});
+        work_deps = {head};
+      } else {
+        work_deps = {comm(stage, "tp", Collective::kAllGather, activation_bytes_, tp_group_, "TP all_gather", deps)};
+      }
     }
-    compute(stage, flops, what, std::move(deps));
+    int work;
+    if (core != nullptr && cp_ > 1) {
+      KernelCost rest = kernels;
+      rest.seconds -= core->seconds;
+      work = compute(stage, flops - core_flops, rest, what, work_deps);
+      last_before_core_ = work;
+      ring_attention(stage, *core, core_flops, backward, what);
+      work = last_compute_;
+    } else {
+      work = compute(stage, flops, kernels, what, work_deps);
+    }
+    if (tp_ > 1) {
+      if (config_.layout.tp_overlap) {
+        const int rest = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_ * (tp_ - 1) / tp_, tp_group_,
+                              "TP reduce_scatter (overlapped)", {gather_rest});
+        last_tp_ = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_ / tp_, tp_group_,
+                        "TP reduce_scatter (overlapped)", {work, rest});
+      } else {
+        last_tp_ = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_, tp_group_, "TP reduce_scatter",
+                        {work});
+      }
+    }
+  }
+
+  // FLOPs of one layer's attention and MLP forward for the mfu override: 6N + 12 L d s style
+  // (non-causal attention), this rank's share.
+  double attention_flops() const {
+    const double kv_dim = static_cast<double>(m_.d_model / m_.heads * m_.kv_heads);
+    const double h = static_cast<double>(m_.d_model);
+    return tokens_per_rank(config_) * (2.0 * (2.0 * h * h + 2.0 * h * kv_dim) + 4.0 * h * config_.seq_len) / tp_;
+  }
+  double core_flops() const {
+    return tokens_per_rank(config_) * 4.0 * static_cast<double>(m_.d_model) * config_.seq_len / tp_;
+  }
+  double mlp_flops() const {
+    return tokens_per_rank(config_) * 2.0 * 3.0 * static_cast<double>(m_.d_model) * static_cast<double>(m_.ffn) / tp_;
   }
 
   // The forward (or recomputed forward) of one layer.
   void layer_forward(int stage, std::vector<int> deps, std::string_view what) {
-    const double tokens = tokens_per_microbatch();
-    const double kv_dim = static_cast<double>(m_.d_model / m_.heads * m_.kv_heads);
-    const double h = static_cast<double>(m_.d_model);
-    const double attention = tokens * (2.0 * (2.0 * h * h + 2.0 * h * kv_dim) + 4.0 * h * config_.seq_len) / tp_;
-    const double mlp = tokens * 2.0 * 3.0 * h * static_cast<double>(m_.ffn) / tp_;
-    block(stage, attention, what, std::move(deps));
-    block(stage, mlp, what, tp_ > 1 ? std::vector<int>{last_tp_} : std::vector<int>{});
+    block(stage, attention_flops(), kernels_.attention_fwd, &kernels_.core_fwd, core_flops(), false, what,
+          std::move(deps));
+    block(stage, mlp_flops(), kernels_.mlp_fwd, nullptr, 0, false, what, {});
   }
 
   void layer_backward(int stage, std::vector<int> deps) {
-    const double tokens = tokens_per_microbatch();
-    const double kv_dim = static_cast<double>(m_.d_model / m_.heads * m_.kv_heads);
-    const double h = static_cast<double>(m_.d_model);
-    const double attention = 2.0 * tokens * (2.0 * (2.0 * h * h + 2.0 * h * kv_dim) + 4.0 * h * config_.seq_len) / tp_;
-    const double mlp = 2.0 * tokens * 2.0 * 3.0 * h * static_cast<double>(m_.ffn) / tp_;
-    block(stage, mlp, "backward", std::move(deps));
-    block(stage, attention, "backward", tp_ > 1 ? std::vector<int>{last_tp_} : std::vector<int>{});
+    block(stage, 2.0 * mlp_flops(), kernels_.mlp_bwd, nullptr, 0, true, "backward", std::move(deps));
+    block(stage, 2.0 * attention_flops(), kernels_.attention_bwd, &kernels_.core_bwd, 2.0 * core_flops(), true,
+          "backward", {});
   }
 
-  double tokens_per_microbatch() const { return static_cast<double>(config_.micro_batch) * config_.seq_len; }
-
-  // The sharded units of a stage, in forward order: its layers, and the embedding / head matrices.
+  // The sharded units of a virtual stage, in forward order: its layers, and the embedding / head
+  // matrices.
   struct Unit {
     double params = 0;  // before tensor parallelism
     bool layer = false;
     bool head = false;
   };
-  std::vector<Unit> units(int stage) const {
+  std::vector<Unit> units(int v) const {
     std::vector<Unit> out;
+    const int last = pp_ * vp_ - 1;
     const double matrix = static_cast<double>(m_.vocab * m_.d_model);
-    if (stage == 0) out.push_back({matrix, false, false});
-    for (int l = 0; l < d_.layers_of_stage[static_cast<size_t>(stage)]; ++l) {
+    if (v == 0) out.push_back({matrix, false, false});
+    for (int l = 0; l < d_.layers_of_stage[static_cast<size_t>(v)]; ++l) {
       out.push_back({static_cast<double>(m_.layer_parameters()), true, false});
     }
-    if (stage == pp_ - 1 && (!m_.tied_embeddings || pp_ > 1)) {
-      out.push_back({matrix + static_cast<double>(m_.d_model), false, true});
-    }
+    if (v == last && (!m_.tied_embeddings || last > 0)) out.push_back({matrix + static_cast<double>(m_.d_model), false, true});
     return out;
   }
 
-  void build_stage(int s) {
+  double head_flops(double factor) const {
+    return factor * tokens_per_rank(config_) * 2.0 * static_cast<double>(m_.vocab * m_.d_model) / tp_;
+  }
+
+  // One microbatch's forward through virtual stage v (on rank stage s).
+  void forward(int s, int v, int mb) {
     const Sharding sharding = config_.layout.sharding;
     const bool fsdp = (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) && data_group_ >= 0;
-    const std::vector<Unit> u = units(s);
+    const std::vector<Unit> u = units(v);
     const size_t n = u.size();
-    const int microbatches = d_.microbatches;
-    activation_bytes_ = tokens_per_microbatch() * static_cast<double>(m_.d_model) * 2.0;
-    const double tp = tp_;
+    int first_task = -1;
+    std::vector<int> ends(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<int> deps;
+      const bool gathers = fsdp || (sharding == Sharding::kZero1 && data_group_ >= 0 && mb == 0);
+      if (gathers) {
+        // At most two units gathered ahead: unit i's all_gather waits for unit i-2's compute.
+        const int after = i >= 2 ? ends[i - 2] : -1;
+        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * u[i].params / tp_, data_group_,
+                            fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
+      }
+      // The microbatch's activations gate its first layer's first task (the TP all_gather of
+      // them, or the compute), not the parameter gathers before it.
+      if (i == 0) first_task = static_cast<int>(program_.tasks.size());
+      if (u[i].layer) {
+        layer_forward(s, deps, "forward");
+      } else if (u[i].head) {
+        compute(s, head_flops(1.0), kernels_.head_fwd, "head forward", deps);
+      } else {
+        compute(s, 0, kernels_.embedding_fwd, "embedding", deps);
+      }
+      ends[i] = last_compute_;
+    }
+    // The first compute of this microbatch waits for the previous virtual stage's activations.
+    if (v > 0) pending_.push_back({first_task, true, v - 1, mb});
+    if (v + 1 < pp_ * vp_) {
+      fwd_send_[static_cast<size_t>(v)][static_cast<size_t>(mb)] =
+          comm(s, "pp-fwd", Collective::kSendRecv, activation_bytes_ / tp_, pp_group_[static_cast<size_t>(s)],
+               "PP send (activations)", maybe(last_compute_));
+    }
+  }
+
+  // One microbatch's backward through virtual stage v; `grad_reductions` collects the collectives
+  // the optimizer waits for.
+  void backward(int s, int v, int mb, std::vector<int>& grad_reductions) {
+    const Sharding sharding = config_.layout.sharding;
+    const bool fsdp = (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) && data_group_ >= 0;
+    const std::vector<Unit> u = units(v);
+    const size_t n = u.size();
+    const bool last_mb = mb == d_.microbatches - 1;
+    int first_task = -1;
+    std::vector<int> ends(n, -1);
+    auto gather = [&](size_t i, int after) {
+      return comm(s, "data", Collective::kAllGather, 2.0 * u[i].params / tp_, data_group_, "FSDP all_gather (bwd)",
+                  maybe(after));
+    };
+    // FSDP gathers the next unit's parameters (backward order) before it reduce-scatters this
+    // unit's gradients, so that the gather is not queued behind the reduction.
+    int gathered = fsdp ? gather(n - 1, -1) : -1;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = n - 1 - k;
+      std::vector<int> deps = maybe(gathered);
+      if (k == 0) first_task = static_cast<int>(program_.tasks.size());
+      if (u[i].layer) {
+        if (config_.recompute == Recompute::kFull) {
+          layer_forward(s, deps, "recompute");
+          deps.clear();
+        } else if (kernels_.selective_recompute.seconds > 0) {
+          compute(s, kernels_.selective_recompute.flops, kernels_.selective_recompute, "recompute", deps);
+          deps.clear();
+        }
+        layer_backward(s, deps);
+      } else if (u[i].head) {
+        compute(s, head_flops(2.0), kernels_.head_bwd, "head backward", deps);
+      } else {
+        compute(s, 0, kernels_.embedding_bwd, "embedding backward", deps);
+      }
+      ends[i] = last_compute_;
+      if (fsdp && i > 0) gathered = gather(i - 1, k >= 1 ? ends[i + 1] : -1);
+      const double grads = grad_bytes(config_) * u[i].params / tp_;
+      if (data_group_ < 0 && replicate_group_ < 0) continue;
+      if (fsdp) {
+        const int rs = comm(s, "data", Collective::kReduceScatter, grads, data_group_, "FSDP reduce_scatter (grads)",
+                            {last_compute_});
+        grad_reductions.push_back(rs);
+        if (last_mb && replicate_group_ >= 0) {
+          grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, grads / d_.shard_group,
+                                         replicate_group_, "HSDP all_reduce (replicas)", {rs}));
+        }
+      } else if (last_mb && replicate_group_ >= 0) {  // hsdp with shard groups of one: plain DDP
+        grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, grads, replicate_group_,
+                                       "HSDP all_reduce (replicas)", {last_compute_}));
+      } else if (last_mb && sharding == Sharding::kZero1) {
+        grad_reductions.push_back(comm(s, "data", Collective::kReduceScatter, grads, data_group_,
+                                       "DP reduce_scatter (grads)", {last_compute_}));
+      } else if (last_mb) {
+        grad_reductions.push_back(
+            comm(s, "data", Collective::kAllReduce, grads, data_group_, "DP all_reduce (grads)", {last_compute_}));
+      }
+    }
+    // The first compute of this microbatch's backward waits for the next virtual stage's gradients.
+    if (v + 1 < pp_ * vp_) pending_.push_back({first_task, false, v + 1, mb});
+    if (v > 0) {
+      bwd_send_[static_cast<size_t>(v)][static_cast<size_t>(mb)] =
+          comm(s, "pp-bwd", Collective::kSendRecv, activation_bytes_ / tp_, pp_group_[static_cast<size_t>((s + pp_ - 1) % pp_)],
+               "PP send (gradients)", maybe(last_compute_));
+    }
+  }
+
+  // Rank stage s's schedule: 1F1B (vp = 1: pp - s - 1 warm-up forwards, then one forward and one
+  // backward in turn, then the rest) or Megatron's interleaved 1F1B over its vp model chunks, in
+  // groups of pp microbatches per chunk.
+  void build_rank(int s) {
+    activation_bytes_ = tokens_per_rank(config_) * static_cast<double>(m_.d_model) * 2.0;
     last_compute_ = -1;
     last_tp_ = -1;
-    std::vector<int> last_grad_reduction;
-
-    auto gather_params = [&](size_t i, std::string_view what, int prefetch_after) {
-      return comm(s, "data", Collective::kAllGather, 2.0 * u[i].params / tp, data_group_, what, maybe(prefetch_after));
-    };
-    auto head_flops = [&](double factor) {
-      return factor * tokens_per_microbatch() * 2.0 * static_cast<double>(m_.vocab * m_.d_model) / tp;
-    };
-
-    auto forward = [&](int mb) {
-      std::vector<int> first_deps;
-      if (s > 0) first_deps.push_back(fwd_send_[static_cast<size_t>(s - 1)][static_cast<size_t>(mb)]);
-      std::vector<int> ends(n, -1);
-      for (size_t i = 0; i < n; ++i) {
-        std::vector<int> deps = i == 0 ? first_deps : std::vector<int>{};
-        const bool gathers = fsdp || (sharding == Sharding::kZero1 && data_group_ >= 0 && mb == 0);
-        if (gathers) {
-          // At most two units gathered ahead: unit i's all_gather waits for unit i-2's compute.
-          const int after = i >= 2 ? ends[i - 2] : -1;
-          deps.push_back(gather_params(i, fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", after));
-        }
-        if (u[i].layer) {
-          layer_forward(s, deps, "forward");
-        } else if (u[i].head) {
-          compute(s, head_flops(1.0), "head forward", deps);
-        } else if (!deps.empty()) {
-          compute(s, 0, "embedding", deps);  // a lookup: no FLOPs, but it waits for its parameters
-        }
-        ends[i] = last_compute_;
-      }
-      if (s + 1 < pp_) {
-        fwd_send_[static_cast<size_t>(s)][static_cast<size_t>(mb)] =
-            comm(s, "pp-fwd", Collective::kSendRecv, activation_bytes_ / tp, pp_group_[static_cast<size_t>(s)],
-                 "PP send (activations)", maybe(last_compute_));
-      }
-    };
-
-    auto backward = [&](int mb) {
-      const bool last_mb = mb == microbatches - 1;
-      int fixup_task = -1;
-      std::vector<int> ends(n, -1);
-      // FSDP gathers the next unit's parameters (backward order) before it reduce-scatters this
-      // unit's gradients, so that the gather is not queued behind the reduction.
-      int gathered = fsdp ? gather_params(n - 1, "FSDP all_gather (bwd)", -1) : -1;
-      for (size_t k = 0; k < n; ++k) {
-        const size_t i = n - 1 - k;
-        std::vector<int> deps = maybe(gathered);
-        // The first task after the gather takes the gradient from the next stage (fixed up later).
-        const size_t before = program_.tasks.size();
-        if (u[i].layer) {
-          if (config_.recompute) {
-            layer_forward(s, deps, "recompute");
-            deps.clear();
-          }
-          layer_backward(s, deps);
-        } else if (u[i].head) {
-          compute(s, head_flops(2.0), "head backward", deps);
-        } else {
-          compute(s, 0, "embedding backward", deps);
-        }
-        if (k == 0 && s + 1 < pp_) fixup_task = static_cast<int>(before);
-        ends[i] = last_compute_;
-        if (fsdp && i > 0) gathered = gather_params(i - 1, "FSDP all_gather (bwd)", k >= 1 ? ends[i + 1] : -1);
-        const double grads = grad_bytes(config_) * u[i].params / tp;
-        if (data_group_ < 0 && replicate_group_ < 0) continue;
-        if (fsdp && data_group_ >= 0) {
-          const int rs = comm(s, "data", Collective::kReduceScatter, grads, data_group_, "FSDP reduce_scatter (grads)",
-                              {last_compute_});
-          last_grad_reduction.assign(1, rs);
-          if (last_mb && replicate_group_ >= 0) {
-            last_grad_reduction.push_back(comm(s, "replicate", Collective::kAllReduce, grads / d_.shard_group,
-                                               replicate_group_, "HSDP all_reduce (replicas)", {rs}));
-          }
-        } else if (last_mb && replicate_group_ >= 0) {  // hsdp with shard groups of one: plain DDP
-          last_grad_reduction.assign(1, comm(s, "replicate", Collective::kAllReduce, grads, replicate_group_,
-                                             "HSDP all_reduce (replicas)", {last_compute_}));
-        } else if (last_mb && sharding == Sharding::kZero1) {
-          last_grad_reduction.assign(1, comm(s, "data", Collective::kReduceScatter, grads, data_group_,
-                                             "DP reduce_scatter (grads)", {last_compute_}));
-        } else if (last_mb) {
-          last_grad_reduction.assign(
-              1, comm(s, "data", Collective::kAllReduce, grads, data_group_, "DP all_reduce (grads)", {last_compute_}));
-        }
-      }
-      if (fixup_task >= 0) bwd_fixups_.push_back({fixup_task, {s, mb}});
-      if (s > 0) {
-        bwd_send_[static_cast<size_t>(s)][static_cast<size_t>(mb)] =
-            comm(s, "pp-bwd", Collective::kSendRecv, activation_bytes_ / tp, pp_group_[static_cast<size_t>(s - 1)],
-                 "PP send (gradients)", maybe(last_compute_));
-      }
-    };
-
-    // 1F1B: pp - s - 1 warm-up forwards, then one forward and one backward in turn, then the rest.
-    const int warmup = std::min(pp_ - s - 1, microbatches);
+    const int total = d_.microbatches * vp_;
+    const int group = pp_ * vp_;
+    const int warmup = std::min(total, vp_ == 1 ? pp_ - s - 1 : (pp_ - s - 1) * 2 + (vp_ - 1) * pp_);
+    auto microbatch = [&](int k) { return vp_ == 1 ? k : (k / group) * pp_ + k % pp_; };
+    auto forward_chunk = [&](int k) { return vp_ == 1 ? 0 : (k % group) / pp_; };
+    auto backward_chunk = [&](int k) { return vp_ - 1 - forward_chunk(k); };
+    std::vector<int> grad_reductions;
     int next_forward = 0, next_backward = 0;
-    for (; next_forward < warmup; ++next_forward) forward(next_forward);
-    while (next_forward < microbatches) {
-      forward(next_forward++);
-      backward(next_backward++);
+    auto run_forward = [&] {
+      forward(s, forward_chunk(next_forward) * pp_ + s, microbatch(next_forward));
+      ++next_forward;
+    };
+    auto run_backward = [&] {
+      backward(s, backward_chunk(next_backward) * pp_ + s, microbatch(next_backward), grad_reductions);
+      ++next_backward;
+    };
+    while (next_forward < warmup) run_forward();
+    while (next_forward < total) {
+      run_forward();
+      run_backward();
     }
-    while (next_backward < microbatches) backward(next_backward++);
+    while (next_backward < total) run_backward();
 
-    // The optimizer step once this stage's gradients are reduced: HBM-bound over its shard.
-    const bool sharded_optimizer = sharding != Sharding::kNone;
+    // The optimizer step once this rank's gradients are reduced: HBM-bound over its shard.
+    const Sharding sharding = config_.layout.sharding;
     double local = 0;
-    for (const Unit& unit : u) local += unit.params / tp;
-    local /= sharded_optimizer ? (sharding == Sharding::kZero1 ? d_.dp : d_.shard_group) : 1;
+    for (int v = s; v < pp_ * vp_; v += pp_) {
+      for (const Unit& unit : units(v)) local += unit.params / tp_;
+    }
+    if (sharding == Sharding::kZero1) local /= d_.data_ranks;
+    if (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) local /= d_.shard_group;
+    const double traffic = local * kOptimizerTrafficBytesPerParam;
     StepTask optimizer;
     optimizer.kind = TaskKind::kCompute;
     optimizer.stage = s;
     optimizer.stream = program_.compute_stream[static_cast<size_t>(s)];
-    optimizer.fixed_s = local * kOptimizerTrafficBytesPerParam / cluster_.gpu.hbm_Bps;
+    optimizer.fixed_s = traffic / cluster_.gpu.hbm_Bps;
+    optimizer.kernel_s = memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, traffic).seconds;
     optimizer.label = label("optimizer");
-    optimizer.deps = last_grad_reduction;
+    // FSDP reduces every microbatch's gradients; the optimizer waits for the last of each unit.
+    optimizer.deps = grad_reductions;
     last_compute_ = add(std::move(optimizer));
   }
+
+  struct Pending {
+    int task = 0;
+    bool forward = true;  // waits for fwd_send_[from] (else bwd_send_[from])
+    int from = 0;         // virtual stage
+    int microbatch = 0;
+  };
 
   const TrainingConfig& config_;
   const ClusterSpec& cluster_;
   const DerivedLayout& d_;
   const TransformerSpec& m_;
-  const int tp_, pp_;
+  const int tp_, pp_, vp_, cp_;
+  const LayerKernels kernels_;
   StepProgram program_;
-  int tp_group_ = -1, data_group_ = -1, replicate_group_ = -1;
+  int tp_group_ = -1, cp_group_ = -1, data_group_ = -1, replicate_group_ = -1;
   std::vector<int> pp_group_;
-  std::vector<std::vector<int>> fwd_send_, bwd_send_;
-  std::vector<std::pair<int, std::pair<int, int>>> bwd_fixups_;  // task, (stage, microbatch)
-  int last_compute_ = -1, last_tp_ = -1;
+  std::vector<std::vector<int>> fwd_send_, bwd_send_;  // by virtual stage, microbatch
+  std::vector<Pending> pending_;
+  int last_compute_ = -1, last_tp_ = -1, last_before_core_ = -1;
   double activation_bytes_ = 0;
 };
 
@@ -626,6 +943,7 @@ StepProgram build_step(const TrainingConfig& config, const ClusterSpec& cluster)
   check_fits(config, d, cluster.gpu);
   return StepBuilder(config, cluster, d).build();
 }
+
 
 // ---- the timeline --------------------------------------------------------------------------------
 

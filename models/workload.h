@@ -17,12 +17,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/types.h"
 #include "models/cluster.h"
+#include "models/kernels.h"
 
 namespace tandem::models {
 
@@ -60,16 +62,26 @@ enum class Sharding : uint8_t {
 std::string_view name(Sharding sharding);
 Sharding parse_sharding(std::string_view text);  // "none", "zero1", "fsdp", "hsdp"
 
-enum class Precision : uint8_t { kBF16, kFP8 };  // what the matmuls run in (fp8: twice bf16's peak)
-std::string_view name(Precision precision);
-Precision parse_precision(std::string_view text);  // "bf16", "fp8"
+// Activation recomputation: none keeps every activation a layer's backward needs; full keeps each
+// layer's input only and runs the layer's forward again in the backward. Selective is what the
+// stack means by it: Megatron (fused kernels) recomputes the core attention, which flash
+// attention's backward does anyway (no extra time, nothing more kept); torchtitan (eager kernels)
+// keeps the matmul and attention outputs but every second matmul's, and recomputes the rest (its
+// op-level policy): about a third of the activations, for half the forward GEMMs and every
+// elementwise op again.
+enum class Recompute : uint8_t { kNone, kSelective, kFull };
+std::string_view name(Recompute recompute);
+Recompute parse_recompute(std::string_view text);  // "none", "selective", "full" (true: full, false: none)
 
 struct ParallelLayout {
   std::string name;  // for reports: "fsdp", "tp8-pp4"
   int tp = 1;        // tensor-parallel ranks (with sequence parallelism)
   int pp = 1;        // pipeline stages (1F1B)
   Sharding sharding = Sharding::kFsdp;
-  int shard_group = 0;  // HSDP: data-parallel ranks in one shard group (0: the GPUs of a node / tp)
+  int shard_group = 0;      // HSDP: data-parallel ranks in one shard group (0: the GPUs of a node / tp)
+  int vp = 1;               // virtual pipeline stages per rank: interleaved 1F1B (Megatron) when > 1
+  int cp = 1;               // context-parallel ranks: each holds seq_len / cp tokens, ring attention
+  bool tp_overlap = false;  // TP collectives overlapped with the GEMMs they feed (TE userbuffers)
 };
 
 struct TrainingConfig {
@@ -79,10 +91,13 @@ struct TrainingConfig {
   int global_batch = 128;  // sequences per step
   int micro_batch = 1;     // sequences per microbatch per data-parallel rank
   Precision precision = Precision::kBF16;
-  bool recompute = false;  // full activation recompute (each layer's forward runs again in backward)
-  // The share of the GPU's dense peak the compute kernels reach while they run. The step's own
-  // (achieved) MFU is lower: exposed communication and the pipeline bubble come on top.
-  double mfu = 0.40;
+  Recompute recompute = Recompute::kNone;
+  KernelStack kernels = KernelStack::kFused;  // which kernels the training stack launches
+  // Unset: every compute task is timed from its kernels (models/kernels.h). Set: the share of the
+  // GPU's dense peak the compute reaches while it runs, applied to the task's hardware FLOPs (the
+  // old one-knob model, kept as an override). The step's achieved MFU is lower either way: exposed
+  // communication and the pipeline bubble come on top.
+  std::optional<double> mfu;
   DataType grad_reduce_dtype = DataType::kBF16;  // gradients reduced in bf16 or f32
   std::string algorithm = "auto";                // collective algorithm: auto (NCCL's tuner), ring, tree
 };
@@ -94,11 +109,13 @@ inline constexpr int kMaxSeqLen = 1 << 20;
 // What a configuration comes to on `gpus` GPUs (derive() checks it).
 struct DerivedLayout {
   int gpus = 0;
-  int dp = 0;                        // data-parallel ranks: gpus / (tp * pp)
+  int dp = 0;                        // data-parallel ranks: gpus / (tp * pp * cp)
+  int data_ranks = 0;                // ranks gradients are reduced over: dp * cp (Megatron's DP group with CP)
   int microbatches = 0;              // per step and data-parallel rank: global_batch / (dp * micro_batch)
-  int shard_group = 1;               // ranks sharing one copy of the sharded state (fsdp: dp; hsdp: shard_group)
-  int replicas = 1;                  // dp / shard_group
-  std::vector<int> layers_of_stage;  // layers per pipeline stage (the first L mod pp get one more)
+  int shard_group = 1;               // ranks sharing one copy of the sharded state (fsdp: data_ranks; hsdp: shard_group)
+  int replicas = 1;                  // data_ranks / shard_group
+  std::vector<int> layers_of_stage;  // layers per virtual pipeline stage, pp * vp of them (stage v on
+                                     // rank v mod pp; the first L mod (pp * vp) get one more)
 };
 // Throws Error(kInvalidArgument) with the reason when the layout does not divide the GPUs, the
 // batch does not divide into microbatches, tp does not divide the heads, and so on.
@@ -148,7 +165,8 @@ struct StepTask {
   int stage = 0;
   int stream = 0;         // index into StepProgram::streams; a stream runs its tasks in order
   double flops = 0;       // compute: hardware FLOPs (recompute included)
-  double fixed_s = 0;     // compute: time that does not scale with FLOPs (the optimizer step)
+  double kernel_s = 0;    // compute: the kernels' time (models/kernels.h)
+  double fixed_s = 0;     // compute with an mfu override: time that does not scale with FLOPs (the optimizer)
   int comm = -1;          // comm: index into StepProgram::comms
   int label = 0;          // index into StepProgram::labels ("fwd", "FSDP all_gather (fwd)", ...)
   std::vector<int> deps;  // tasks that must end first (besides the stream's previous task)
@@ -209,7 +227,29 @@ StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>
 // so a step's achieved MFU never exceeds the kernels' own.
 double model_flops_per_token(const TransformerSpec& model, int seq_len);
 
-// A compute task's duration: FLOPs at `mfu` of the GPU's peak for `precision`, plus its fixed time.
-double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, double mfu);
+// A compute task's duration: its kernels' time, or with an `mfu` override its FLOPs at that share
+// of the GPU's peak for `precision` plus its fixed time.
+double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, std::optional<double> mfu);
+
+// "compute timed from the fused kernels" or "compute at 40.0% MFU (override)": for report headers.
+std::string describe_compute(const TrainingConfig& config);
+
+// The kernels of one transformer layer and of the model's ends, per microbatch on one rank (its
+// tensor- and context-parallel share), for `config` on `gpu`. Forward and backward apart; the
+// backward of full recompute adds a forward.
+struct LayerKernels {
+  KernelCost attention_fwd;  // norm, QKV, rotary, flash attention, output projection, residual
+  KernelCost mlp_fwd;        // norm, gate/up, SwiGLU, down, residual
+  KernelCost core_fwd;       // the flash attention kernel alone (part of attention_fwd)
+  KernelCost attention_bwd;
+  KernelCost core_bwd;
+  KernelCost mlp_bwd;
+  KernelCost head_fwd;  // final norm, output projection, cross-entropy (last stage)
+  KernelCost head_bwd;
+  KernelCost embedding_fwd;  // the lookup (first stage)
+  KernelCost embedding_bwd;
+  KernelCost selective_recompute;  // per layer, before its backward (eager stack's selective only)
+};
+LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu);
 
 }  // namespace tandem::models

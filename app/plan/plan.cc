@@ -593,11 +593,11 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
   out += fmt::format("tandem plan: {} ({})\n", plan.name, plan.file);
   if (!plan.description.empty()) out += plan.description + "\n";
   const models::TrainingConfig& base = plan.workload.base;
-  out += fmt::format("workload: {} ({:.2f} B parameters), seq_len {}, {}, {} MFU while kernels run\n", base.model.name,
+  out += fmt::format("workload: {} ({:.2f} B parameters), seq_len {}, {}, {}\n", base.model.name,
                      static_cast<double>(base.model.parameters()) / 1e9, base.seq_len,
                      plan.workload.batch_per_gpu ? fmt::format("{:g} sequences per GPU", *plan.workload.batch_per_gpu)
                                                  : fmt::format("global batch {}", base.global_batch),
-                     format_percent(base.mfu));
+                     models::describe_compute(base));
   out += fmt::format("{} points ({} ran, {} did not fit or split), {} simulated clusters\n", rows.size(), ran,
                      rows.size() - ran,
                      std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.has_value(); }));

@@ -128,13 +128,13 @@ constexpr std::array<std::string_view, 7> kLoopExpectKeys{"iteration", "outcome"
 constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "algorithm",  "size",
                                                       "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
 constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
-constexpr std::array<std::string_view, 12> kTrainingKeys{
-    "type",      "model", "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",
-    "precision", "mfu",   "recompute", "grad_reduce_dtype", "algorithm",     "layouts"};
+constexpr std::array<std::string_view, 13> kTrainingKeys{
+    "type",      "model", "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch", "precision",
+    "mfu",       "kernels", "recompute", "grad_reduce_dtype", "algorithm",     "layouts"};
 constexpr std::array<std::string_view, 8> kModelKeys{"name",  "layers",   "d_model", "ffn",
                                                      "heads", "kv_heads", "vocab",   "tied_embeddings"};
-constexpr std::array<std::string_view, 7> kTrainingLayoutKeys{"name",        "tp",        "pp",         "sharding",
-                                                              "shard_group", "recompute", "micro_batch"};
+constexpr std::array<std::string_view, 10> kTrainingLayoutKeys{
+    "name", "tp", "pp", "vp", "cp", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
 constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
     "variant",      "layout",         "backend",  "fits",      "step_time_s",
     "achieved_mfu", "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu",
@@ -963,6 +963,12 @@ models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& no
   return resolve_cluster(reader, read_cluster_values(reader, node, path), node, path);
 }
 
+// recompute: none | selective | full, or a boolean (true: full), as scenarios before selective had.
+models::Recompute read_recompute(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  const std::string text = reader.scalar(node, path);
+  return reader.at(node, path, [&] { return models::parse_recompute(text); });
+}
+
 TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path) {
   Mapping workload(reader, node, path, kTrainingKeys);
   TrainingWorkload training;
@@ -1008,7 +1014,11 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
     base.precision = reader.at(*v, workload.path("precision"), [&] { return models::parse_precision(text); });
   }
   if (const YAML::Node* v = workload.find("mfu")) base.mfu = reader.number(*v, workload.path("mfu"), 0, 1, true);
-  if (const YAML::Node* v = workload.find("recompute")) base.recompute = reader.boolean(*v, workload.path("recompute"));
+  if (const YAML::Node* v = workload.find("kernels")) {
+    const std::string text = reader.scalar(*v, workload.path("kernels"));
+    base.kernels = reader.at(*v, workload.path("kernels"), [&] { return models::parse_kernel_stack(text); });
+  }
+  if (const YAML::Node* v = workload.find("recompute")) base.recompute = read_recompute(reader, *v, workload.path("recompute"));
   if (const YAML::Node* v = workload.find("grad_reduce_dtype")) {
     const std::string text = reader.scalar(*v, workload.path("grad_reduce_dtype"));
     base.grad_reduce_dtype = reader.at(*v, workload.path("grad_reduce_dtype"), [&] { return parse_data_type(text); });
@@ -1053,7 +1063,12 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
         reader.fail_at(*v, "{} goes with sharding: hsdp", m.path("shard_group"));
       entry.layout.shard_group = static_cast<int>(reader.integer(*v, m.path("shard_group"), 1, kMaxScenarioGpus));
     }
-    if (const YAML::Node* v = m.find("recompute")) entry.recompute = reader.boolean(*v, m.path("recompute"));
+    if (const YAML::Node* v = m.find("vp"))
+      entry.layout.vp = static_cast<int>(reader.integer(*v, m.path("vp"), 1, 1024));
+    if (const YAML::Node* v = m.find("cp"))
+      entry.layout.cp = static_cast<int>(reader.integer(*v, m.path("cp"), 1, 1024));
+    if (const YAML::Node* v = m.find("tp_overlap")) entry.layout.tp_overlap = reader.boolean(*v, m.path("tp_overlap"));
+    if (const YAML::Node* v = m.find("recompute")) entry.recompute = read_recompute(reader, *v, m.path("recompute"));
     if (const YAML::Node* v = m.find("micro_batch")) {
       entry.micro_batch = static_cast<int>(reader.integer(*v, m.path("micro_batch"), 1, 4096));
     }

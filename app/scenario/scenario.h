@@ -99,7 +99,7 @@ struct CollectiveLoop {
 // One layout of a training workload, with what it overrides of the workload's settings.
 struct TrainingLayoutEntry {
   models::ParallelLayout layout;
-  std::optional<bool> recompute;
+  std::optional<models::Recompute> recompute;
   std::optional<int> micro_batch;
   SourceMark mark;
 };

@@ -153,16 +153,18 @@ std::string describe(const TrainingExpectation& e) {
 
 std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                          const std::vector<models::TrainingConfig>& configs) {
-  std::string out = fmt::format("{:<14} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
-                                "layout", "tp", "pp", "dp", "micro", "recompute", "memory/GPU", "step (s)", "compute",
-                                "exposed", "bubble", "MFU", "tok/s/GPU");
+  std::string out =
+      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
+                  "layout", "tp", "pp", "vp", "cp", "dp", "micro", "recompute", "memory/GPU", "step (s)", "compute",
+                  "exposed", "bubble", "MFU", "tok/s/GPU");
   for (size_t l = 0; l < steps.size(); ++l) {
     const sim::TrainingStepResult& s = steps[l];
     const models::TrainingConfig& c = configs[l];
     const std::string micro =
         s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch) : std::string("-");
-    out += fmt::format("{:<14} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp, c.layout.pp,
-                       s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro, c.recompute ? "yes" : "no",
+    out += fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp, c.layout.pp,
+                       c.layout.vp, c.layout.cp, s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro,
+                       models::name(c.recompute),
                        s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
     if (s.ok) {
       out += fmt::format("{:>9} {:>9} {:>9} {:>8} {:>7} {:>10.0f}\n", format_seconds(s.step_s),
@@ -230,10 +232,9 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
                                   : fmt::format("global batch {} ({:.2f} M tokens per step)", base.global_batch,
                                                 static_cast<double>(base.global_batch) * base.seq_len / 1e6);
     out += fmt::format(
-        "workload: training {} ({:.2f} B parameters, {} layers, d_model {}), seq_len {}, {}, {}, compute kernels at "
-        "{} MFU, collectives: {}\n",
+        "workload: training {} ({:.2f} B parameters, {} layers, d_model {}), seq_len {}, {}, {}, {}, collectives: {}\n",
         base.model.name, static_cast<double>(base.model.parameters()) / 1e9, base.model.layers, base.model.d_model,
-        base.seq_len, batch, models::name(base.precision), format_percent(base.mfu), base.algorithm);
+        base.seq_len, batch, models::name(base.precision), models::describe_compute(base), base.algorithm);
     out +=
         "step = compute + exposed communication + pipeline bubble, on the busiest pipeline stage; MFU = model "
         "FLOPs (6N + 12Lds per token, N without the embedding lookup) / (step x GPUs x bf16 peak)\n";
@@ -283,6 +284,8 @@ std::vector<std::string> training_csv_columns() {
           "gpus",
           "tp",
           "pp",
+          "vp",
+          "cp",
           "dp",
           "microbatches",
           "micro_batch",
@@ -304,9 +307,10 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
     for (size_t l = 0; l < results.steps[v].size(); ++l) {
       const sim::TrainingStepResult& s = results.steps[v][l];
       const models::TrainingConfig& c = results.configs[v][l];
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
-                         gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, s.derived.dp,
-                         s.derived.microbatches, c.micro_batch, c.recompute, s.ok, s.memory.total_bytes() / 1e9);
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
+                         gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, c.layout.vp, c.layout.cp,
+                         s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute), s.ok,
+                         s.memory.total_bytes() / 1e9);
       if (s.ok) {
         out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s, s.exposed_comm_s,
                            s.bubble_s, s.achieved_mfu, s.tokens_per_s_per_gpu);
@@ -329,10 +333,13 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
       const models::TrainingConfig& c = results.configs[v][l];
       steps[l]["config"] = {{"tp", c.layout.tp},
                             {"pp", c.layout.pp},
+                            {"vp", c.layout.vp},
+                            {"cp", c.layout.cp},
+                            {"tp_overlap", c.layout.tp_overlap},
                             {"sharding", std::string(models::name(c.layout.sharding))},
                             {"global_batch", c.global_batch},
                             {"micro_batch", c.micro_batch},
-                            {"recompute", c.recompute}};
+                            {"recompute", std::string(models::name(c.recompute))}};
     }
     variants.push_back({{"name", scenario.variants[v].name},
                         {"cluster", cluster_json(scenario.variants[v].cluster)},
@@ -358,7 +365,8 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
             {"parameters", base.model.parameters()},
             {"seq_len", base.seq_len},
             {"precision", std::string(models::name(base.precision))},
-            {"mfu", base.mfu},
+            {"kernels", std::string(models::name(base.kernels))},
+            {"mfu", base.mfu ? nlohmann::json(*base.mfu) : nlohmann::json(nullptr)},
             {"algorithm", base.algorithm}}},
           {"variants", variants},
           {"expectations", expectations},

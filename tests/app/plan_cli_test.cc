@@ -82,7 +82,7 @@ TEST(PlanCli, SmallSweepEndToEnd) {
     EXPECT_NEAR(tokens * step * gpus / (128.0 * 8192), 1.0, 1e-5);  // CSV figures have 6 digits
     EXPECT_GT(ettr, 0.9);
     EXPECT_LE(ettr, 1.0);
-    EXPECT_LE(mfu, 0.40);
+    EXPECT_LE(mfu, 0.68);  // the sustained bf16 GEMM ceiling, 0.803 x 0.85 (docs/kernels.md)
     EXPECT_NEAR(std::stod(row[column("goodput")]), ettr * mfu, 1e-5);
     // GPU-hours per 1T tokens = GPUs x step / tokens per step x 1e12 / 3600 / ETTR.
     EXPECT_NEAR(std::stod(row[column("gpu_hours_per_1T_tokens")]) / (gpus * step / (128.0 * 8192) * 1e12 / 3600 / ettr),

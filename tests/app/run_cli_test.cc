@@ -282,7 +282,7 @@ TEST(RunCli, Llama70bTrainingScenario) {
   }
   const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
   ASSERT_EQ(csv.size(), 7u);  // header + 3 variants x 2 layouts
-  EXPECT_EQ(csv[0].rfind("variant,layout,gpus,tp,pp,dp,", 0), 0u) << csv[0];
+  EXPECT_EQ(csv[0].rfind("variant,layout,gpus,tp,pp,vp,cp,dp,", 0), 0u) << csv[0];
   const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
   EXPECT_TRUE(json.at("passed").get<bool>());
   ASSERT_EQ(json.at("variants").size(), 3u);
@@ -306,7 +306,7 @@ namespace {
 TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   const Outcome outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
-  EXPECT_TRUE(contains(outcome.out, "ddp              1   1      8       4x1        no  178.52 GB does not run (below)"))
+  EXPECT_TRUE(contains(outcome.out, "ddp              1   1   1   1      8       4x1      none  178.52 GB does not run (below)"))
       << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "but the H100-SXM has 80 GB")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;

@@ -28,7 +28,7 @@ TrainingConfig config_of(const std::string& model, ParallelLayout layout, int gl
   c.model = transformer_preset(model);
   c.layout = std::move(layout);
   c.global_batch = global_batch;
-  c.recompute = true;
+  c.recompute = Recompute::kFull;
   return c;
 }
 
@@ -70,7 +70,7 @@ TEST(StepProgram, TensorParallelTrafficPerLayerAndSequence) {
   // §1.4: TP=8 with sequence parallelism: 4 AG + 4 RS of b*s*h*2 bytes per layer and sequence in
   // forward and backward (0.94 GB per GPU with (n-1)/n), 4 more of each with full recompute.
   TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 128);
-  c.recompute = false;
+  c.recompute = Recompute::kNone;
   const StepProgram p = build_step(c, h100s(8));
   const double activation = 8192.0 * 8192 * 2;  // 134 MB
   EXPECT_NEAR(activation / 1e6, 134, 0.5);
@@ -82,7 +82,7 @@ TEST(StepProgram, TensorParallelTrafficPerLayerAndSequence) {
   const double per_layer_seq = (bytes.at("TP all_gather") + bytes.at("TP reduce_scatter")) / layers / d.microbatches;
   EXPECT_DOUBLE_EQ(per_layer_seq, 8 * activation);
   EXPECT_NEAR(per_layer_seq * 7 / 8 / 1e9, 0.94, 0.005);
-  c.recompute = true;
+  c.recompute = Recompute::kFull;
   const auto with_recompute = bytes_by_label(build_step(c, h100s(8)), 0);
   EXPECT_DOUBLE_EQ((with_recompute.at("TP all_gather") + with_recompute.at("TP reduce_scatter")) / layers / 64,
                    12 * activation);
@@ -113,13 +113,13 @@ TEST(Memory, Llama70bOn64H100) {
   EXPECT_LT(m.total_bytes(), 80e9);
   // Without recompute the activations of 80 layers do not fit, and the error says what would help.
   TrainingConfig no_recompute = c;
-  no_recompute.recompute = false;
+  no_recompute.recompute = Recompute::kNone;
   try {
     check_fits(no_recompute, d, h100s(8).gpu);
     FAIL() << "expected a memory error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("recompute: true"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("recompute: full"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("80 GB"), std::string::npos) << e.what();
   }
   // DDP of 70B cannot fit anywhere: 16 B/param replicated.
@@ -136,7 +136,7 @@ TEST(Layout, BadLayoutsAreOneClearError) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(config_of("llama3-70b", {"x", 3, 1, Sharding::kFsdp, 0}), 64).find("tp x pp = 3"),
+  EXPECT_NE(message(config_of("llama3-70b", {"x", 3, 1, Sharding::kFsdp, 0}), 64).find("tp x pp x cp = 3"),
             std::string::npos);
   EXPECT_NE(message(config_of("llama3-70b", {"x", 16, 1, Sharding::kFsdp, 0}), 64).find("inside a node"),
             std::string::npos);
@@ -200,7 +200,7 @@ TEST(Timeline, FsdpOverlapsGathersWithCompute) {
 TEST(Timeline, PipelineBubbleOf1F1B) {
   // pp stages, m microbatches, no communication: the bubble is (pp - 1) / m of the ideal time.
   TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 32);
-  c.recompute = false;
+  c.recompute = Recompute::kNone;
   const StepProgram p = build_step(c, h100s(8));
   std::vector<double> durations = durations_for(p, 0.0);
   const StepBreakdown b = run_timeline(p, durations);
@@ -253,6 +253,97 @@ TEST(Timeline, Fp8HalvesTheMatmulTimeAndA100HasNone) {
   }
   EXPECT_NEAR(fp8 / bf16, 989.0 / 1978.9, 1e-3);
   EXPECT_THROW(compute_seconds(p.tasks.front(), cluster_preset("hgx-a100").gpu, Precision::kFP8, 0.4), Error);
+}
+
+TEST(Timeline, InterleavingShrinksTheBubbleByVp) {
+  // Megatron's interleaved 1F1B: the bubble is (pp - 1) / (vp x m) of the ideal time, not
+  // (pp - 1) / m, paid for with vp times the pipeline sends.
+  auto bubble_of = [](int vp) {
+    TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 32);
+    c.recompute = Recompute::kNone;
+    c.layout.vp = vp;
+    const StepProgram p = build_step(c, h100s(8));
+    const std::vector<double> durations = durations_for(p, 0.0);
+    expect_accounted(p, durations);
+    int sends = 0;
+    for (const StepTask& t : p.tasks) sends += t.kind == TaskKind::kComm && p.labels[static_cast<size_t>(t.label)] == "PP send (activations)";
+    return std::pair{run_timeline(p, durations), sends};
+  };
+  const auto [plain, plain_sends] = bubble_of(1);
+  const auto [interleaved, interleaved_sends] = bubble_of(5);
+  EXPECT_NEAR(interleaved.compute_s, plain.compute_s, 1e-9 * plain.compute_s);
+  EXPECT_GT(interleaved.bubble_s, 0.8 * plain.compute_s * 3.0 / (5 * 16));
+  EXPECT_LT(interleaved.bubble_s, 1.5 * plain.compute_s * 3.0 / (5 * 16));
+  EXPECT_LT(interleaved.bubble_s, plain.bubble_s / 3);
+  // 1F1B: 3 boundaries x 16 microbatches; interleaved: 19 of 20 virtual-stage boundaries.
+  EXPECT_EQ(plain_sends, 3 * 16);
+  EXPECT_EQ(interleaved_sends, 19 * 16);
+  // The schedule needs the microbatches in groups of pp, and a pipeline.
+  TrainingConfig odd = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 36);
+  odd.layout.vp = 5;
+  EXPECT_THROW(derive(odd, 64, 8), Error);  // 18 microbatches
+  TrainingConfig flat = config_of("llama3-8b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 8);
+  flat.layout.vp = 2;
+  EXPECT_THROW(derive(flat, 8, 8), Error);
+}
+
+TEST(Timeline, ContextParallelismSplitsTheSequenceAndRingsTheKv) {
+  TrainingConfig c = config_of("llama3-8b", {"cp2", 1, 1, Sharding::kZero1, 0}, 32);
+  c.recompute = Recompute::kNone;
+  TrainingConfig plain = c;
+  c.layout.cp = 2;
+  const DerivedLayout d = derive(c, 8, 8);
+  EXPECT_EQ(d.dp, 4);
+  EXPECT_EQ(d.data_ranks, 8);  // gradients reduce over dp x cp
+  EXPECT_EQ(d.microbatches, 8);
+  // Half the tokens per rank: half the activations.
+  EXPECT_NEAR(memory_per_gpu(c, d).activations_bytes * 2, memory_per_gpu(plain, derive(plain, 4, 8)).activations_bytes,
+              1.0);
+  const StepProgram p = build_step(c, h100s(1));
+  bool cp_group = false;
+  for (const CommGroup& g : p.groups) cp_group = cp_group || (g.name == "cp" && g.size() == 2);
+  EXPECT_TRUE(cp_group);
+  int exchanges = 0;
+  for (const StepTask& t : p.tasks) {
+    if (t.kind == TaskKind::kComm && p.labels[static_cast<size_t>(t.label)].starts_with("CP send/recv")) ++exchanges;
+  }
+  EXPECT_EQ(exchanges, 32 * 8 * 2);  // one ring step (cp - 1) per layer, microbatch, pass
+  for (double speed : {0.0, 0.05, 5.0}) expect_accounted(p, durations_for(p, speed));
+  TrainingConfig bad = c;
+  bad.seq_len = 8190;
+  EXPECT_THROW(derive(bad, 8, 8), Error);
+}
+
+TEST(Timeline, TpOverlapHidesMostOfTheTpCollectives) {
+  TrainingConfig c = config_of("llama3-70b", {"tp8-pp4", 8, 4, Sharding::kZero1, 0}, 32);
+  c.recompute = Recompute::kNone;
+  const StepProgram serial = build_step(c, h100s(8));
+  c.layout.tp_overlap = true;
+  const StepProgram overlapped = build_step(c, h100s(8));
+  const StepBreakdown a = run_timeline(serial, durations_for(serial, 0.002));
+  const StepBreakdown b = run_timeline(overlapped, durations_for(overlapped, 0.002));
+  expect_accounted(overlapped, durations_for(overlapped, 0.002));
+  EXPECT_GT(a.exposed_comm_s, 0);
+  EXPECT_LT(b.exposed_comm_s, a.exposed_comm_s / 3);  // only the first and last chunk of 8 stay exposed
+  EXPECT_LT(b.step_s, a.step_s);
+}
+
+TEST(Memory, SelectiveRecomputeDependsOnTheStack) {
+  TrainingConfig c = config_of("llama3-8b", {"fsdp", 1, 1, Sharding::kFsdp, 0}, 16);
+  c.micro_batch = 2;
+  const DerivedLayout d = derive(c, 8, 8);
+  c.recompute = Recompute::kNone;
+  const double none = memory_per_gpu(c, d).activations_bytes;
+  c.recompute = Recompute::kSelective;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(c, d).activations_bytes, none);  // Megatron's, with flash attention
+  c.kernels = KernelStack::kEager;
+  const double torchtitan = memory_per_gpu(c, d).activations_bytes;
+  EXPECT_LT(torchtitan, 0.4 * none);
+  c.recompute = Recompute::kFull;
+  EXPECT_LT(memory_per_gpu(c, d).activations_bytes, torchtitan);
+  EXPECT_EQ(parse_recompute("true"), Recompute::kFull);
+  EXPECT_EQ(parse_recompute("selective"), Recompute::kSelective);
+  EXPECT_THROW(parse_recompute("some"), Error);
 }
 
 TEST(Layout, Llama405bNeedsThousandsOfGpus) {

@@ -22,7 +22,8 @@ models::TrainingConfig llama70b(models::ParallelLayout layout, int global_batch)
   c.model = models::transformer_preset("llama3-70b");
   c.layout = std::move(layout);
   c.global_batch = global_batch;
-  c.recompute = layout.tp == 1;
+  c.recompute = layout.tp == 1 ? models::Recompute::kFull : models::Recompute::kNone;
+  c.mfu = 0.40;  // the override: these tests check the step's accounting against it
   return c;
 }
 
@@ -44,9 +45,9 @@ TEST(Training, Llama70bOn64H100FsdpAndTensorPipeline) {
   TrainingRequest request;
   request.cluster = h100s(8);
   models::TrainingConfig fsdp = llama70b({"fsdp", 1, 1, models::Sharding::kFsdp, 0}, 64);
-  fsdp.recompute = true;
+  fsdp.recompute = models::Recompute::kFull;
   models::TrainingConfig tp = llama70b({"tp8-pp4", 8, 4, models::Sharding::kZero1, 0}, 64);
-  tp.recompute = false;
+  tp.recompute = models::Recompute::kNone;
   request.configs = {fsdp, tp};
   const std::vector<TrainingStepResult> results = simulate_training(request);
   ASSERT_EQ(results.size(), 2u);
@@ -81,7 +82,7 @@ TEST(Training, FasterNicsShortenANetworkBoundStep) {
   // hides them behind the compute: 8 x 25 GB/s).
   models::TrainingConfig c = llama70b({"fsdp", 1, 1, models::Sharding::kFsdp, 0}, 128);
   c.seq_len = 2048;
-  c.recompute = true;
+  c.recompute = models::Recompute::kFull;
   double step[2] = {0, 0};
   int i = 0;
   for (double gbps : {25.0, 100.0}) {

@@ -1,0 +1,97 @@
+// Kernel times on one GPU: what the compute of a training step costs, kernel by kernel, instead of
+// one "MFU" knob. Three kinds of kernels make up a transformer layer:
+//   - GEMMs: a roofline of the tensor cores' achievable peak (measured, not the datasheet's) and
+//     the HBM traffic of the operands, with the tail of the last wave of tiles;
+//   - flash attention: its FLOPs (causal mask: half the score matrix) at the implementation's
+//     measured share of the tensor cores' peak, forward and backward apart;
+//   - memory-bound kernels (norms, rotary, activation, residuals, casts, the optimizer): bytes at
+//     the HBM bandwidth a streaming kernel reaches.
+// The tables and their sources are in docs/kernels.md; every efficiency is a named constant here
+// or a row of the per-GPU table in kernels.cc.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "models/cluster.h"
+
+namespace tandem::models {
+
+enum class Precision : uint8_t { kBF16, kFP8 };  // what the matmuls run in (fp8: Transformer Engine's)
+std::string_view name(Precision precision);
+Precision parse_precision(std::string_view text);  // "bf16", "fp8"
+
+// Which kernels the training stack launches for the same math.
+enum class KernelStack : uint8_t {
+  kFused,  // Megatron-Core / NeMo with Transformer Engine: fused RMSNorm, rotary, SwiGLU and
+           // bias-dropout-add; cuDNN fused attention (FlashAttention-3 class on Hopper)
+  kEager,  // PyTorch eager as torchtitan writes a layer without torch.compile: each elementwise op
+           // its own kernel (RMSNorm in fp32, complex rotary), SDPA's FlashAttention-2
+};
+std::string_view name(KernelStack stack);
+KernelStack parse_kernel_stack(std::string_view text);  // "fused", "eager"
+
+// What the kernels run on and in.
+struct KernelEnv {
+  GpuSpec gpu;
+  Precision precision = Precision::kBF16;
+  KernelStack stack = KernelStack::kFused;
+};
+
+// A GPU's measured ceilings (kernels.cc has the table, by GPU name then by architecture).
+struct GpuKernelTable {
+  int sms = 0;                   // streaming multiprocessors: one output tile each per wave
+  double gemm_bf16 = 0;          // best achievable bf16 GEMM as a share of the dense peak
+  double gemm_fp8 = 0;           // the same for fp8 (0: none)
+  double attention_fwd_fused = 0;  // flash attention forward, share of the bf16 peak (fused stack)
+  double attention_bwd_fused = 0;
+  double attention_fwd_eager = 0;  // FlashAttention-2 through SDPA (eager stack)
+  double attention_bwd_eager = 0;
+};
+const GpuKernelTable& kernel_table(const GpuSpec& gpu);
+
+// The clock a GPU holds through a training run against the clock of a short benchmark: MAMF and
+// the flash-attention figures are measured in seconds-long loops that run at the boost clock (H100
+// SXM: 1,980 MHz), while hours of 700 W draw hold it at about 1,650-1,750 MHz (0.83-0.88). Applied
+// to the compute-bound kernels (tensor cores) only: HBM's clock does not throttle. Checked against
+// the NeMo rows of bench/data/training_steps.csv (compute-only R2 and R1 land within 6% with it,
+// 19% and 14% fast without), not fitted to them.
+inline constexpr double kSustainedClockShare = 0.85;
+// Streaming kernels reach this share of the HBM datasheet bandwidth (elementwise, norms, Adam).
+inline constexpr double kHbmEfficiency = 0.80;
+// The GPU-side gap between two dependent kernels (launch latency hidden by a CPU that runs ahead;
+// what remains is the drain of one grid and the ramp of the next).
+inline constexpr double kKernelGapSeconds = 2e-6;
+// Output tile of the GEMM kernels cuBLAS / CUTLASS pick for large bf16 and fp8 GEMMs on Hopper and
+// Ampere (128 x 256 threadblock tiles).
+inline constexpr int kGemmTileM = 128;
+inline constexpr int kGemmTileN = 256;
+
+// C[m, n] = A[m, k] B[k, n].
+struct GemmShape {
+  double m = 0;
+  double n = 0;
+  double k = 0;
+  double flops() const { return 2.0 * m * n * k; }
+};
+
+// One kernel's or a group's cost: time, and the FLOPs and bytes behind it (for reports).
+struct KernelCost {
+  double seconds = 0;
+  double flops = 0;  // hardware FLOPs
+  double bytes = 0;  // HBM bytes of the memory-bound kernels
+  int kernels = 0;
+  KernelCost& operator+=(const KernelCost& other);
+};
+
+// A GEMM in the env's precision (fp8 with Transformer Engine: the cast of its input is a separate
+// memory-bound kernel, counted by the caller). The last partial wave of output tiles runs the
+// grid at less than full occupancy when there are fewer tiles than SMs (beyond that, Hopper's
+// persistent stream-K kernels split the tail).
+KernelCost gemm(const KernelEnv& env, const GemmShape& shape);
+// Flash attention over `flops` (already causal-halved by the caller), forward or backward.
+KernelCost flash_attention(const KernelEnv& env, double flops, bool backward);
+// A memory-bound kernel moving `bytes` through HBM.
+KernelCost memory_bound(const KernelEnv& env, double bytes);
+
+}  // namespace tandem::models

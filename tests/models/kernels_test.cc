@@ -1,0 +1,100 @@
+// The kernel model: GEMM roofline and occupancy, flash attention by stack, memory-bound kernels,
+// and what a layer's kernels add up to.
+#include "models/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "models/workload.h"
+
+namespace tandem::models {
+namespace {
+
+KernelEnv h100(Precision precision = Precision::kBF16, KernelStack stack = KernelStack::kFused) {
+  return {cluster_preset("dgx-h100").gpu, precision, stack};
+}
+
+TEST(Kernels, ALargeGemmRunsAtTheSustainedCeiling) {
+  // 8192^3: 4,096 tiles of 128 x 256 fill the 132 SMs; compute-bound (1.1 TFLOP vs 400 MB).
+  const KernelCost c = gemm(h100(), {8192, 8192, 8192});
+  EXPECT_DOUBLE_EQ(c.flops, 2.0 * 8192.0 * 8192 * 8192);
+  const double ceiling = 989e12 * 0.803 * kSustainedClockShare;
+  EXPECT_NEAR(c.seconds, c.flops / ceiling + kKernelGapSeconds, 1e-12);
+  // fp8: 1,978.9 TFLOP/s x 0.709.
+  const KernelCost f = gemm(h100(Precision::kFP8), {8192, 8192, 8192});
+  EXPECT_NEAR(f.seconds - kKernelGapSeconds, c.flops / (1978.9e12 * 0.709 * kSustainedClockShare), 1e-12);
+  EXPECT_THROW(gemm({cluster_preset("hgx-a100").gpu, Precision::kFP8, KernelStack::kFused}, {8192, 8192, 8192}),
+               Error);
+}
+
+TEST(Kernels, SmallGemmsPayForTilesAndBytes) {
+  // 1024 x 1024 x 8192: 32 tiles on 132 SMs, a quarter occupied.
+  const KernelCost small = gemm(h100(), {1024, 1024, 8192});
+  const double ceiling = 989e12 * 0.803 * kSustainedClockShare;
+  EXPECT_NEAR(small.seconds - kKernelGapSeconds, small.flops / (ceiling * 32.0 / 132), 1e-12);
+  // A skinny GEMM (n = 8) is HBM-bound: its operands' bytes at 80% of 3.35 TB/s.
+  const KernelCost skinny = gemm(h100(), {65536, 8, 8192});
+  const double bytes = 2.0 * (65536.0 * 8192 + 8192.0 * 8) + 2.0 * 65536 * 8;
+  EXPECT_NEAR(skinny.seconds - kKernelGapSeconds, bytes / (3.35e12 * kHbmEfficiency), 1e-12);
+}
+
+TEST(Kernels, AttentionAndMemoryBoundKernels) {
+  const double flops = 1e12;
+  const double fused_fwd = flash_attention(h100(), flops, false).seconds;
+  const double fused_bwd = flash_attention(h100(), flops, true).seconds;
+  const double eager_fwd = flash_attention(h100(Precision::kBF16, KernelStack::kEager), flops, false).seconds;
+  EXPECT_NEAR(fused_fwd - kKernelGapSeconds, flops / (989e12 * 0.62 * kSustainedClockShare), 1e-12);
+  EXPECT_GT(fused_bwd, fused_fwd);            // FA3's backward runs at a lower share
+  EXPECT_NEAR((eager_fwd - kKernelGapSeconds) / (fused_fwd - kKernelGapSeconds), 0.62 / 0.35, 1e-9);
+  // fp8 leaves attention in bf16 (Transformer Engine's default).
+  EXPECT_DOUBLE_EQ(flash_attention(h100(Precision::kFP8), flops, false).seconds, fused_fwd);
+  EXPECT_NEAR(memory_bound(h100(), 2.68e9).seconds, 1e-3 + kKernelGapSeconds, 1e-12);
+  EXPECT_DOUBLE_EQ(memory_bound(h100(), 0).seconds, 0);
+}
+
+TEST(Kernels, UnknownGpusTakeTheirArchitecturesRow) {
+  GpuSpec custom = cluster_preset("dgx-h100").gpu;
+  custom.name = "H100-custom";
+  EXPECT_EQ(kernel_table(custom).sms, 132);
+  custom.arch = GpuArch::kAmpere;
+  EXPECT_EQ(kernel_table(custom).sms, 108);
+  EXPECT_EQ(parse_kernel_stack("Eager"), KernelStack::kEager);
+  EXPECT_THROW(parse_kernel_stack("compiled"), Error);
+}
+
+TEST(LayerKernels, AddUpFromTheLayersShapes) {
+  TrainingConfig c;
+  c.model = transformer_preset("llama3-70b");
+  c.seq_len = 8192;
+  const GpuSpec gpu = cluster_preset("dgx-h100").gpu;
+  const LayerKernels one = layer_kernels(c, gpu);
+  // Forward GEMMs: 2 x tokens x the layer's matmul parameters; the causal core adds half of
+  // 4 x tokens x seq x d.
+  const double t = 8192, h = 8192;
+  const double matmul_params = 2 * h * h + 2 * h * 1024 + 3 * h * 28672;
+  const double core = 4.0 * t * (8192 / 2.0) * h;
+  EXPECT_NEAR(one.attention_fwd.flops + one.mlp_fwd.flops, 2 * t * matmul_params + core, 1e-6 * core);
+  EXPECT_NEAR(one.core_fwd.flops, core, 1e-6 * core);
+  // Backward: twice the GEMMs, 2.5x the attention core.
+  EXPECT_NEAR(one.attention_bwd.flops + one.mlp_bwd.flops, 4 * t * matmul_params + 2.5 * core, 1e-6 * core);
+  // TP4 and CP2 divide one rank's work by 8 (all of it splits).
+  c.layout.tp = 4;
+  c.layout.cp = 2;
+  const LayerKernels split = layer_kernels(c, gpu);
+  EXPECT_NEAR((split.attention_fwd.flops + split.mlp_fwd.flops) * 8, one.attention_fwd.flops + one.mlp_fwd.flops,
+              1e-6 * one.mlp_fwd.flops);
+  // Eager kernels move more bytes for the same math, and their selective recompute costs time.
+  c = TrainingConfig{};
+  c.model = transformer_preset("llama3-8b");
+  c.kernels = KernelStack::kEager;
+  c.recompute = Recompute::kSelective;
+  const LayerKernels eager = layer_kernels(c, gpu);
+  c.kernels = KernelStack::kFused;
+  const LayerKernels fused = layer_kernels(c, gpu);
+  EXPECT_GT(eager.mlp_fwd.bytes, 1.5 * fused.mlp_fwd.bytes);
+  EXPECT_GT(eager.selective_recompute.seconds, 0);
+  EXPECT_DOUBLE_EQ(fused.selective_recompute.seconds, 0);  // Megatron's: flash attention recomputes anyway
+}
+
+}  // namespace
+}  // namespace tandem::models
