@@ -23,7 +23,7 @@ measure() {
 }
 
 measure "run scenarios/llama3-70b-64xh100.yaml" "$tandem" run scenarios/llama3-70b-64xh100.yaml
-measure "plan llama3-70b-capacity (384 points), $(nproc) processes" \
+measure "plan llama3-70b-capacity (576 points), $(nproc) processes" \
   "$tandem" plan scenarios/plans/llama3-70b-capacity.yaml --out "$tmp/single" --quiet
 if command -v mpirun >/dev/null 2>&1; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \

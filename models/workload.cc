@@ -16,23 +16,49 @@ namespace tandem::models {
 
 // ---- the model -----------------------------------------------------------------------------------
 
-int64_t TransformerSpec::layer_parameters() const {
+int64_t TransformerSpec::attention_parameters() const {
   const int64_t kv_dim = d_model / heads * kv_heads;
-  const int64_t attention = 2 * d_model * d_model + 2 * d_model * kv_dim;  // q, o; k, v
-  const int64_t mlp = 3 * d_model * ffn;                                   // gate, up, down
-  return attention + mlp + 2 * d_model;                                    // + two RMSNorm weights
+  return 2 * d_model * d_model + 2 * d_model * kv_dim;  // q, o; k, v
+}
+
+int64_t TransformerSpec::expert_parameters() const { return 3 * d_model * moe_ffn; }
+
+int64_t TransformerSpec::layer_parameters() const {
+  return attention_parameters() + 3 * d_model * ffn + 2 * d_model;  // + gate, up, down; two RMSNorms
+}
+
+int64_t TransformerSpec::layer_dense_parameters(int layer) const {
+  if (!moe_layer(layer)) return layer_parameters();
+  // Attention, the shared experts, the router and the two norms.
+  return attention_parameters() + shared_experts * expert_parameters() + d_model * experts + 2 * d_model;
+}
+
+int64_t TransformerSpec::layer_expert_parameters(int layer) const {
+  return moe_layer(layer) ? experts * expert_parameters() : 0;
 }
 
 int64_t TransformerSpec::other_parameters() const {
   return (tied_embeddings ? 1 : 2) * vocab * d_model + d_model;  // embedding (+ head) + final norm
 }
 
-int64_t TransformerSpec::parameters() const { return layers * layer_parameters() + other_parameters(); }
+int64_t TransformerSpec::parameters() const {
+  int64_t total = other_parameters();
+  for (int l = 0; l < layers; ++l) total += layer_dense_parameters(l) + layer_expert_parameters(l);
+  return total;
+}
+
+int64_t TransformerSpec::active_parameters() const {
+  int64_t total = other_parameters();
+  for (int l = 0; l < layers; ++l)
+    total += layer_dense_parameters(l) + (moe_layer(l) ? top_k * expert_parameters() : 0);
+  return total;
+}
 
 namespace {
 
 // The Llama 3 Herd of Models, Table 3; vocabulary 128,256 (the released config.json).
-constexpr std::array<std::string_view, 3> kPresetNames{"llama3-8b", "llama3-70b", "llama3-405b"};
+constexpr std::array<std::string_view, 6> kPresetNames{"llama3-8b",    "llama3-70b",    "llama3-405b",
+                                                      "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"};
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -47,6 +73,13 @@ TransformerSpec transformer_preset(std::string_view name) {
   if (key == "llama3-8b") return {"llama3-8b", 32, 4096, 14336, 32, 8, 128256, false};
   if (key == "llama3-70b") return {"llama3-70b", 80, 8192, 28672, 64, 8, 128256, false};
   if (key == "llama3-405b") return {"llama3-405b", 126, 16384, 53248, 128, 8, 128256, false};
+  // Mixtral: every layer's MLP is 8 experts of the dense width, 2 per token (46.7 B, 12.9 B active).
+  if (key == "mixtral-8x7b") return {"mixtral-8x7b", 32, 4096, 14336, 32, 8, 32000, false, 8, 2, 14336, 0, 0};
+  if (key == "mixtral-8x22b") return {"mixtral-8x22b", 56, 6144, 16384, 48, 8, 32768, false, 8, 2, 16384, 0, 0};
+  // DeepSeek-V3: 61 layers, the first 3 dense (ffn 18,432), then 256 routed experts of 2,048 (8 per
+  // token) and one shared; 128 heads. Its multi-head latent attention is modelled as 128-head
+  // attention of d_model 7,168 (205 M parameters a layer against MLA's 187 M).
+  if (key == "deepseek-v3") return {"deepseek-v3", 61, 7168, 18432, 128, 128, 129280, false, 256, 8, 2048, 1, 3};
   fail(ErrorCode::kInvalidArgument, "unknown model '{}' (expected one of: {}, or a custom model's dimensions)", name,
        fmt::join(kPresetNames, ", "));
 }
@@ -63,6 +96,14 @@ void validate(const TransformerSpec& model) {
   if (model.heads < 1 || model.d_model % model.heads != 0) bad("heads", model.heads, "must divide d_model");
   if (model.kv_heads < 1 || model.heads % model.kv_heads != 0) bad("kv_heads", model.kv_heads, "must divide heads");
   if (model.vocab < 1 || model.vocab > (int64_t{1} << 24)) bad("vocab", model.vocab, "must be 1..16777216");
+  if (model.experts < 0 || model.experts > 4096) bad("experts", model.experts, "must be 0..4096");
+  if (model.moe()) {
+    if (model.top_k < 1 || model.top_k > model.experts) bad("top_k", model.top_k, "must be 1..experts");
+    if (model.moe_ffn < 1 || model.moe_ffn > (int64_t{1} << 24)) bad("moe_ffn", model.moe_ffn, "must be 1..16777216");
+    if (model.shared_experts < 0 || model.shared_experts > 64) bad("shared_experts", model.shared_experts, "must be 0..64");
+    if (model.dense_layers < 0 || model.dense_layers >= model.layers)
+      bad("dense_layers", model.dense_layers, "must leave at least one MoE layer");
+  }
 }
 
 std::string_view name(Sharding sharding) {
@@ -115,7 +156,15 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
     fail(ErrorCode::kInvalidArgument, "layout '{}' on {} GPUs: {}", layout.name, gpus,
          fmt::format(fmt::runtime(what), args...));
   };
-  if (layout.tp < 1 || layout.pp < 1 || layout.vp < 1 || layout.cp < 1) bad("tp, pp, vp and cp must be at least 1");
+  if (layout.tp < 1 || layout.pp < 1 || layout.vp < 1 || layout.cp < 1 || layout.ep < 1)
+    bad("tp, pp, vp, cp and ep must be at least 1");
+  if (layout.ep > 1 && !config.model.moe()) bad("ep = {} needs a mixture-of-experts model", layout.ep);
+  if (config.model.moe() && config.model.experts % layout.ep != 0)
+    bad("ep = {} does not divide the model's {} experts", layout.ep, config.model.experts);
+  if (layout.ep > 1 && (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
+    bad("expert parallelism runs with sharding zero1 or none (FSDP of expert-parallel experts is not modelled)");
+  if (!(config.capacity_factor >= 1 && config.capacity_factor <= 16))
+    bad("capacity_factor must be in [1, 16] (got {})", config.capacity_factor);
   const int64_t model_ranks = int64_t{layout.tp} * layout.pp * layout.cp;
   if (gpus % model_ranks != 0) bad("tp x pp x cp = {} does not divide the GPUs", model_ranks);
   const int kv_heads = config.model.kv_heads;
@@ -140,6 +189,8 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
   d.gpus = gpus;
   d.dp = static_cast<int>(gpus / model_ranks);
   d.data_ranks = d.dp * layout.cp;
+  if (d.dp % layout.ep != 0) bad("ep = {} must divide the {} data-parallel ranks", layout.ep, d.dp);
+  d.expert_data_ranks = d.data_ranks / layout.ep;
   if (config.global_batch < 1 || config.global_batch % (d.dp * config.micro_batch) != 0) {
     bad("global_batch {} does not split into {} data-parallel ranks x micro_batch {}", config.global_batch, d.dp,
         config.micro_batch);
@@ -186,17 +237,34 @@ namespace {
 
 int virtual_stages(const TrainingConfig& config) { return config.layout.pp * config.layout.vp; }
 
-// Parameters a virtual stage holds before tensor parallelism: its layers, the embedding on the
-// first, the output head (and final norm) on the last.
-double virtual_stage_parameters(const TrainingConfig& config, const DerivedLayout& d, int v) {
+// The first layer of virtual stage v.
+int first_layer(const DerivedLayout& d, int v) {
+  int layer = 0;
+  for (int u = 0; u < v; ++u) layer += d.layers_of_stage[static_cast<size_t>(u)];
+  return layer;
+}
+
+// Parameters a virtual stage holds before tensor (dense) and expert (routed experts) parallelism:
+// its layers, the embedding on the first, the output head (and final norm) on the last.
+struct StageParameters {
+  double dense = 0;
+  double expert = 0;
+  int moe_layers = 0;
+};
+StageParameters virtual_stage_parameters(const TrainingConfig& config, const DerivedLayout& d, int v) {
   const TransformerSpec& m = config.model;
   const int last = virtual_stages(config) - 1;
-  double params = static_cast<double>(d.layers_of_stage[static_cast<size_t>(v)]) *
-                  static_cast<double>(m.layer_parameters());
+  StageParameters p;
+  const int first = first_layer(d, v);
+  for (int l = first; l < first + d.layers_of_stage[static_cast<size_t>(v)]; ++l) {
+    p.dense += static_cast<double>(m.layer_dense_parameters(l));
+    p.expert += static_cast<double>(m.layer_expert_parameters(l));
+    p.moe_layers += m.moe_layer(l) ? 1 : 0;
+  }
   const double matrix = static_cast<double>(m.vocab * m.d_model);
-  if (v == 0) params += matrix;
-  if (v == last && (!m.tied_embeddings || last > 0)) params += matrix + static_cast<double>(m.d_model);
-  return params;
+  if (v == 0) p.dense += matrix;
+  if (v == last && (!m.tied_embeddings || last > 0)) p.dense += matrix + static_cast<double>(m.d_model);
+  return p;
 }
 
 // The microbatches whose activations a rank holds at its peak, in units of one virtual stage's
@@ -213,10 +281,17 @@ int units_in_flight(const TrainingConfig& config, const DerivedLayout& d, int st
 // norms' inputs, q / k / v and the attention output, and the gated MLP's gate, up, SiLU and product.
 // torchtitan's selective policy keeps only the outputs of the matmuls but every second one (q/k/v,
 // the output projection, w1, w3, w2: the 1st, 3rd and 5th) and of attention.
-double activation_bytes_per_token(const TrainingConfig& config) {
+// An MoE layer keeps, for the MLP, the routed copies of each token's hidden state before and after
+// the experts (top_k x capacity of them) and each expert's gate, up, SiLU and product.
+double activation_bytes_per_token(const TrainingConfig& config, bool moe_layer = false) {
   const TransformerSpec& m = config.model;
   const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
   const double kv_dim = static_cast<double>(m.d_model / m.heads * m.kv_heads);
+  if (moe_layer) {
+    const double routed = m.top_k * config.capacity_factor;
+    const double experts = routed + m.shared_experts;
+    return 2.0 * (4.0 * h + 2.0 * kv_dim + 2.0 * routed * h + 4.0 * experts * static_cast<double>(m.moe_ffn));
+  }
   if (config.recompute == Recompute::kSelective && config.kernels == KernelStack::kEager) {
     return 2.0 * ((h + 2.0 * kv_dim) + f + h + h);  // qkv, w1, w2 outputs; attention output
   }
@@ -242,27 +317,40 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   const TransformerSpec& m = config.model;
   const ParallelLayout& layout = config.layout;
   const double tp = layout.tp;
-  double params = 0, layers = 0;
+  double dense = 0, expert = 0, layers = 0, moe_layers = 0;
   for (int v = stage; v < virtual_stages(config); v += layout.pp) {
-    params += virtual_stage_parameters(config, d, v);
+    const StageParameters p = virtual_stage_parameters(config, d, v);
+    dense += p.dense;
+    expert += p.expert;
+    moe_layers += p.moe_layers;
     layers += d.layers_of_stage[static_cast<size_t>(v)];
   }
-  const double local = params / tp;
+  // Routed experts split over the expert-parallel ranks (not over tensor parallelism); their
+  // optimizer state over the ranks that hold the same experts.
+  const double local = dense / tp + expert / layout.ep;
   const bool sharded = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
   const double shard = sharded ? d.shard_group : 1;
   MemoryBreakdown mem;
   mem.weights_bytes = 2.0 * local / shard;
   mem.gradients_bytes = grad_bytes(config) * local / shard;
-  const double optimizer_shard = layout.sharding == Sharding::kZero1 ? d.data_ranks : shard;
-  mem.optimizer_bytes = kOptimizerBytesPerParam * local / optimizer_shard;
+  if (layout.sharding == Sharding::kZero1) {
+    mem.optimizer_bytes = kOptimizerBytesPerParam * (dense / tp / d.data_ranks + expert / layout.ep / d.expert_data_ranks);
+  } else {
+    mem.optimizer_bytes = kOptimizerBytesPerParam * local / shard;
+  }
   if (sharded && d.shard_group > 1) {
-    const double layer = static_cast<double>(m.layer_parameters()) / tp;
+    // The largest layer (an MoE layer holds its experts too: FSDP runs with ep = 1).
+    const int largest = m.moe() ? m.dense_layers : 0;
+    const double layer = static_cast<double>(m.layer_dense_parameters(largest)) / tp +
+                         static_cast<double>(m.layer_expert_parameters(largest));
     mem.unsharded_bytes = 2.0 * 2.0 * layer + grad_bytes(config) * layer;
   }
   const double tokens = tokens_per_rank(config);
   const double chunk_layers = layers / layout.vp;  // one virtual stage's layers, on average
   const double in_flight = units_in_flight(config, d, stage);
-  const double full = activation_bytes_per_token(config) / tp;
+  const double moe_share = layers > 0 ? moe_layers / layers : 0;
+  const double full = ((1 - moe_share) * activation_bytes_per_token(config) +
+                       moe_share * activation_bytes_per_token(config, true)) / tp;
   if (config.recompute == Recompute::kFull) {
     const double input = 2.0 * static_cast<double>(m.d_model) / tp;  // each layer's input only
     mem.activations_bytes = in_flight * tokens * chunk_layers * input + tokens * full;
@@ -303,7 +391,7 @@ void check_fits(const TrainingConfig& config, const DerivedLayout& derived, cons
 
 double model_flops_per_token(const TransformerSpec& model, int seq_len) {
   const double embedding = model.tied_embeddings ? 0.0 : static_cast<double>(model.vocab * model.d_model);
-  return 6.0 * (static_cast<double>(model.parameters()) - embedding) +
+  return 6.0 * (static_cast<double>(model.active_parameters()) - embedding) +
          12.0 * model.layers * static_cast<double>(model.d_model) * seq_len;
 }
 
@@ -426,6 +514,34 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
       k.selective_recompute.flops = gemms.flops / 2;
       k.selective_recompute.bytes = elementwise_ops.bytes;
       k.selective_recompute.kernels = gemms.kernels / 2 + elementwise_ops.kernels;
+    }
+    if (m.moe()) {
+      // Routed tokens on this rank (sequence-parallel share), as the dispatcher pads them.
+      const double t_moe = t / tp;
+      const double routed = t_moe * m.top_k * config.capacity_factor;
+      const double local_experts = static_cast<double>(m.experts) / config.layout.ep;
+      const double per_expert = routed / local_experts;
+      const double e_ffn = static_cast<double>(m.moe_ffn);
+      KernelCost moe = elementwise(norm, is_backward);
+      moe += gemm_of({t_moe, static_cast<double>(m.experts), h});                // the router
+      moe += elementwise(2.0 * routed * h * 2.0, is_backward);                   // permute, unpermute
+      KernelCost expert = gemm_of({per_expert, 2 * e_ffn, h});
+      expert += elementwise(e.swiglu * per_expert * e_ffn, is_backward);
+      expert += gemm_of({per_expert, h, e_ffn});
+      expert.seconds *= local_experts;  // the grouped GEMM: the local experts one after another
+      expert.flops *= local_experts;
+      expert.bytes *= local_experts;
+      expert.kernels = static_cast<int>(expert.kernels * local_experts);
+      moe += expert;
+      if (m.shared_experts > 0) {
+        const double shared = m.shared_experts * e_ffn;
+        moe += gemm_of({t_moe, 2 * shared, h});
+        moe += elementwise(e.swiglu * t_moe * shared, is_backward);
+        moe += gemm_of({t_moe, h, shared});
+      }
+      moe += elementwise(residual, is_backward);
+      (is_backward ? k.moe_bwd : k.moe_fwd) = moe;
+      k.moe_dispatch_bytes = routed * h * 2.0;
     }
     KernelCost head = elementwise(norm, is_backward);
     head += gemm_of({t, vocab, h});
@@ -556,6 +672,33 @@ class StepBuilder {
       }
       cp_group_ = add_group("cp", std::move(instances));
     }
+    // Expert parallelism: ep ranks of the data-parallel dimension (Megatron's order tp, cp, ep, dp:
+    // data index (block x ep + e) x cp + c); the expert-data group joins the ranks holding the same
+    // experts across the blocks and the CP ranks.
+    const int ep = config_.layout.ep;
+    if (ep > 1) {
+      std::vector<std::vector<int>> expert, expert_data;
+      for (int s = 0; s < pp_; ++s) {
+        for (int j = 0; j < tp_; ++j) {
+          for (int c = 0; c < cp_; ++c) {
+            for (int b = 0; b < d_.dp / ep; ++b) {
+              std::vector<int> g;
+              for (int e = 0; e < ep; ++e) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
+              expert.push_back(std::move(g));
+            }
+          }
+          for (int e = 0; e < ep; ++e) {
+            std::vector<int> g;
+            for (int b = 0; b < d_.dp / ep; ++b) {
+              for (int c = 0; c < cp_; ++c) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
+            }
+            expert_data.push_back(std::move(g));
+          }
+        }
+      }
+      ep_group_ = add_group("ep", std::move(expert));
+      if (d_.expert_data_ranks > 1) expert_data_group_ = add_group("edp", std::move(expert_data));
+    }
     // The data-parallel ranks (with CP: every rank holding the same parameters) of (stage, tp
     // index): `blocks` groups of `count`, ranks `stride` apart, blocks `block_stride` apart.
     auto data_instances = [&](int count, int stride, int blocks, int block_stride) {
@@ -581,6 +724,9 @@ class StepBuilder {
         data_group_ = add_group(sharding == Sharding::kFsdp ? "fsdp" : "dp", data_instances(data, 1, 1, 0));
       }
     }
+    // Without expert parallelism the routed experts reduce over the data group like the rest.
+    if (m_.moe() && ep == 1 && sharding != Sharding::kFsdp && sharding != Sharding::kHsdp)
+      expert_data_group_ = data_group_;
     // Point to point between consecutive stages; the interleaved schedule also sends from the last
     // stage back to the first (virtual stage pp - 1 to pp, and so on).
     const int links = vp_ > 1 ? pp_ : pp_ - 1;
@@ -723,34 +869,75 @@ class StepBuilder {
   }
 
   // The forward (or recomputed forward) of one layer.
-  void layer_forward(int stage, std::vector<int> deps, std::string_view what) {
-    block(stage, attention_flops(), kernels_.attention_fwd, &kernels_.core_fwd, core_flops(), false, what,
-          std::move(deps));
-    block(stage, mlp_flops(), kernels_.mlp_fwd, nullptr, 0, false, what, {});
+  // An MoE layer's MLP: the tokens' hidden states travel to their experts' ranks (all_to_all on the
+  // expert-parallel group), the local experts run, and the results travel back. Tokens stay
+  // sequence-parallel around it (no TP collectives); the next block waits for the second
+  // all_to_all. Backward: the gradients take the same two trips in reverse order.
+  void moe_block(int stage, double flops, const KernelCost& kernels, bool backward, std::string_view what,
+                 std::vector<int> deps) {
+    deps.push_back(last_tp_ >= 0 ? last_tp_ : last_compute_);
+    std::erase(deps, -1);
+    if (ep_group_ < 0) {
+      compute(stage, flops, kernels, what, deps);
+      last_tp_ = -1;
+      return;
+    }
+    const double bytes = kernels_.moe_dispatch_bytes;
+    const int out = comm(stage, "ep", Collective::kAllToAll, bytes, ep_group_,
+                         backward ? "EP all_to_all (combine grad)" : "EP all_to_all (dispatch)", deps);
+    const int work = compute(stage, flops, kernels, what, {out});
+    last_tp_ = comm(stage, "ep", Collective::kAllToAll, bytes, ep_group_,
+                    backward ? "EP all_to_all (dispatch grad)" : "EP all_to_all (combine)", {work});
   }
 
-  void layer_backward(int stage, std::vector<int> deps) {
-    block(stage, 2.0 * mlp_flops(), kernels_.mlp_bwd, nullptr, 0, true, "backward", std::move(deps));
+  void layer_forward(int stage, int layer, std::vector<int> deps, std::string_view what) {
+    block(stage, attention_flops(), kernels_.attention_fwd, &kernels_.core_fwd, core_flops(), false, what,
+          std::move(deps));
+    if (m_.moe_layer(layer)) {
+      moe_block(stage, moe_flops(), kernels_.moe_fwd, false, what, {});
+    } else {
+      block(stage, mlp_flops(), kernels_.mlp_fwd, nullptr, 0, false, what, {});
+    }
+  }
+
+  void layer_backward(int stage, int layer, std::vector<int> deps) {
+    if (m_.moe_layer(layer)) {
+      moe_block(stage, 2.0 * moe_flops(), kernels_.moe_bwd, true, "backward", std::move(deps));
+    } else {
+      block(stage, 2.0 * mlp_flops(), kernels_.mlp_bwd, nullptr, 0, true, "backward", std::move(deps));
+    }
     block(stage, 2.0 * attention_flops(), kernels_.attention_bwd, &kernels_.core_bwd, 2.0 * core_flops(), true,
           "backward", {});
+  }
+
+  // An MoE MLP's forward FLOPs for the mfu override: the routed experts each token visits and the
+  // shared ones (2 x 3 d moe_ffn each), on this rank's sequence-parallel share.
+  double moe_flops() const {
+    return tokens_per_rank(config_) / tp_ * (m_.top_k * config_.capacity_factor + m_.shared_experts) * 2.0 * 3.0 *
+           static_cast<double>(m_.d_model) * static_cast<double>(m_.moe_ffn);
   }
 
   // The sharded units of a virtual stage, in forward order: its layers, and the embedding / head
   // matrices.
   struct Unit {
-    double params = 0;  // before tensor parallelism
+    double params = 0;         // before tensor parallelism
+    double expert_params = 0;  // routed experts, before expert parallelism
     bool layer = false;
     bool head = false;
+    int index = -1;  // the layer's index in the model
   };
   std::vector<Unit> units(int v) const {
     std::vector<Unit> out;
     const int last = pp_ * vp_ - 1;
     const double matrix = static_cast<double>(m_.vocab * m_.d_model);
-    if (v == 0) out.push_back({matrix, false, false});
-    for (int l = 0; l < d_.layers_of_stage[static_cast<size_t>(v)]; ++l) {
-      out.push_back({static_cast<double>(m_.layer_parameters()), true, false});
+    if (v == 0) out.push_back({matrix, 0, false, false, -1});
+    const int first = first_layer(d_, v);
+    for (int l = first; l < first + d_.layers_of_stage[static_cast<size_t>(v)]; ++l) {
+      out.push_back({static_cast<double>(m_.layer_dense_parameters(l)),
+                     static_cast<double>(m_.layer_expert_parameters(l)), true, false, l});
     }
-    if (v == last && (!m_.tied_embeddings || last > 0)) out.push_back({matrix + static_cast<double>(m_.d_model), false, true});
+    if (v == last && (!m_.tied_embeddings || last > 0))
+      out.push_back({matrix + static_cast<double>(m_.d_model), 0, false, true, -1});
     return out;
   }
 
@@ -772,14 +959,18 @@ class StepBuilder {
       if (gathers) {
         // At most two units gathered ahead: unit i's all_gather waits for unit i-2's compute.
         const int after = i >= 2 ? ends[i - 2] : -1;
-        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * u[i].params / tp_, data_group_,
-                            fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
+        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * (u[i].params / tp_ + (fsdp ? u[i].expert_params : 0)),
+                            data_group_, fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
+      }
+      if (!fsdp && sharding == Sharding::kZero1 && expert_data_group_ >= 0 && mb == 0 && u[i].expert_params > 0) {
+        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * u[i].expert_params / config_.layout.ep,
+                            expert_data_group_, "EDP all_gather (expert params)", {}));
       }
       // The microbatch's activations gate its first layer's first task (the TP all_gather of
       // them, or the compute), not the parameter gathers before it.
       if (i == 0) first_task = static_cast<int>(program_.tasks.size());
       if (u[i].layer) {
-        layer_forward(s, deps, "forward");
+        layer_forward(s, u[i].index, deps, "forward");
       } else if (u[i].head) {
         compute(s, head_flops(1.0), kernels_.head_fwd, "head forward", deps);
       } else {
@@ -807,8 +998,8 @@ class StepBuilder {
     int first_task = -1;
     std::vector<int> ends(n, -1);
     auto gather = [&](size_t i, int after) {
-      return comm(s, "data", Collective::kAllGather, 2.0 * u[i].params / tp_, data_group_, "FSDP all_gather (bwd)",
-                  maybe(after));
+      return comm(s, "data", Collective::kAllGather, 2.0 * (u[i].params / tp_ + u[i].expert_params), data_group_,
+                  "FSDP all_gather (bwd)", maybe(after));
     };
     // FSDP gathers the next unit's parameters (backward order) before it reduce-scatters this
     // unit's gradients, so that the gather is not queued behind the reduction.
@@ -819,13 +1010,13 @@ class StepBuilder {
       if (k == 0) first_task = static_cast<int>(program_.tasks.size());
       if (u[i].layer) {
         if (config_.recompute == Recompute::kFull) {
-          layer_forward(s, deps, "recompute");
+          layer_forward(s, u[i].index, deps, "recompute");
           deps.clear();
         } else if (kernels_.selective_recompute.seconds > 0) {
           compute(s, kernels_.selective_recompute.flops, kernels_.selective_recompute, "recompute", deps);
           deps.clear();
         }
-        layer_backward(s, deps);
+        layer_backward(s, u[i].index, deps);
       } else if (u[i].head) {
         compute(s, head_flops(2.0), kernels_.head_bwd, "head backward", deps);
       } else {
@@ -834,17 +1025,28 @@ class StepBuilder {
       ends[i] = last_compute_;
       if (fsdp && i > 0) gathered = gather(i - 1, k >= 1 ? ends[i + 1] : -1);
       const double grads = grad_bytes(config_) * u[i].params / tp_;
+      // FSDP and HSDP shard the routed experts with the rest (they run with ep = 1).
+      const double all_grads = grads + grad_bytes(config_) * u[i].expert_params;
+      if (last_mb && expert_data_group_ >= 0 && u[i].expert_params > 0) {
+        // The routed experts' gradients reduce over the ranks that hold the same experts.
+        const double expert_grads = grad_bytes(config_) * u[i].expert_params / config_.layout.ep;
+        const bool zero1 = sharding == Sharding::kZero1;
+        grad_reductions.push_back(comm(s, "data", zero1 ? Collective::kReduceScatter : Collective::kAllReduce,
+                                       expert_grads, expert_data_group_,
+                                       zero1 ? "EDP reduce_scatter (expert grads)" : "EDP all_reduce (expert grads)",
+                                       {last_compute_}));
+      }
       if (data_group_ < 0 && replicate_group_ < 0) continue;
       if (fsdp) {
-        const int rs = comm(s, "data", Collective::kReduceScatter, grads, data_group_, "FSDP reduce_scatter (grads)",
+        const int rs = comm(s, "data", Collective::kReduceScatter, all_grads, data_group_, "FSDP reduce_scatter (grads)",
                             {last_compute_});
         grad_reductions.push_back(rs);
         if (last_mb && replicate_group_ >= 0) {
-          grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, grads / d_.shard_group,
+          grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, all_grads / d_.shard_group,
                                          replicate_group_, "HSDP all_reduce (replicas)", {rs}));
         }
       } else if (last_mb && replicate_group_ >= 0) {  // hsdp with shard groups of one: plain DDP
-        grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, grads, replicate_group_,
+        grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, all_grads, replicate_group_,
                                        "HSDP all_reduce (replicas)", {last_compute_}));
       } else if (last_mb && sharding == Sharding::kZero1) {
         grad_reductions.push_back(comm(s, "data", Collective::kReduceScatter, grads, data_group_,
@@ -895,12 +1097,19 @@ class StepBuilder {
 
     // The optimizer step once this rank's gradients are reduced: HBM-bound over its shard.
     const Sharding sharding = config_.layout.sharding;
-    double local = 0;
+    double local = 0, local_experts = 0;
     for (int v = s; v < pp_ * vp_; v += pp_) {
-      for (const Unit& unit : units(v)) local += unit.params / tp_;
+      for (const Unit& unit : units(v)) {
+        local += unit.params / tp_;
+        local_experts += unit.expert_params / config_.layout.ep;
+      }
     }
-    if (sharding == Sharding::kZero1) local /= d_.data_ranks;
+    if (sharding == Sharding::kZero1) {
+      local /= d_.data_ranks;
+      local_experts /= d_.expert_data_ranks;
+    }
     if (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) local /= d_.shard_group;
+    local += local_experts;
     const double traffic = local * kOptimizerTrafficBytesPerParam;
     StepTask optimizer;
     optimizer.kind = TaskKind::kCompute;
@@ -928,7 +1137,7 @@ class StepBuilder {
   const int tp_, pp_, vp_, cp_;
   const LayerKernels kernels_;
   StepProgram program_;
-  int tp_group_ = -1, cp_group_ = -1, data_group_ = -1, replicate_group_ = -1;
+  int tp_group_ = -1, cp_group_ = -1, ep_group_ = -1, expert_data_group_ = -1, data_group_ = -1, replicate_group_ = -1;
   std::vector<int> pp_group_;
   std::vector<std::vector<int>> fwd_send_, bwd_send_;  // by virtual stage, microbatch
   std::vector<Pending> pending_;

@@ -28,7 +28,9 @@
 
 namespace tandem::models {
 
-// A dense decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP.
+// A decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP; with experts > 0
+// a mixture of experts: after the first dense_layers layers, each layer's MLP is `experts` routed
+// experts of width moe_ffn (each token to top_k of them) plus shared_experts always-on ones.
 struct TransformerSpec {
   std::string name;  // "llama3-70b"
   int layers = 0;
@@ -38,14 +40,32 @@ struct TransformerSpec {
   int kv_heads = 0;  // grouped-query attention: heads sharing one K/V head
   int64_t vocab = 0;
   bool tied_embeddings = false;  // one matrix for the embedding and the output head
+  int experts = 0;               // routed experts per MoE layer (0: a dense model)
+  int top_k = 0;                 // experts each token is routed to
+  int64_t moe_ffn = 0;           // one expert's hidden size
+  int shared_experts = 0;        // experts every token goes through
+  int dense_layers = 0;          // MoE models: the first layers keep a dense MLP of width ffn
 
-  int64_t layer_parameters() const;  // attention + MLP + 2 norms of one layer
+  bool moe() const { return experts > 0; }
+  bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
+  int64_t attention_parameters() const;  // q, k, v, o
+  int64_t expert_parameters() const;     // one expert: gate, up, down
+  // A layer's parameters that every tensor-parallel rank splits (attention, a dense MLP, shared
+  // experts, the router, the norms), and those of its routed experts (split over expert
+  // parallelism instead).
+  int64_t layer_dense_parameters(int layer) const;
+  int64_t layer_expert_parameters(int layer) const;
+  int64_t layer_parameters() const;  // a dense layer: attention + MLP + 2 norms
   int64_t other_parameters() const;  // embedding, output head, final norm
-  int64_t parameters() const;        // layers * layer_parameters() + other_parameters()
+  int64_t parameters() const;        // every layer's + other_parameters()
+  // What one token's forward multiplies by: the routed experts counted top_k times, not experts.
+  int64_t active_parameters() const;
 };
 
-// "llama3-8b", "llama3-70b", "llama3-405b" (The Llama 3 Herd of Models, Table 3). Throws
-// Error(kInvalidArgument) listing the known names.
+// "llama3-8b", "llama3-70b", "llama3-405b" (The Llama 3 Herd of Models, Table 3); mixture of
+// experts: "mixtral-8x7b", "mixtral-8x22b" (their config.json), "deepseek-v3" (arXiv 2412.19437,
+// its multi-head latent attention approximated by grouped-query attention of the same width; see
+// docs/workloads.md). Throws Error(kInvalidArgument) listing the known names.
 TransformerSpec transformer_preset(std::string_view name);
 std::vector<std::string> transformer_preset_names();
 // Throws Error(kInvalidArgument) naming the field (heads that do not divide d_model, ...).
@@ -81,6 +101,7 @@ struct ParallelLayout {
   int shard_group = 0;      // HSDP: data-parallel ranks in one shard group (0: the GPUs of a node / tp)
   int vp = 1;               // virtual pipeline stages per rank: interleaved 1F1B (Megatron) when > 1
   int cp = 1;               // context-parallel ranks: each holds seq_len / cp tokens, ring attention
+  int ep = 1;               // expert-parallel ranks (MoE): the routed experts split over ep data-parallel ranks
   bool tp_overlap = false;  // TP collectives overlapped with the GEMMs they feed (TE userbuffers)
 };
 
@@ -100,6 +121,10 @@ struct TrainingConfig {
   std::optional<double> mfu;
   DataType grad_reduce_dtype = DataType::kBF16;  // gradients reduced in bf16 or f32
   std::string algorithm = "auto";                // collective algorithm: auto (NCCL's tuner), ring, tree
+  // MoE: expert capacity as a multiple of the balanced load (tokens x top_k / experts); the
+  // dispatcher pads every expert to it (Megatron's drop-and-pad), so compute and all_to_all bytes
+  // scale with it. 1: balanced routing, no padding.
+  double capacity_factor = 1.0;
 };
 
 // Limits checked by derive(): beyond them a configuration is a typo.
@@ -111,6 +136,7 @@ struct DerivedLayout {
   int gpus = 0;
   int dp = 0;                        // data-parallel ranks: gpus / (tp * pp * cp)
   int data_ranks = 0;                // ranks gradients are reduced over: dp * cp (Megatron's DP group with CP)
+  int expert_data_ranks = 0;         // ranks holding the same routed experts: data_ranks / ep
   int microbatches = 0;              // per step and data-parallel rank: global_batch / (dp * micro_batch)
   int shard_group = 1;               // ranks sharing one copy of the sharded state (fsdp: data_ranks; hsdp: shard_group)
   int replicas = 1;                  // data_ranks / shard_group
@@ -249,6 +275,11 @@ struct LayerKernels {
   KernelCost embedding_fwd;  // the lookup (first stage)
   KernelCost embedding_bwd;
   KernelCost selective_recompute;  // per layer, before its backward (eager stack's selective only)
+  // MoE layers: the MLP block instead of mlp_fwd / mlp_bwd, without its all_to_alls (norm, router,
+  // permute and unpermute, the local experts' grouped GEMMs and SwiGLU, shared experts, residual).
+  KernelCost moe_fwd;
+  KernelCost moe_bwd;
+  double moe_dispatch_bytes = 0;  // one all_to_all of the tokens' hidden states (nccl-tests size)
 };
 LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu);
 

@@ -128,13 +128,14 @@ constexpr std::array<std::string_view, 7> kLoopExpectKeys{"iteration", "outcome"
 constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "algorithm",  "size",
                                                       "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
 constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
-constexpr std::array<std::string_view, 13> kTrainingKeys{
-    "type",      "model", "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch", "precision",
-    "mfu",       "kernels", "recompute", "grad_reduce_dtype", "algorithm",     "layouts"};
-constexpr std::array<std::string_view, 8> kModelKeys{"name",  "layers",   "d_model", "ffn",
-                                                     "heads", "kv_heads", "vocab",   "tied_embeddings"};
-constexpr std::array<std::string_view, 10> kTrainingLayoutKeys{
-    "name", "tp", "pp", "vp", "cp", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
+constexpr std::array<std::string_view, 14> kTrainingKeys{
+    "type",    "model",     "seq_len",           "global_batch", "batch_per_gpu", "micro_batch",     "precision",
+    "mfu",     "kernels",   "recompute",         "grad_reduce_dtype", "algorithm", "capacity_factor", "layouts"};
+constexpr std::array<std::string_view, 13> kModelKeys{
+    "name",    "layers", "d_model", "ffn",           "heads",          "kv_heads",    "vocab",
+    "tied_embeddings", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers"};
+constexpr std::array<std::string_view, 11> kTrainingLayoutKeys{
+    "name", "tp", "pp", "vp", "cp", "ep", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
 constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
     "variant",      "layout",         "backend",  "fits",      "step_time_s",
     "achieved_mfu", "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu",
@@ -988,6 +989,14 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
     base.model.vocab = reader.integer(m.require("vocab"), m.path("vocab"), 1, int64_t{1} << 24);
     if (const YAML::Node* v = m.find("tied_embeddings"))
       base.model.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
+    if (const YAML::Node* v = m.find("experts"))
+      base.model.experts = static_cast<int>(reader.integer(*v, m.path("experts"), 0, 4096));
+    if (const YAML::Node* v = m.find("top_k")) base.model.top_k = static_cast<int>(reader.integer(*v, m.path("top_k"), 1, 4096));
+    if (const YAML::Node* v = m.find("moe_ffn")) base.model.moe_ffn = reader.integer(*v, m.path("moe_ffn"), 1, int64_t{1} << 24);
+    if (const YAML::Node* v = m.find("shared_experts"))
+      base.model.shared_experts = static_cast<int>(reader.integer(*v, m.path("shared_experts"), 0, 64));
+    if (const YAML::Node* v = m.find("dense_layers"))
+      base.model.dense_layers = static_cast<int>(reader.integer(*v, m.path("dense_layers"), 0, 100000));
     reader.at(model, workload.path("model"), [&] { models::validate(base.model); });
   } else {
     const std::string text = reader.text(model, workload.path("model"));
@@ -1014,6 +1023,8 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
     base.precision = reader.at(*v, workload.path("precision"), [&] { return models::parse_precision(text); });
   }
   if (const YAML::Node* v = workload.find("mfu")) base.mfu = reader.number(*v, workload.path("mfu"), 0, 1, true);
+  if (const YAML::Node* v = workload.find("capacity_factor"))
+    base.capacity_factor = reader.number(*v, workload.path("capacity_factor"), 1, 16, false);
   if (const YAML::Node* v = workload.find("kernels")) {
     const std::string text = reader.scalar(*v, workload.path("kernels"));
     base.kernels = reader.at(*v, workload.path("kernels"), [&] { return models::parse_kernel_stack(text); });
@@ -1067,6 +1078,8 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
       entry.layout.vp = static_cast<int>(reader.integer(*v, m.path("vp"), 1, 1024));
     if (const YAML::Node* v = m.find("cp"))
       entry.layout.cp = static_cast<int>(reader.integer(*v, m.path("cp"), 1, 1024));
+    if (const YAML::Node* v = m.find("ep"))
+      entry.layout.ep = static_cast<int>(reader.integer(*v, m.path("ep"), 1, 4096));
     if (const YAML::Node* v = m.find("tp_overlap")) entry.layout.tp_overlap = reader.boolean(*v, m.path("tp_overlap"));
     if (const YAML::Node* v = m.find("recompute")) entry.recompute = read_recompute(reader, *v, m.path("recompute"));
     if (const YAML::Node* v = m.find("micro_batch")) {

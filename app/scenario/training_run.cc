@@ -154,16 +154,17 @@ std::string describe(const TrainingExpectation& e) {
 std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                          const std::vector<models::TrainingConfig>& configs) {
   std::string out =
-      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
-                  "layout", "tp", "pp", "vp", "cp", "dp", "micro", "recompute", "memory/GPU", "step (s)", "compute",
-                  "exposed", "bubble", "MFU", "tok/s/GPU");
+      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
+                  "layout", "tp", "pp", "vp", "cp", "ep", "dp", "micro", "recompute", "memory/GPU", "step (s)",
+                  "compute", "exposed", "bubble", "MFU", "tok/s/GPU");
   for (size_t l = 0; l < steps.size(); ++l) {
     const sim::TrainingStepResult& s = steps[l];
     const models::TrainingConfig& c = configs[l];
     const std::string micro =
         s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch) : std::string("-");
-    out += fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp, c.layout.pp,
-                       c.layout.vp, c.layout.cp, s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro,
+    out += fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp,
+                       c.layout.pp, c.layout.vp, c.layout.cp, c.layout.ep,
+                       s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro,
                        models::name(c.recompute),
                        s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
     if (s.ok) {
@@ -286,6 +287,7 @@ std::vector<std::string> training_csv_columns() {
           "pp",
           "vp",
           "cp",
+          "ep",
           "dp",
           "microbatches",
           "micro_batch",
@@ -307,8 +309,9 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
     for (size_t l = 0; l < results.steps[v].size(); ++l) {
       const sim::TrainingStepResult& s = results.steps[v][l];
       const models::TrainingConfig& c = results.configs[v][l];
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
                          gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, c.layout.vp, c.layout.cp,
+                         c.layout.ep,
                          s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute), s.ok,
                          s.memory.total_bytes() / 1e9);
       if (s.ok) {
@@ -335,6 +338,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
                             {"pp", c.layout.pp},
                             {"vp", c.layout.vp},
                             {"cp", c.layout.cp},
+                            {"ep", c.layout.ep},
                             {"tp_overlap", c.layout.tp_overlap},
                             {"sharding", std::string(models::name(c.layout.sharding))},
                             {"global_batch", c.global_batch},

@@ -282,7 +282,7 @@ TEST(RunCli, Llama70bTrainingScenario) {
   }
   const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
   ASSERT_EQ(csv.size(), 7u);  // header + 3 variants x 2 layouts
-  EXPECT_EQ(csv[0].rfind("variant,layout,gpus,tp,pp,vp,cp,dp,", 0), 0u) << csv[0];
+  EXPECT_EQ(csv[0].rfind("variant,layout,gpus,tp,pp,vp,cp,ep,dp,", 0), 0u) << csv[0];
   const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
   EXPECT_TRUE(json.at("passed").get<bool>());
   ASSERT_EQ(json.at("variants").size(), 3u);
@@ -303,10 +303,22 @@ TEST(RunCli, TrainingRunsOnTheSimulatorOnly) {
 
 namespace {
 
+TEST(RunCli, MoeAndInterleavedScenariosHoldTheirBounds) {
+  // Expert parallelism across nodes: its all_to_alls are among the exposed collectives.
+  const Outcome moe = run_tandem("run scenarios/mixtral-8x7b-64xh100.yaml");
+  ASSERT_EQ(moe.exit_code, 0) << moe.out << moe.err;
+  EXPECT_TRUE(contains(moe.out, "EP all_to_all (dispatch)")) << moe.out;
+  EXPECT_TRUE(contains(moe.out, "verdict: PASS (5 of 5 expectations hold)")) << moe.out;
+  // 405B on 16,384 GPUs, 1F1B against the interleaved schedule.
+  const Outcome big = run_tandem("run scenarios/llama3-405b-16kxh100.yaml");
+  ASSERT_EQ(big.exit_code, 0) << big.out << big.err;
+  EXPECT_TRUE(contains(big.out, "verdict: PASS (4 of 4 expectations hold)")) << big.out;
+}
+
 TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   const Outcome outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
-  EXPECT_TRUE(contains(outcome.out, "ddp              1   1   1   1      8       4x1      none  178.52 GB does not run (below)"))
+  EXPECT_TRUE(contains(outcome.out, "ddp              1   1   1   1   1      8       4x1      none  178.52 GB does not run (below)"))
       << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "but the H100-SXM has 80 GB")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;

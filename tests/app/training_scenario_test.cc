@@ -71,6 +71,34 @@ TEST(TrainingScenario, CustomModelFromItsDimensions) {
   EXPECT_EQ(training.base.model.parameters(), 4 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024) + 32000 * 1024 + 1024);
 }
 
+TEST(TrainingScenario, MixtureOfExpertsAndTheNewLayoutKeys) {
+  std::string text = kTraining;
+  text.replace(text.find("model: llama3-8b"), 16,
+               "model: {name: moe, layers: 4, d_model: 1024, ffn: 4096, heads: 8, vocab: 32000, experts: 8, top_k: 2, "
+               "moe_ffn: 2048, shared_experts: 1, dense_layers: 1}\n  capacity_factor: 1.25");
+  text.replace(text.find("{name: fsdp, sharding: fsdp}"), 28,
+               "{name: ep4, tp: 2, pp: 2, vp: 2, cp: 2, ep: 4, sharding: zero1, recompute: selective, tp_overlap: true}");
+  const Scenario scenario = parse_scenario(text, "t.yaml");
+  const auto& training = std::get<TrainingWorkload>(scenario.workload);
+  const models::TransformerSpec& m = training.base.model;
+  EXPECT_EQ(m.experts, 8);
+  EXPECT_EQ(m.top_k, 2);
+  EXPECT_EQ(m.moe_ffn, 2048);
+  EXPECT_EQ(m.shared_experts, 1);
+  EXPECT_EQ(m.dense_layers, 1);
+  EXPECT_DOUBLE_EQ(training.base.capacity_factor, 1.25);
+  // 1 dense layer, 3 with 8 routed + 1 shared expert and a router.
+  const int64_t attention = 4 * 1024 * 1024, expert = 3 * 1024 * 2048;
+  EXPECT_EQ(m.parameters(), (attention + 3 * 1024 * 4096 + 2 * 1024) +
+                                3 * (attention + 9 * expert + 1024 * 8 + 2 * 1024) + 2 * 32000 * 1024 + 1024);
+  const models::TrainingConfig c = training.config_for(0, 64);
+  EXPECT_EQ(c.layout.vp, 2);
+  EXPECT_EQ(c.layout.cp, 2);
+  EXPECT_EQ(c.layout.ep, 4);
+  EXPECT_TRUE(c.layout.tp_overlap);
+  EXPECT_EQ(c.recompute, models::Recompute::kSelective);
+}
+
 struct Reject {
   std::string from, to, where, mentions;
 };
@@ -89,6 +117,10 @@ TEST(TrainingScenario, MistakesAreFileLineColumnErrors) {
        "micro_batch: 2}\n",
        "  layouts: []\n", "t.yaml:8:12", "must not be empty"},
       {"  model: llama3-8b\n", "  model: llama3-8b\n  mfu: 1.5\n", "t.yaml:7:8", "workload.mfu must be a number"},
+      {"sharding: fsdp}", "sharding: fsdp, ep: 0}", "t.yaml:9:40", "ep must be an integer"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  capacity_factor: 0.5\n", "t.yaml:7:20", "capacity_factor"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  recompute: partial\n", "t.yaml:7:14", "unknown recompute 'partial'"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  kernels: compiled\n", "t.yaml:7:12", "unknown kernels 'compiled'"},
       {"  model: llama3-8b\n", "  model: llama3-8b\n  grad_reduce_dtype: i32\n", "t.yaml:7:22", "bf16 or f32"},
       {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp9, step_time_s: {max: 1}}", "t.yaml:12:14",
        "no layout named 'tp9'"},

@@ -346,6 +346,74 @@ TEST(Memory, SelectiveRecomputeDependsOnTheStack) {
   EXPECT_THROW(parse_recompute("some"), Error);
 }
 
+TEST(Moe, PresetsCountTheirParameters) {
+  // Mixtral 8x7B: 46.7 B in all, 12.9 B active (2 of 8 experts), as its model card says.
+  const TransformerSpec mixtral = transformer_preset("mixtral-8x7b");
+  EXPECT_EQ(mixtral.parameters(), 46'702'792'704);
+  EXPECT_NEAR(static_cast<double>(mixtral.active_parameters()) / 1e9, 12.9, 0.05);
+  EXPECT_NEAR(static_cast<double>(transformer_preset("mixtral-8x22b").parameters()) / 1e9, 140.6, 0.1);
+  // DeepSeek-V3: 671 B / 37 B published; its latent attention modelled as 128-head attention.
+  const TransformerSpec deepseek = transformer_preset("deepseek-v3");
+  EXPECT_NEAR(static_cast<double>(deepseek.parameters()) / 671e9, 1.0, 0.01);
+  EXPECT_NEAR(static_cast<double>(deepseek.active_parameters()) / 37e9, 1.0, 0.06);
+  EXPECT_FALSE(deepseek.moe_layer(2));
+  EXPECT_TRUE(deepseek.moe_layer(3));
+  // Model FLOPs count the active parameters, not all of them.
+  EXPECT_LT(model_flops_per_token(mixtral, 4096), 6.0 * 13e9 + 12.0 * 32 * 4096 * 4096);
+}
+
+TEST(Moe, ExpertParallelismDispatchesAndCombinesWithAllToAll) {
+  TrainingConfig c = config_of("mixtral-8x7b", {"tp2-ep8", 2, 1, Sharding::kZero1, 0}, 64);
+  c.seq_len = 4096;
+  c.recompute = Recompute::kNone;
+  c.layout.ep = 8;
+  const DerivedLayout d = derive(c, 64, 8);
+  EXPECT_EQ(d.dp, 32);
+  EXPECT_EQ(d.expert_data_ranks, 4);
+  const StepProgram p = build_step(c, h100s(8));
+  const CommGroup* ep = nullptr;
+  for (const CommGroup& g : p.groups) {
+    if (g.name == "ep") ep = &g;
+  }
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->size(), 8);
+  EXPECT_EQ(ep->nodes, 2);  // ep ranks are tp apart: 8 of them span two nodes
+  std::map<std::string, int> count;
+  for (const StepTask& t : p.tasks) {
+    if (t.kind == TaskKind::kComm) ++count[p.labels[static_cast<size_t>(t.label)]];
+  }
+  // Two all_to_alls forward and two backward per layer and microbatch.
+  const int per_pass = 32 * d.microbatches;
+  EXPECT_EQ(count["EP all_to_all (dispatch)"], per_pass);
+  EXPECT_EQ(count["EP all_to_all (combine)"], per_pass);
+  EXPECT_EQ(count["EP all_to_all (dispatch grad)"], per_pass);
+  EXPECT_EQ(count["EP all_to_all (combine grad)"], per_pass);
+  EXPECT_EQ(count["EDP reduce_scatter (expert grads)"], 32);
+  // Each dispatch moves a rank's tokens (its sequence-parallel share) top_k times: 2 x 2,048 x
+  // 4,096 x 2 bytes.
+  for (const CommOp& op : p.comms) {
+    if (op.collective == Collective::kAllToAll) {
+      EXPECT_EQ(op.bytes, 2 * 2048 * 4096 * 2);
+    }
+  }
+  for (double speed : {0.0, 0.05, 5.0}) expect_accounted(p, durations_for(p, speed));
+  // The experts split over ep: the weights per GPU drop with it.
+  TrainingConfig no_ep = c;
+  no_ep.layout.ep = 1;
+  EXPECT_GT(memory_per_gpu(no_ep, derive(no_ep, 64, 8)).weights_bytes,
+            4 * memory_per_gpu(c, d).weights_bytes);
+  // Errors: ep on a dense model, ep not dividing the experts or dp, ep with FSDP.
+  TrainingConfig dense = config_of("llama3-8b", {"x", 1, 1, Sharding::kZero1, 0}, 64);
+  dense.layout.ep = 2;
+  EXPECT_THROW(derive(dense, 8, 8), Error);
+  TrainingConfig odd = c;
+  odd.layout.ep = 3;
+  EXPECT_THROW(derive(odd, 64, 8), Error);
+  TrainingConfig fsdp = c;
+  fsdp.layout.sharding = Sharding::kFsdp;
+  EXPECT_THROW(derive(fsdp, 64, 8), Error);
+}
+
 TEST(Layout, Llama405bNeedsThousandsOfGpus) {
   // 405B at 16 B/param is 6.5 TB of training state: ZeRO-3 over 64 GPUs is 101 GB each before any
   // activation; over 1,024 GPUs with TP8 it fits.
