@@ -63,6 +63,7 @@ class StepSimulator {
                      breakdown.top.begin() + static_cast<ptrdiff_t>(std::min(kTopCollectives, breakdown.top.size())));
       out.achieved_mfu = program.model_flops / (out.step_s * gpus * cluster_.gpu.bf16_flops);
       out.tokens_per_s_per_gpu = program.tokens / out.step_s / gpus;
+      out.model_tflops_per_gpu = program.model_flops / (out.step_s * gpus) / 1e12;
       out.ok = true;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kInvalidArgument && e.code() != ErrorCode::kUnsupported) throw;
@@ -159,6 +160,7 @@ json to_json(const TrainingStepResult& r) {
           {"bubble_s", r.bubble_s},
           {"achieved_mfu", r.achieved_mfu},
           {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+          {"model_tflops_per_gpu", r.model_tflops_per_gpu},
           {"top", top},
           {"collectives", collectives}};
 }
@@ -190,6 +192,7 @@ TrainingStepResult from_json(const json& j) {
   r.bubble_s = j.at("bubble_s").get<double>();
   r.achieved_mfu = j.at("achieved_mfu").get<double>();
   r.tokens_per_s_per_gpu = j.at("tokens_per_s_per_gpu").get<double>();
+  r.model_tflops_per_gpu = j.at("model_tflops_per_gpu").get<double>();
   for (const json& e : j.at("top")) {
     models::ExposedComm x;
     x.label = e.at("label").get<std::string>();

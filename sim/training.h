@@ -38,6 +38,7 @@ struct TrainingStepResult {
   double exposed_comm_s = 0;
   double bubble_s = 0;
   double achieved_mfu = 0;  // model FLOPs / (step time x GPUs x peak)
+  double model_tflops_per_gpu = 0;  // model FLOPs / (step time x GPUs), in TFLOP/s
   double tokens_per_s_per_gpu = 0;
   std::vector<models::ExposedComm> top;  // the collectives by exposed time (at most kTopCollectives)
   std::vector<CollectiveTiming> collectives;

@@ -154,9 +154,9 @@ std::string describe(const TrainingExpectation& e) {
 std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                          const std::vector<models::TrainingConfig>& configs) {
   std::string out =
-      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>10}\n",
+      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>10}\n",
                   "layout", "tp", "pp", "vp", "cp", "ep", "dp", "micro", "recompute", "memory/GPU", "step (s)",
-                  "compute", "exposed", "bubble", "MFU", "tok/s/GPU");
+                  "compute", "exposed", "bubble", "MFU", "TFLOP/s", "tok/s/GPU");
   for (size_t l = 0; l < steps.size(); ++l) {
     const sim::TrainingStepResult& s = steps[l];
     const models::TrainingConfig& c = configs[l];
@@ -168,9 +168,9 @@ std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                        models::name(c.recompute),
                        s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
     if (s.ok) {
-      out += fmt::format("{:>9} {:>9} {:>9} {:>8} {:>7} {:>10.0f}\n", format_seconds(s.step_s),
+      out += fmt::format("{:>9} {:>9} {:>9} {:>8} {:>7} {:>7.0f} {:>10.0f}\n", format_seconds(s.step_s),
                          format_seconds(s.compute_s), format_seconds(s.exposed_comm_s), format_seconds(s.bubble_s),
-                         format_percent(s.achieved_mfu), s.tokens_per_s_per_gpu);
+                         format_percent(s.achieved_mfu), s.model_tflops_per_gpu, s.tokens_per_s_per_gpu);
     } else {
       out += "does not run (below)\n";
     }
@@ -238,7 +238,8 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
         base.seq_len, batch, models::name(base.precision), models::describe_compute(base), base.algorithm);
     out +=
         "step = compute + exposed communication + pipeline bubble, on the busiest pipeline stage; MFU = model "
-        "FLOPs (6N + 12Lds per token, N without the embedding lookup) / (step x GPUs x bf16 peak)\n";
+        "FLOPs (6N + 12Lds per token, N the active parameters without the embedding lookup) / (step x GPUs x bf16 "
+        "peak); TFLOP/s = model FLOPs / (step x GPUs)\n";
     for (size_t v = 0; v < scenario.variants.size(); ++v) {
       const ClusterVariant& variant = scenario.variants[v];
       out += fmt::format("\n== {}: {}\n", variant.name, models::describe(variant.cluster));
@@ -299,6 +300,7 @@ std::vector<std::string> training_csv_columns() {
           "exposed_comm_s",
           "bubble_s",
           "achieved_mfu",
+          "model_tflops_per_gpu",
           "tokens_per_s_per_gpu",
           "error"};
 }
@@ -315,10 +317,10 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
                          s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute), s.ok,
                          s.memory.total_bytes() / 1e9);
       if (s.ok) {
-        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s, s.exposed_comm_s,
-                           s.bubble_s, s.achieved_mfu, s.tokens_per_s_per_gpu);
+        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s,
+                           s.exposed_comm_s, s.bubble_s, s.achieved_mfu, s.model_tflops_per_gpu, s.tokens_per_s_per_gpu);
       } else {
-        out += ",,,,,,";
+        out += ",,,,,,,";
       }
       out += csv_field(s.error) + "\n";
     }
