@@ -7,7 +7,8 @@
 // dgx-h100 nodes (400G rail-optimized InfiniBand), the compute timed from the kernels, the
 // collectives simulated with the default network model. Nothing is tuned per row; what a row says
 // about its software decides only which kernels it runs (torchtitan without torch.compile: eager;
-// NeMo / Megatron and the Llama 3 paper's stack: fused). Cells a paper leaves out ("-") take
+// NeMo / Megatron and the Llama 3 paper's stack: fused), and what its notes say of the GPUs (a
+// memory size "96GB", a power cap "500 W") is applied to the preset's H100. Cells a paper leaves out ("-") take
 // documented defaults: vp "-" with an interleaved schedule in the notes is the largest vp that keeps
 // at least kLayersPerVirtualStage layers in every virtual stage, else 1; recompute "-" is the least of
 // none, selective, full that fits the GPU's memory (what a team would run).
@@ -17,8 +18,10 @@
 // one misses it, 2 on an error.
 //
 //   build/release/bench/tandem_training_accuracy [--csv OUT] [CSV]   (run from the repository root)
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -112,6 +115,16 @@ std::vector<Row> read_rows(const std::string& file) {
   return rows;
 }
 
+// The number right before `unit` in free text ("at 500 W" -> 500), if any.
+std::optional<double> number_before(const std::string& text, std::string_view unit) {
+  for (size_t at = text.find(unit); at != std::string::npos; at = text.find(unit, at + 1)) {
+    size_t begin = at;
+    while (begin > 0 && std::isdigit(static_cast<unsigned char>(text[begin - 1]))) --begin;
+    if (begin < at) return std::stod(text.substr(begin, at - begin));
+  }
+  return std::nullopt;
+}
+
 // "llama3.1-70b" is the llama3-70b preset (same dimensions).
 std::string preset_of(const std::string& model) {
   std::string key = model;
@@ -175,6 +188,10 @@ int run(int argc, char** argv) {
     sim::TrainingRequest request;
     request.cluster = models::cluster_preset("dgx-h100");
     request.cluster.nodes = std::max(1, r.gpus / request.cluster.gpus_per_node);
+    // What the row says of its GPUs ("H100 96GB HBM2e at 500 W"): the memory and the power cap.
+    if (const std::optional<double> watts = number_before(r.notes, " W"))
+      request.cluster.gpu.power_limit_w = std::min(*watts, request.cluster.gpu.tdp_w);
+    if (const std::optional<double> gigabytes = number_before(r.notes, "GB")) request.cluster.gpu.memory_bytes = *gigabytes * 1e9;
     if (r.recompute == "-") {
       for (models::Recompute recompute :
            {models::Recompute::kNone, models::Recompute::kSelective, models::Recompute::kFull}) {

@@ -50,9 +50,14 @@ constexpr double kSwitchLatency_s = 0.5e-6;
 
 // GPUs. H100 SXM: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16, 80 GB (NVIDIA H100 datasheet).
 // H200 SXM: 4.8 TB/s HBM3e, 141 GB, same compute. fp8 dense: 1,978.9 TFLOP/s on both (Hopper). A100 SXM 80 GB: 2.039 TB/s, 312 TFLOP/s bf16.
-GpuSpec h100() { return {"H100-SXM", GpuArch::kHopper, 3.35e12, 989e12, 80e9, kNvLink4Links, true, 1978.9e12}; }
-GpuSpec h200() { return {"H200-SXM", GpuArch::kHopper, 4.8e12, 989e12, 141e9, kNvLink4Links, true, 1978.9e12}; }
-GpuSpec a100() { return {"A100-SXM-80GB", GpuArch::kAmpere, 2.039e12, 312e12, 80e9, kNvLink3Links, false}; }
+// TDP: 700 W for H100 and H200 SXM, 400 W for A100 SXM (datasheets).
+GpuSpec h100() {
+  return {"H100-SXM", GpuArch::kHopper, 3.35e12, 989e12, 80e9, kNvLink4Links, true, 1978.9e12, 700, 0};
+}
+GpuSpec h200() {
+  return {"H200-SXM", GpuArch::kHopper, 4.8e12, 989e12, 141e9, kNvLink4Links, true, 1978.9e12, 700, 0};
+}
+GpuSpec a100() { return {"A100-SXM-80GB", GpuArch::kAmpere, 2.039e12, 312e12, 80e9, kNvLink3Links, false, 0, 400, 0}; }
 
 ClusterSpec dgx(std::string preset, GpuSpec gpu) {
   ClusterSpec spec;

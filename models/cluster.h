@@ -35,6 +35,8 @@ struct GpuSpec {
   int nvlinks = 0;    // NVLink links per GPU (NCCL models NVLink as links x a per-link rate)
   bool nvls = false;  // NVSwitch multicast / in-switch reduction (NVLink SHARP)
   double fp8_flops = 0;  // dense fp8 peak; 0: no fp8 tensor cores
+  double tdp_w = 0;      // board power the peak clocks are specified at
+  double power_limit_w = 0;  // a lower cap set by the operator (0: the TDP); slows the tensor cores (models/kernels.h)
 };
 
 struct ClusterSpec {

@@ -67,13 +67,19 @@ KernelCost& KernelCost::operator+=(const KernelCost& other) {
   return *this;
 }
 
+double sustained_clock_share(const GpuSpec& gpu) {
+  if (gpu.power_limit_w > 0 && gpu.tdp_w > 0 && gpu.power_limit_w < gpu.tdp_w)
+    return kSustainedClockShare * std::cbrt(gpu.power_limit_w / gpu.tdp_w);
+  return kSustainedClockShare;
+}
+
 KernelCost gemm(const KernelEnv& env, const GemmShape& shape) {
   const GpuKernelTable& table = kernel_table(env.gpu);
   const bool fp8 = env.precision == Precision::kFP8;
   if (fp8 && !(env.gpu.fp8_flops > 0 && table.gemm_fp8 > 0))
     fail(ErrorCode::kUnsupported, "the {} has no fp8 tensor cores", env.gpu.name);
   const double peak =
-      (fp8 ? env.gpu.fp8_flops * table.gemm_fp8 : env.gpu.bf16_flops * table.gemm_bf16) * kSustainedClockShare;
+      (fp8 ? env.gpu.fp8_flops * table.gemm_fp8 : env.gpu.bf16_flops * table.gemm_bf16) * sustained_clock_share(env.gpu);
   if (!(peak > 0)) fail(ErrorCode::kUnsupported, "the {} has no tensor-core peak given", env.gpu.name);
   KernelCost cost;
   cost.flops = shape.flops();
@@ -99,7 +105,7 @@ KernelCost flash_attention(const KernelEnv& env, double flops, bool backward) {
   KernelCost cost;
   cost.flops = flops;
   cost.kernels = 1;
-  if (flops > 0) cost.seconds = flops / (env.gpu.bf16_flops * share * kSustainedClockShare) + kKernelGapSeconds;
+  if (flops > 0) cost.seconds = flops / (env.gpu.bf16_flops * share * sustained_clock_share(env.gpu)) + kKernelGapSeconds;
   return cost;
 }
 

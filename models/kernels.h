@@ -84,6 +84,11 @@ struct KernelCost {
   KernelCost& operator+=(const KernelCost& other);
 };
 
+// The share of the tensor cores' benchmark clock a training run holds: kSustainedClockShare at the
+// GPU's TDP; under a lower power limit P the clock falls as (P / TDP)^(1/3) (dynamic power goes as
+// f V^2 with the voltage following the clock along the DVFS curve: f^3).
+double sustained_clock_share(const GpuSpec& gpu);
+
 // A GEMM in the env's precision (fp8 with Transformer Engine: the cast of its input is a separate
 // memory-bound kernel, counted by the caller). The last partial wave of output tiles runs the
 // grid at less than full occupancy when there are fewer tiles than SMs (beyond that, Hopper's

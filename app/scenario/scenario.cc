@@ -106,10 +106,10 @@ constexpr std::array<std::string_view, 13> kTopKeys{
     "tandem_scenario", "name",   "description", "cluster",  "variants", "backend", "network",
     "workload",        "faults", "fault_seed",  "recovery", "outputs",  "expect"};
 // clang-format off
-constexpr std::array<std::string_view, 17> kClusterKeys{
+constexpr std::array<std::string_view, 19> kClusterKeys{
     "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
     "nodes_per_leaf", "nvlink_GBps", "pcie_GBps", "nvls", "sharp", "nvlink_latency_us", "pcie_latency_us",
-    "nic_latency_us", "switch_latency_us"};
+    "nic_latency_us", "switch_latency_us", "gpu_power_w", "gpu_memory_GB"};
 // clang-format on
 constexpr std::array<std::string_view, 2> kVariantKeys{"name", "cluster"};
 constexpr std::array<std::string_view, 7> kCollectiveSweepKeys{"type",  "collectives", "sizes",        "algorithms",
@@ -222,6 +222,10 @@ models::ClusterSpec resolve_cluster(const Reader& reader, const ClusterValues& v
       spec.pcie_Bps = reader.number(n, p, models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8, false) * kGBpsToBps;
     } else if (v.key == "nvls") {
       spec.gpu.nvls = reader.boolean(n, p);
+    } else if (v.key == "gpu_power_w") {
+      spec.gpu.power_limit_w = reader.number(n, p, 100, spec.gpu.tdp_w > 0 ? spec.gpu.tdp_w : 2000, false);
+    } else if (v.key == "gpu_memory_GB") {
+      spec.gpu.memory_bytes = reader.number(n, p, 1, 1024, false) * 1e9;
     } else if (v.key == "sharp") {
       spec.sharp = reader.boolean(n, p);
     } else if (v.key == "nvlink_latency_us") {

@@ -99,6 +99,18 @@ TEST(TrainingScenario, MixtureOfExpertsAndTheNewLayoutKeys) {
   EXPECT_EQ(c.recompute, models::Recompute::kSelective);
 }
 
+TEST(TrainingScenario, AGpuPowerCapAndMemorySize) {
+  std::string text = kTraining;
+  text.replace(text.find("nodes: 2}"), 9, "nodes: 2, gpu_power_w: 500, gpu_memory_GB: 96}");
+  const Scenario scenario = parse_scenario(text, "t.yaml");
+  ASSERT_EQ(scenario.variants.size(), 1u);
+  EXPECT_DOUBLE_EQ(scenario.variants[0].cluster.gpu.power_limit_w, 500);
+  EXPECT_DOUBLE_EQ(scenario.variants[0].cluster.gpu.memory_bytes, 96e9);
+  text = kTraining;
+  text.replace(text.find("nodes: 2}"), 9, "nodes: 2, gpu_power_w: 900}");  // above the H100's 700 W
+  EXPECT_THROW(parse_scenario(text, "t.yaml"), Error);
+}
+
 struct Reject {
   std::string from, to, where, mentions;
 };

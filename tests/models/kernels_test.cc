@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "models/workload.h"
 
@@ -50,6 +52,20 @@ TEST(Kernels, AttentionAndMemoryBoundKernels) {
   EXPECT_DOUBLE_EQ(flash_attention(h100(Precision::kFP8), flops, false).seconds, fused_fwd);
   EXPECT_NEAR(memory_bound(h100(), 2.68e9).seconds, 1e-3 + kKernelGapSeconds, 1e-12);
   EXPECT_DOUBLE_EQ(memory_bound(h100(), 0).seconds, 0);
+}
+
+TEST(Kernels, APowerCapSlowsTheTensorCoresNotHbm) {
+  GpuSpec capped = cluster_preset("dgx-h100").gpu;
+  EXPECT_DOUBLE_EQ(sustained_clock_share(capped), kSustainedClockShare);
+  capped.power_limit_w = 500;
+  EXPECT_NEAR(sustained_clock_share(capped), kSustainedClockShare * std::cbrt(500.0 / 700.0), 1e-12);
+  const KernelEnv full = h100(), slow{capped, Precision::kBF16, KernelStack::kFused};
+  EXPECT_NEAR((gemm(slow, {8192, 8192, 8192}).seconds - kKernelGapSeconds) /
+                  (gemm(full, {8192, 8192, 8192}).seconds - kKernelGapSeconds),
+              std::cbrt(700.0 / 500.0), 1e-9);
+  EXPECT_DOUBLE_EQ(memory_bound(slow, 1e9).seconds, memory_bound(full, 1e9).seconds);
+  capped.power_limit_w = 900;  // above the TDP: no boost beyond the specified clocks
+  EXPECT_DOUBLE_EQ(sustained_clock_share(capped), kSustainedClockShare);
 }
 
 TEST(Kernels, UnknownGpusTakeTheirArchitecturesRow) {
