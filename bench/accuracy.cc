@@ -23,7 +23,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -31,6 +30,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/csv_table.h"
 #include "core/error.h"
 #include "core/file_read.h"
 #include "models/cluster.h"
@@ -68,14 +68,6 @@ struct Row {
   int64_t bytes = 0;
   double low = 0, high = 0;
 };
-
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> fields;
-  std::stringstream stream(line);
-  for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
-  if (!line.empty() && line.back() == ',') fields.emplace_back();
-  return fields;
-}
 
 template <typename Number>
 Number parse_number(const std::string& text, std::string_view field, const std::string& where) {
@@ -182,7 +174,7 @@ std::vector<Row> read_rows(const std::string& path) {
       }
       continue;
     }
-    const std::vector<std::string> fields = split(line);
+    const std::vector<std::string> fields = bench::split_csv_line(line);
     if (fields.size() != expected_fields) {
       fail(ErrorCode::kFormat, "{}: expected {} fields, found {}", where, expected_fields, fields.size());
     }
@@ -352,11 +344,7 @@ int run(int argc, char** argv) {
   }
   fmt::print("{} rows miss their aim (bandwidth rows {:.0f}%, latency rows {:.0f}%; marked !)\n", misses,
              100 * kBandwidthAim, 100 * kLatencyAim);
-  if (!csv_path.empty()) {
-    std::ofstream out(csv_path);
-    out << csv;
-    if (!out) fail(ErrorCode::kIo, "cannot write {}", csv_path);
-  }
+  if (!csv_path.empty()) bench::write_csv(csv_path, csv);
   if (errors > 0) return 2;
   return misses == 0 ? 0 : 1;
 }

@@ -22,13 +22,13 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "bench/csv_table.h"
 #include "core/error.h"
 #include "core/file_read.h"
 #include "models/cluster.h"
@@ -55,14 +55,6 @@ struct Row {
   double value = 0;
 };
 
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> fields;
-  std::stringstream stream(line);
-  for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
-  if (!line.empty() && line.back() == ',') fields.emplace_back();
-  return fields;
-}
-
 int integer(const std::string& text, std::string_view field, const std::string& where) {
   try {
     size_t used = 0;
@@ -88,7 +80,7 @@ std::vector<Row> read_rows(const std::string& file) {
       continue;
     }
     // The notes may hold commas: everything after the 16th comma is the notes.
-    std::vector<std::string> f = split(line);
+    std::vector<std::string> f = bench::split_csv_line(line);
     if (f.size() < kFields) fail(ErrorCode::kFormat, "{}: {} fields, expected {}", where, f.size(), kFields);
     for (size_t i = kFields; i < f.size(); ++i) f[kFields - 1] += "," + f[i];
     Row r;
@@ -238,11 +230,7 @@ int run(int argc, char** argv) {
   }
   fmt::print("{} rows, mean |error| {:.1f}%, {} outside {:.0f}%\n", rows.size(), count ? 100 * sum / count : 0.0, missed,
              100 * kAim);
-  if (!csv_out.empty()) {
-    std::ofstream out(csv_out);
-    out << csv;
-    if (!out.flush()) fail(ErrorCode::kIo, "cannot write {}", csv_out);
-  }
+  if (!csv_out.empty()) bench::write_csv(csv_out, csv);
   return missed == 0 ? 0 : 1;
 }
 
