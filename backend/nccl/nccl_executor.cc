@@ -416,6 +416,7 @@ RunResult NcclExecutor::Impl::wait(Clock::time_point start, const RunContext& co
         abort_all();  // frees `local`
         throw Error(ErrorCode::kBackend, message);
       }
+      if (state == ncclInProgress) continue;  // not all of its work is on the stream yet
       const cudaError_t status = cudaStreamQuery(local.stream);
       if (status == cudaErrorNotReady) continue;
       if (status != cudaSuccess) {
@@ -509,6 +510,11 @@ RunResult NcclExecutor::Impl::run_native(const CollectiveSpec& spec, std::span<c
     }
   }
   TANDEM_NCCL_CHECK(ncclGroupEnd());
+  // On nonblocking communicators ncclGroupEnd may return ncclInProgress with nothing on the streams
+  // yet (NCCL connects peers and enqueues from its own thread): wait until the group is enqueued
+  // before putting work behind it or polling the streams. Seen on an H200: a self send/receive read
+  // as finished before NCCL had enqueued it, and its buffers were freed under the kernel.
+  wait_for_communicators("collective", context.timeout);
   // Integer averages: NCCL summed; divide as the host does.
   if (spec.op == ReduceOp::kAvg && is_integer(spec.dtype) && is_reduction(spec.collective)) {
     const int64_t elements = static_cast<int64_t>(buffer_geometry(spec.collective, n).output_blocks) * spec.count;
