@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <numeric>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "core/algorithms.h"
 #include "core/error.h"
@@ -64,9 +68,55 @@ RingTimes simulate_rings_isolated(const models::ClusterSpec& spec, int per_node)
           reply.at("graph_info_s").get<double>()};
 }
 
+
+// Per ring step of each record size: network (simulated) and software, for this job's levers.
+struct RingStep {
+  double address_s = 0;
+  double peer_info_s = 0;
+  double graph_info_s = 0;
+};
+
+// Connections one rank sets up for one communicator, and what each costs.
+double connections_s(int connections, bool across_nodes, double message_s) {
+  const double setup_s = across_nodes ? kNetworkConnectionSetup_s : kIntraNodeConnectionSetup_s;
+  return connections * (2 * message_s + setup_s);  // a connect-info exchange, then the transport's setup
+}
+
 }  // namespace
 
-StartupResult simulate_startup(const models::ClusterSpec& cluster, int gpus) {
+std::string_view name(StoreBackend store) { return store == StoreBackend::kLegacy ? "legacy" : "libuv"; }
+
+StoreBackend parse_store_backend(std::string_view text) {
+  if (text == "legacy") return StoreBackend::kLegacy;
+  if (text == "libuv") return StoreBackend::kLibuv;
+  fail(ErrorCode::kInvalidArgument, "unknown store '{}' (expected: legacy, libuv)", text);
+}
+
+double StartupResult::phase_s(std::string_view phase) const {
+  for (const StartupPhase& p : phases) {
+    if (p.name == phase) return p.seconds;
+  }
+  return 0;
+}
+
+std::vector<StartupGroup> layout_groups(const models::ParallelLayout& layout, int gpus) {
+  // Megatron's rank order: tp innermost, then cp, dp (with ep inside it), pp outermost.
+  std::vector<StartupGroup> groups;
+  const int dp = gpus / std::max(1, layout.tp * layout.cp * layout.pp);
+  auto add = [&](const char* group, int size, int stride) {
+    if (size > 1 && size < gpus) groups.push_back({group, size, stride});
+  };
+  add("tp", layout.tp, 1);
+  add("cp", layout.cp, layout.tp);
+  add("ep", layout.ep, layout.tp * layout.cp);
+  add("dp", dp, layout.tp * layout.cp);
+  add("pp", layout.pp, layout.tp * layout.cp * dp);
+  return groups;
+}
+
+StartupResult simulate_startup(const models::ClusterSpec& cluster, const StartupJob& job) {
+  const int gpus = job.gpus;
+  const StartupLevers& levers = job.levers;
   if (gpus < 1) fail(ErrorCode::kInvalidArgument, "start-up: a job needs at least one GPU, not {}", gpus);
   models::ClusterSpec spec = cluster;
   if (gpus < spec.gpus_per_node) {
@@ -82,48 +132,168 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, int gpus) {
     fail(ErrorCode::kInvalidArgument, "start-up: {} GPUs need {} nodes, over the limit of {}", gpus, spec.nodes,
          models::kMaxNodes);
   }
+  if (levers.ranks_per_root < 0) {
+    fail(ErrorCode::kInvalidArgument, "start-up: ranks_per_root must be 0 (one root) or positive, not {}",
+         levers.ranks_per_root);
+  }
+  for (const StartupGroup& g : job.groups) {
+    if (g.size < 1 || g.stride < 1 || gpus % g.size != 0 || static_cast<int64_t>(g.size) * g.stride > gpus) {
+      fail(ErrorCode::kInvalidArgument, "start-up: a {} group of {} ranks (stride {}) does not fit {} GPUs", g.name,
+           g.size, g.stride, gpus);
+    }
+  }
   models::validate(spec);
 
   StartupResult r;
   r.gpus = gpus;
   r.simulated_gpus = gpus;
-  r.bootstrap_s = kBootstrapRootPerRank_s;  // one rank: only its check-in with itself
-  if (gpus == 1) {
-    r.total_s = r.bootstrap_s;
-    return r;
+  const double n_world = gpus;
+
+  // The bootstrap ring's steps: simulated network time per step (at most kMaxSimulatedStartupGpus
+  // simulated, the rest scaled) plus each message's software cost.
+  const double software_s = levers.oob_net ? kOobNetMessageSoftware_s : kBootstrapMessageSoftware_s;
+  RingStep step{software_s, software_s, software_s};
+  if (gpus > 1) {
+    const models::NcclCostModel nccl(spec);
+    r.ring_channels = nccl.graph(models::NcclAlgorithm::kRing).channels;
+    r.tree_channels = nccl.graph(models::NcclAlgorithm::kTree).channels;
+    models::ClusterSpec simulated = spec;
+    if (gpus > kMaxSimulatedStartupGpus) simulated.nodes = std::max(2, kMaxSimulatedStartupGpus / per_node);
+    r.simulated_gpus = simulated.nodes * per_node;
+    const RingTimes rings = simulate_rings_isolated(simulated, per_node);
+    const double steps = r.simulated_gpus - 1;
+    step = {rings.address_s / steps + software_s, rings.peer_info_s / steps + software_s,
+            rings.graph_info_s / steps + software_s};
   }
-  const models::NcclCostModel nccl(spec);
-  r.ring_channels = nccl.graph(models::NcclAlgorithm::kRing).channels;
-  r.tree_channels = nccl.graph(models::NcclAlgorithm::kTree).channels;
+  r.bootstrap_message_s = step.address_s;
+  const double ring_step_s = step.address_s + step.peer_info_s + step.graph_info_s;  // the three init rings
 
-  // Simulate at most kMaxSimulatedStartupGpus and scale the ring's steps.
-  models::ClusterSpec simulated = spec;
-  if (gpus > kMaxSimulatedStartupGpus) simulated.nodes = std::max(2, kMaxSimulatedStartupGpus / per_node);
-  r.simulated_gpus = simulated.nodes * per_node;
-  RingTimes rings = simulate_rings_isolated(simulated, per_node);
-  const double steps = gpus - 1;
-  const double scale = steps / (r.simulated_gpus - 1);
-  rings = {rings.address_s * scale, rings.peer_info_s * scale, rings.graph_info_s * scale};
+  // The store: one server, one request after the other.
+  const double request_s = kStoreRequest_s + (levers.store == StoreBackend::kLegacy ? n_world * kLegacyStorePerSocket_s : 0);
+  const double connect_s = levers.store == StoreBackend::kLegacy ? request_s : kLibuvStoreConnect_s;
 
-  // Each ring step on the critical path pays one message's software cost on top of the network.
-  r.bootstrap_message_s = rings.address_s / steps + kBootstrapMessageSoftware_s;
-  const double broadcast_steps = std::ceil(std::log2(static_cast<double>(gpus)));
-  const double unique_id_broadcast_s = broadcast_steps * r.bootstrap_message_s;
-  const double root_check_in_s = gpus * kBootstrapRootPerRank_s + 2 * r.bootstrap_message_s;
-  const double address_allgather_s = rings.address_s + steps * kBootstrapMessageSoftware_s;
-  r.bootstrap_s = unique_id_broadcast_s + root_check_in_s + address_allgather_s;
-  r.peer_info_allgather_s = rings.peer_info_s + rings.graph_info_s + 2 * steps * kBootstrapMessageSoftware_s;
+  r.phases.push_back({"launch", kProcessLaunch_s + kCudaContext_s,
+                      fmt::format("process spawn and import torch {:.1f} s, CUDA context {:.1f} s (assumed)",
+                                  kProcessLaunch_s, kCudaContext_s)});
+  r.store_requests = gpus;
+  r.phases.push_back({"store", n_world * connect_s,
+                      fmt::format("{} clients connect to the {} TCPStore, {:.2f} ms each", gpus, name(levers.store),
+                                  connect_s * 1e3)});
 
-  // One rank's connections, one after the other, each after a connect-info exchange with the peer
-  // (a message there and back). Across nodes the ring connections of a rank at a node's boundary
-  // and every tree connection go over the network (the upper estimate: NCCL rotates the boundary
-  // over the node's GPUs); inside one node the tree is a chain of intra-node connections.
-  const bool multi_node = spec.nodes > 1;
-  const int ring_connections = kRingConnectionsPerChannel * r.ring_channels;
-  const int tree_connections = multi_node ? kTreeConnectionsPerChannel * r.tree_channels : 2 * r.tree_channels;
-  const double setup_s = multi_node ? kNetworkConnectionSetup_s : kIntraNodeConnectionSetup_s;
-  r.connection_setup_s = (ring_connections + tree_connections) * (2 * r.bootstrap_message_s + setup_s);
-  r.total_s = r.bootstrap_s + r.peer_info_allgather_s + r.connection_setup_s;
+  // The communicators, one after the other in every rank's program: the world, then each group.
+  struct Comm {
+    std::string label;
+    int size = 0;
+    int count = 1;  // groups of this kind (all created at once)
+    bool across_nodes = false;
+  };
+  std::vector<Comm> comms{{"world", gpus, 1, spec.nodes > 1}};
+  for (const StartupGroup& g : job.groups) {
+    comms.push_back({g.name, g.size, gpus / g.size, static_cast<int64_t>(g.size) * g.stride > per_node});
+  }
+  r.communicators = static_cast<int>(comms.size());
+  double unique_ids_s = 0, nccl_s = 0, first_use_s = 0;
+  int64_t id_requests = 0;
+  for (size_t c = 0; c < comms.size(); ++c) {
+    const Comm& comm = comms[c];
+    const double n = comm.size;
+    double init_s = c == 0 ? kNcclKernels_s : 0;  // NCCL's kernels load once per process
+    if (comm.size > 1) {
+      const bool split = levers.eager_init && c > 0;
+      if (split) {
+        // ncclCommSplit: an all-gather of (color, key) over the world's bootstrap ring, then the
+        // child's own peer-info and graph-info rings.
+        init_s += kSplitRingAllgathers * (n_world - 1) * step.address_s + (n - 1) * (step.peer_info_s + step.graph_info_s);
+      } else {
+        // Unique ids through the store: each root sets one, every rank of every group gets its own.
+        const int roots = levers.ranks_per_root > 0 && comm.size > levers.ranks_per_root
+                              ? (comm.size + levers.ranks_per_root - 1) / levers.ranks_per_root
+                              : 1;
+        const int64_t requests = gpus + static_cast<int64_t>(comm.count) * roots;
+        id_requests += requests;
+        unique_ids_s += static_cast<double>(requests) * request_s;
+        // Bootstrap: every rank checks in with its root (staggered above the threshold), then the rings.
+        const double per_root = std::ceil(n / roots);
+        const double stagger_s = per_root > kStaggerThreshold ? per_root / kStaggerRate_per_s : 0;
+        init_s += per_root * kBootstrapRootPerRank_s + stagger_s + 2 * step.address_s + (n - 1) * ring_step_s;
+      }
+      const int ring_connections = kRingConnectionsPerChannel * r.ring_channels;
+      const int tree_connections =
+          comm.across_nodes ? kTreeConnectionsPerChannel * r.tree_channels : 2 * r.tree_channels;
+      const double connect_all_s = connections_s(ring_connections + tree_connections, comm.across_nodes, step.address_s);
+      // What NCCL measured as "connections" at init with runtime connect on is paid either way; the
+      // ring and tree connections come on top, at init or at the communicator's first collective.
+      init_s += kNcclConnectAtInit_s;
+      if (!levers.runtime_connect) {
+        init_s += connect_all_s;
+      } else if (c > 0 || comms.size() == 1) {
+        // The world is used by the first collective only when the job has no groups (data parallel).
+        first_use_s += connect_all_s;
+      }
+    }
+    init_s += (c > 0 && levers.topo_cache ? kCachedTopoShare : 1.0) * kNcclTopo_s + kNcclGraphs_s + kNcclRest_s;
+    nccl_s += init_s;
+  }
+  r.store_requests += id_requests;
+  r.nccl_init_s = nccl_s;
+  std::vector<std::string> names;
+  for (const Comm& comm : comms) names.push_back(fmt::format("{}({})", comm.label, comm.size));
+  r.phases.push_back({"communicators", unique_ids_s + nccl_s,
+                      fmt::format("{}: unique ids through the store {:.3f} s ({} requests), NCCL init {:.3f} s{}",
+                                  fmt::join(names, " "), unique_ids_s, id_requests, nccl_s,
+                                  levers.eager_init && comms.size() > 1 ? " (groups split from the world)" : "")});
+  if (levers.init_barriers) {
+    // A world barrier (an add and a check per rank) after init_process_group and after every new_group.
+    int64_t barriers = 1;
+    for (size_t c = 1; c < comms.size(); ++c) barriers += comms[c].count;
+    const int64_t requests = barriers * 2 * gpus;
+    r.store_requests += requests;
+    r.phases.push_back({"group barriers", static_cast<double>(requests) * request_s,
+                        fmt::format("{} world barriers (TORCH_DIST_INIT_BARRIER=1), {} store requests", barriers,
+                                    requests)});
+  }
+  if (levers.runtime_connect && gpus > 1) {
+    r.phases.push_back({"first collectives", first_use_s,
+                        "ring and tree connections set up at each communicator's first collective "
+                        "(NCCL_RUNTIME_CONNECT=1)"});
+  }
+  for (const StartupPhase& p : r.phases) r.total_s += p.seconds;
+  return r;
+}
+
+StartupResult simulate_startup(const models::ClusterSpec& cluster, int gpus) {
+  return simulate_startup(cluster, StartupJob{.gpus = gpus});
+}
+
+json startup_to_json(const StartupResult& r) {
+  json phases = json::array();
+  for (const StartupPhase& p : r.phases) phases.push_back({{"name", p.name}, {"seconds", p.seconds}, {"detail", p.detail}});
+  return {{"gpus", r.gpus},
+          {"simulated_gpus", r.simulated_gpus},
+          {"ring_channels", r.ring_channels},
+          {"tree_channels", r.tree_channels},
+          {"communicators", r.communicators},
+          {"store_requests", r.store_requests},
+          {"bootstrap_message_s", r.bootstrap_message_s},
+          {"nccl_init_s", r.nccl_init_s},
+          {"phases", phases},
+          {"total_s", r.total_s}};
+}
+
+StartupResult startup_from_json(const json& j) {
+  StartupResult r;
+  r.gpus = j.at("gpus").get<int>();
+  r.simulated_gpus = j.at("simulated_gpus").get<int>();
+  r.ring_channels = j.at("ring_channels").get<int>();
+  r.tree_channels = j.at("tree_channels").get<int>();
+  r.communicators = j.at("communicators").get<int>();
+  r.store_requests = j.at("store_requests").get<int64_t>();
+  r.bootstrap_message_s = j.at("bootstrap_message_s").get<double>();
+  r.nccl_init_s = j.at("nccl_init_s").get<double>();
+  for (const json& p : j.at("phases")) {
+    r.phases.push_back({p.at("name").get<std::string>(), p.at("seconds").get<double>(), p.at("detail").get<std::string>()});
+  }
+  r.total_s = j.at("total_s").get<double>();
   return r;
 }
 

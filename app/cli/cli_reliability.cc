@@ -18,6 +18,7 @@
 #include "app/common/common.h"
 #include "app/cli/commands.h"
 #include "app/report/nccl_tests_table.h"
+#include "app/report/startup_text.h"
 #include "core/error.h"
 #include "models/reliability.h"
 #include "sim/startup.h"
@@ -239,7 +240,7 @@ Scenario build_scenario(const ReliabilityOptions& options) {
 }
 
 // 8, 32, 128, ... (one node, then x kStartupTableFactor) and --gpus itself.
-std::vector<sim::StartupResult> startup_table(const Scenario& s) {
+std::vector<sim::StartupResult> startup_rows(const Scenario& s) {
   std::vector<sim::StartupResult> rows;
   for (int gpus = s.job.gpus_per_node; gpus < s.job.gpus; gpus *= kStartupTableFactor) {
     rows.push_back(sim::simulate_startup(s.spec, gpus));
@@ -248,17 +249,6 @@ std::vector<sim::StartupResult> startup_table(const Scenario& s) {
   return rows;
 }
 
-json startup_json(const sim::StartupResult& r) {
-  return {{"gpus", r.gpus},
-          {"simulated_gpus", r.simulated_gpus},
-          {"ring_channels", r.ring_channels},
-          {"tree_channels", r.tree_channels},
-          {"bootstrap_message_s", r.bootstrap_message_s},
-          {"bootstrap_s", r.bootstrap_s},
-          {"peer_info_allgather_s", r.peer_info_allgather_s},
-          {"connection_setup_s", r.connection_setup_s},
-          {"total_s", r.total_s}};
-}
 
 json column_json(const models::GoodputAtInterval& c) {
   return {{"mtbf_between_restarts_hours", c.result.effective_mtbf_s / 3600},
@@ -320,7 +310,7 @@ void print_json(const ReliabilityOptions& options, const Scenario& s, const mode
                      {"required_in_place_fraction", *r.required_in_place_fraction},
                      {"reached", r.in_place_fraction >= *r.required_in_place_fraction}};
   }
-  for (const sim::StartupResult& row : table) out["startup"].push_back(startup_json(row));
+  for (const sim::StartupResult& row : table) out["startup"].push_back(sim::startup_to_json(row));
   std::cout << out.dump(2) << "\n";
 }
 
@@ -358,7 +348,7 @@ void print_restart(const ReliabilityOptions& options, const models::RestartCost&
   std::cout << fmt::format("restart cost (one job restart)\n");
   std::cout << fmt::format("  {:<28} {:>12}\n", "detection", duration(restart.detection_s));
   std::cout << fmt::format("  {:<28} {:>12}\n", "rendezvous", duration(restart.rendezvous_s));
-  std::cout << fmt::format("  {:<28} {:>12}  {}\n", "communicator init", duration(restart.communicator_init_s),
+  std::cout << fmt::format("  {:<28} {:>12}  {}\n", "job start-up", duration(restart.communicator_init_s),
                            options.init_s ? "(--init-s)" : "(simulated, below)");
   std::cout << fmt::format("  {:<28} {:>12}\n", "checkpoint load", duration(restart.checkpoint_load_s));
   std::cout << fmt::format("  {:<28} {:>12}  (+ lost work: half the checkpoint interval)\n\n", "total",
@@ -398,21 +388,14 @@ void print_goodput(const ReliabilityOptions& options, const Scenario& s, const m
 
 // The simulated start-up as the job grows.
 void print_startup(const std::vector<sim::StartupResult>& table) {
-  std::cout << "\nstart-up: simulated communicator initialisation (sim/startup.h; software costs assumed)\n";
-  std::cout << fmt::format("  {:>6} {:>12} {:>15} {:>14} {:>12}\n", "GPUs", "bootstrap", "peer-info AG", "connections",
-                           "total");
-  for (const sim::StartupResult& r : table) {
-    std::cout << fmt::format(
-        "  {:>6} {:>12} {:>15} {:>14} {:>12}{}\n", r.gpus, duration(r.bootstrap_s), duration(r.peer_info_allgather_s),
-        duration(r.connection_setup_s), duration(r.total_s),
-        r.simulated_gpus < r.gpus ? fmt::format("  (ring steps scaled from {} simulated GPUs)", r.simulated_gpus) : "");
-  }
+  std::cout << "\nstart-up: a job's start-up, world communicator, today's defaults (sim/startup.h; docs/startup.md)\n";
+  std::cout << startup_table(table);
 }
 
 void run_reliability(const ReliabilityOptions& options) {
   const Scenario s = build_scenario(options);
   const models::JobReliability r = models::assess_job_reliability(s.job);
-  const std::vector<sim::StartupResult> table = startup_table(s);
+  const std::vector<sim::StartupResult> table = startup_rows(s);
   if (options.json) {
     print_json(options, s, r, table);
     return;
@@ -477,7 +460,7 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
       ->check(number_range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--init-s", options->init_s,
-                   "communicator initialisation on restart, s (default: the simulated start-up)")
+                   "the job's start-up on restart (launch, store, communicators), s (default: the simulated start-up)")
       ->check(number_range(0.0, models::kMaxDuration_s));
   command
       ->add_option("--recovery", options->recovery,

@@ -15,6 +15,7 @@
 
 #include "app/common/common.h"
 #include "app/report/scenario_report.h"
+#include "app/report/startup_text.h"
 #include "app/scenario/training_run.h"
 #include "app/scenario/yaml_reader.h"
 #include "core/error.h"
@@ -302,38 +303,13 @@ std::vector<PlanPoint> plan_points(const Plan& plan) {
 
 namespace {
 
-json startup_json(const sim::StartupResult& s) {
-  return {{"gpus", s.gpus},
-          {"simulated_gpus", s.simulated_gpus},
-          {"ring_channels", s.ring_channels},
-          {"tree_channels", s.tree_channels},
-          {"bootstrap_message_s", s.bootstrap_message_s},
-          {"bootstrap_s", s.bootstrap_s},
-          {"peer_info_allgather_s", s.peer_info_allgather_s},
-          {"connection_setup_s", s.connection_setup_s},
-          {"total_s", s.total_s}};
-}
-
-sim::StartupResult startup_from_json(const json& j) {
-  sim::StartupResult s;
-  s.gpus = j.at("gpus").get<int>();
-  s.simulated_gpus = j.at("simulated_gpus").get<int>();
-  s.ring_channels = j.at("ring_channels").get<int>();
-  s.tree_channels = j.at("tree_channels").get<int>();
-  s.bootstrap_message_s = j.at("bootstrap_message_s").get<double>();
-  s.bootstrap_s = j.at("bootstrap_s").get<double>();
-  s.peer_info_allgather_s = j.at("peer_info_allgather_s").get<double>();
-  s.connection_setup_s = j.at("connection_setup_s").get<double>();
-  s.total_s = j.at("total_s").get<double>();
-  return s;
-}
 
 }  // namespace
 
 std::string job_outcome_json(const JobOutcome& outcome) {
   return json{{"ok", outcome.ok},
               {"error", outcome.error},
-              {"startup", startup_json(outcome.startup)},
+              {"startup", sim::startup_to_json(outcome.startup)},
               {"steps", json::parse(sim::to_json_text(outcome.steps))}}
       .dump();
 }
@@ -343,7 +319,7 @@ JobOutcome job_outcome_from_json(const std::string& text) {
   JobOutcome outcome;
   outcome.ok = j.at("ok").get<bool>();
   outcome.error = j.at("error").get<std::string>();
-  outcome.startup = startup_from_json(j.at("startup"));
+  outcome.startup = sim::startup_from_json(j.at("startup"));
   outcome.steps = sim::from_json_text(j.at("steps").dump());
   return outcome;
 }
@@ -567,7 +543,7 @@ json plan_json(const Plan& plan, const std::vector<PlanRow>& rows,
   std::set<int> seen;
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (!outcomes[j] || !outcomes[j]->ok || !seen.insert(jobs[j].gpus).second) continue;
-    startup.push_back(startup_json(outcomes[j]->startup));
+    startup.push_back(sim::startup_to_json(outcomes[j]->startup));
   }
   return {{"tandem_plan_results", kPlanFormatVersion},
           {"plan", {{"file", plan.file}, {"name", plan.name}, {"description", plan.description}}},
@@ -652,16 +628,13 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
   }
 
   // Start-up per cluster size.
-  out += "\n== start-up: simulated communicator initialisation per cluster size (sim/startup.h)\n";
-  out +=
-      fmt::format("{:>7} {:>12} {:>14} {:>13} {:>10}\n", "GPUs", "bootstrap", "peer-info AG", "connections", "total");
+  out += "\n== start-up: a job's start-up per cluster size, world communicator, today's defaults (sim/startup.h)\n";
+  std::vector<sim::StartupResult> startups;
   std::set<int> seen;
   for (size_t j = 0; j < jobs.size(); ++j) {
-    if (!outcomes[j] || !outcomes[j]->ok || !seen.insert(jobs[j].gpus).second) continue;
-    const sim::StartupResult& s = outcomes[j]->startup;
-    out += fmt::format("{:>7} {:>10.1f}ms {:>12.1f}ms {:>11.1f}ms {:>9.3f}s\n", jobs[j].gpus, s.bootstrap_s * 1e3,
-                       s.peer_info_allgather_s * 1e3, s.connection_setup_s * 1e3, s.total_s);
+    if (outcomes[j] && outcomes[j]->ok && seen.insert(jobs[j].gpus).second) startups.push_back(outcomes[j]->startup);
   }
+  out += startup_table(startups);
 
   // What did not run, by reason (the first clause of the message).
   std::map<std::string, size_t> reasons;

@@ -140,6 +140,12 @@ constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
     "variant",      "layout",         "backend",  "fits",      "step_time_s",
     "achieved_mfu", "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu",
     "relative_to",  "speedup"};
+constexpr std::array<std::string_view, 4> kStartupKeys{"type", "gpus", "layout", "configs"};
+constexpr std::array<std::string_view, 4> kStartupLayoutKeys{"tp", "cp", "ep", "pp"};
+constexpr std::array<std::string_view, 8> kStartupConfigKeys{
+    "name", "store", "eager_init", "ranks_per_root", "runtime_connect", "oob_net", "init_barriers", "topo_cache"};
+constexpr std::array<std::string_view, 5> kStartupExpectKeys{"variant", "config", "total_s", "relative_to", "speedup"};
+constexpr size_t kMaxStartupConfigs = 32;
 // Limits of a training workload.
 constexpr size_t kMaxTrainingLayouts = 32;
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
@@ -463,10 +469,75 @@ Workload read_training(const Reader& reader, const YAML::Node& node, const std::
   return read_training_workload(reader, node, "workload");
 }
 
-constexpr std::array<std::pair<std::string_view, WorkloadReader>, 3> kWorkloadTypes{{
+// workload: {type: startup}: the layout's groups and the lever sets (sim/startup.h).
+Workload read_startup(const Reader& reader, const YAML::Node& node, const std::vector<ClusterVariant>& variants) {
+  Mapping workload(reader, node, "workload", kStartupKeys);
+  StartupWorkload startup;
+  if (const YAML::Node* v = workload.find("gpus")) {
+    startup.gpus = static_cast<int>(reader.integer(*v, workload.path("gpus"), 1, models::kMaxNodes * 8));
+    for (const ClusterVariant& variant : variants) {
+      const int per_node = variant.cluster.gpus_per_node;
+      if (startup.gpus >= per_node && startup.gpus % per_node != 0) {
+        reader.fail_at(*v, "{}: {} GPUs do not fill nodes of {} GPUs (variant {})", workload.path("gpus"),
+                       startup.gpus, per_node, variant.name);
+      }
+    }
+  }
+  if (const YAML::Node* v = workload.find("layout")) {
+    Mapping m(reader, *v, workload.path("layout"), kStartupLayoutKeys);
+    auto dim = [&](const char* key, int& out) {
+      if (const YAML::Node* d = m.find(key)) out = static_cast<int>(reader.integer(*d, m.path(key), 1, 1 << 20));
+    };
+    dim("tp", startup.layout.tp);
+    dim("cp", startup.layout.cp);
+    dim("ep", startup.layout.ep);
+    dim("pp", startup.layout.pp);
+  }
+  const YAML::Node* configs = workload.find("configs");
+  if (configs == nullptr) {
+    startup.configs.push_back({"defaults", sim::StartupLevers{}, source_mark(node.Mark())});
+    return startup;
+  }
+  const std::vector<YAML::Node> entries = reader.list(*configs, workload.path("configs"));
+  if (entries.empty()) reader.fail_at(*configs, "{} is empty", workload.path("configs"));
+  if (entries.size() > kMaxStartupConfigs) {
+    reader.fail_at(*configs, "{} has {} entries, above the limit of {}", workload.path("configs"), entries.size(),
+                   kMaxStartupConfigs);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Mapping m(reader, entries[i], fmt::format("{}[{}]", workload.path("configs"), i), kStartupConfigKeys);
+    StartupConfig config;
+    config.mark = source_mark(entries[i].Mark());
+    const YAML::Node& name_node = m.require("name");
+    config.name = reader.text(name_node, m.path("name"));
+    if (startup.find_config(config.name) != nullptr) {
+      reader.fail_at(name_node, "{}: a second config named '{}'", m.path("name"), config.name);
+    }
+    sim::StartupLevers& levers = config.levers;
+    if (const YAML::Node* v = m.find("store")) {
+      const std::string text = reader.scalar(*v, m.path("store"));
+      levers.store = reader.at(*v, m.path("store"), [&] { return sim::parse_store_backend(text); });
+    }
+    if (const YAML::Node* v = m.find("eager_init")) levers.eager_init = reader.boolean(*v, m.path("eager_init"));
+    if (const YAML::Node* v = m.find("ranks_per_root")) {
+      levers.ranks_per_root = static_cast<int>(reader.integer(*v, m.path("ranks_per_root"), 0, 1 << 20));
+    }
+    if (const YAML::Node* v = m.find("runtime_connect")) {
+      levers.runtime_connect = reader.boolean(*v, m.path("runtime_connect"));
+    }
+    if (const YAML::Node* v = m.find("oob_net")) levers.oob_net = reader.boolean(*v, m.path("oob_net"));
+    if (const YAML::Node* v = m.find("init_barriers")) levers.init_barriers = reader.boolean(*v, m.path("init_barriers"));
+    if (const YAML::Node* v = m.find("topo_cache")) levers.topo_cache = reader.boolean(*v, m.path("topo_cache"));
+    startup.configs.push_back(std::move(config));
+  }
+  return startup;
+}
+
+constexpr std::array<std::pair<std::string_view, WorkloadReader>, 4> kWorkloadTypes{{
     {"collective-sweep", read_collective_sweep},
     {"collective-loop", read_collective_loop},
     {"training", read_training},
+    {"startup", read_startup},
 }};
 
 Workload read_workload(const Reader& reader, const Mapping& top, const std::vector<ClusterVariant>& variants) {
@@ -908,6 +979,60 @@ std::vector<TrainingExpectation> read_training_expectations(const Reader& reader
   return expectations;
 }
 
+// ---- start-up -----------------------------------------------------------------------------------
+
+StartupExpectation read_startup_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                            const Scenario& scenario, const StartupWorkload& startup) {
+  Mapping mapping(reader, node, path, kStartupExpectKeys);
+  StartupExpectation e;
+  e.mark = source_mark(node.Mark());
+  if (const YAML::Node* v = mapping.find("variant")) {
+    e.variant = reader.text(*v, mapping.path("variant"));
+    if (scenario.find_variant(e.variant) == nullptr) {
+      std::vector<std::string_view> names;
+      for (const ClusterVariant& variant : scenario.variants) names.push_back(variant.name);
+      reader.fail_at(*v, "{}: no variant named '{}' (variants: {})", mapping.path("variant"), e.variant,
+                     fmt::join(names, ", "));
+    }
+  }
+  auto check_config = [&](const YAML::Node& v, const std::string& at) {
+    std::string text = reader.text(v, at);
+    if (startup.find_config(text) == nullptr) {
+      std::vector<std::string_view> names;
+      for (const StartupConfig& config : startup.configs) names.push_back(config.name);
+      reader.fail_at(v, "{}: no config named '{}' (configs: {})", at, text, fmt::join(names, ", "));
+    }
+    return text;
+  };
+  e.config = check_config(mapping.require("config"), mapping.path("config"));
+  if (const YAML::Node* v = mapping.find("total_s")) e.total_s = read_bound_at(reader, *v, mapping.path("total_s"));
+  if (const YAML::Node* v = mapping.find("speedup")) e.speedup = read_bound_at(reader, *v, mapping.path("speedup"));
+  if (const YAML::Node* v = mapping.find("relative_to")) {
+    e.relative_to = check_config(*v, mapping.path("relative_to"));
+    if (!e.speedup.set()) reader.fail_at(*v, "{} needs a speedup bound", mapping.path("relative_to"));
+  } else if (e.speedup.set()) {
+    reader.fail_at(node, "{}.speedup needs relative_to: the config it is measured against", path);
+  }
+  if (!e.total_s.set() && !e.speedup.set()) reader.fail_at(node, "{} checks nothing (expected total_s or speedup)", path);
+  return e;
+}
+
+std::vector<StartupExpectation> read_startup_expectations(const Reader& reader, const Mapping& top,
+                                                          const Scenario& scenario) {
+  std::vector<StartupExpectation> expectations;
+  const YAML::Node* node = top.find("expect");
+  const auto* startup = std::get_if<StartupWorkload>(&scenario.workload);
+  if (node == nullptr || startup == nullptr) return expectations;
+  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
+  if (entries.size() > kMaxScenarioExpectations) {
+    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    expectations.push_back(read_startup_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario, *startup));
+  }
+  return expectations;
+}
+
 // ---- the whole file ----------------------------------------------------------------------------
 
 void check_version(const Reader& reader, const YAML::Node& root) {
@@ -955,6 +1080,7 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
   scenario.expectations = read_expectations(reader, top, scenario);
   scenario.loop_expectations = read_loop_expectations(reader, top, scenario);
   scenario.training_expectations = read_training_expectations(reader, top, scenario);
+  scenario.startup_expectations = read_startup_expectations(reader, top, scenario);
   return scenario;
 }
 
@@ -1092,6 +1218,13 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
     training.layouts.push_back(std::move(entry));
   }
   return training;
+}
+
+const StartupConfig* StartupWorkload::find_config(std::string_view config_name) const {
+  for (const StartupConfig& config : configs) {
+    if (config.name == config_name) return &config;
+  }
+  return nullptr;
 }
 
 models::TrainingConfig TrainingWorkload::config_for(size_t index, int gpus) const {

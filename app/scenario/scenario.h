@@ -26,6 +26,7 @@
 #include "models/cluster.h"
 #include "models/workload.h"
 #include "sim/simulator.h"
+#include "sim/startup.h"
 
 namespace tandem::app {
 
@@ -116,8 +117,24 @@ struct TrainingWorkload {
   models::TrainingConfig config_for(size_t index, int gpus) const;
 };
 
+// One set of start-up levers of a start-up workload, named.
+struct StartupConfig {
+  std::string name;
+  sim::StartupLevers levers;
+  SourceMark mark;
+};
+
+// workload: {type: startup}: the job's start-up (sim/startup.h) under each lever set, on every
+// variant (docs/startup.md).
+struct StartupWorkload {
+  int gpus = 0;                             // 0: every GPU of the variant's cluster
+  models::ParallelLayout layout;            // its process groups (tp, cp, ep, pp; dp is the rest)
+  std::vector<StartupConfig> configs;       // the first is the baseline
+  const StartupConfig* find_config(std::string_view config_name) const;
+};
+
 // One alternative per workload type.
-using Workload = std::variant<CollectiveSweep, CollectiveLoop, TrainingWorkload>;
+using Workload = std::variant<CollectiveSweep, CollectiveLoop, TrainingWorkload, StartupWorkload>;
 
 // Limits of the loop workload and the fault sections.
 inline constexpr int kMaxLoopIterations = 10000;
@@ -183,6 +200,17 @@ struct TrainingExpectation {
   SourceMark mark;
 };
 
+// One entry of `expect` for a start-up workload: bounds on one lever set's start-up on one variant.
+struct StartupExpectation {
+  std::string variant{kBaseVariantName};
+  std::string config;
+  Bound total_s;
+  // The start-up relative to another lever set on the same variant ("speedup over the baseline").
+  std::optional<std::string> relative_to;
+  Bound speedup;  // other config's total / this one's
+  SourceMark mark;
+};
+
 struct Scenario {
   std::string file;  // the path it was loaded from, as given (for messages and results)
   std::string name;
@@ -195,6 +223,7 @@ struct Scenario {
   std::vector<Expectation> expectations;           // collective-sweep
   std::vector<LoopExpectation> loop_expectations;  // collective-loop
   std::vector<TrainingExpectation> training_expectations;  // training
+  std::vector<StartupExpectation> startup_expectations;    // startup
   FaultPlan faults;                                // `faults:` and `fault_seed:`
   std::vector<SourceMark> fault_marks;             // where each fault is, for messages
   RecoveryPolicy recovery;

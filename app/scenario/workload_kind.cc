@@ -8,6 +8,7 @@
 #include "app/scenario/loop_run.h"
 #include "app/report/scenario_report.h"
 #include "app/report/trace.h"
+#include "app/scenario/startup_run.h"
 #include "app/scenario/training_run.h"
 
 namespace tandem::app {
@@ -69,16 +70,35 @@ class TrainingKind : public WorkloadKind {
   }
 };
 
+// workload: {type: startup}: the job's start-up under each lever set on every variant (app/scenario/startup_run.h).
+class StartupKind : public WorkloadKind {
+ public:
+  std::string_view type() const override { return "startup"; }
+  WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
+    const StartupResults results = run_startup(scenario, options.backend, options.progress);
+    const std::vector<StartupExpectationOutcome> outcomes = evaluate_startup_expectations(scenario, results);
+    WorkloadOutput out;
+    out.report = format_startup_report(scenario, results, outcomes, options.quiet);
+    const nlohmann::json json = startup_results_json(scenario, results, outcomes);
+    out.results_json = json.dump(2) + "\n";
+    out.results_csv = startup_results_csv(scenario, results);
+    out.pass = json.at("passed").get<bool>();
+    return out;
+  }
+};
+
 }  // namespace
 
 const WorkloadKind& workload_kind_of(const Scenario& scenario) {
   static const SweepKind kSweep;
   static const LoopKind kLoop;
   static const TrainingKind kTraining;
+  static const StartupKind kStartup;
   struct Pick {
     const WorkloadKind& operator()(const CollectiveSweep&) const { return kSweep; }
     const WorkloadKind& operator()(const CollectiveLoop&) const { return kLoop; }
     const WorkloadKind& operator()(const TrainingWorkload&) const { return kTraining; }
+    const WorkloadKind& operator()(const StartupWorkload&) const { return kStartup; }
   };
   return std::visit(Pick{}, scenario.workload);
 }

@@ -315,6 +315,37 @@ TEST(RunCli, MoeAndInterleavedScenariosHoldTheirBounds) {
   EXPECT_TRUE(contains(big.out, "verdict: PASS (4 of 4 expectations hold)")) << big.out;
 }
 
+// The start-up scenario: four lever sets, every phase in the table, the files, and --backend host refused.
+TEST(RunCli, StartupScenarioComparesLeverSets) {
+  const std::string dir = temp_path("startup_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem("run scenarios/startup-64xh100.yaml --out " + dir);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  for (const char* part : {"communicators world(64) tp(8) dp(4) pp(2)", "group barriers", "first collectives",
+                           "pytorch-2023: legacy store, one root, eager connect, barrier per new_group",
+                           "57 world barriers", "verdict: PASS (4 of 4 expectations hold)"}) {
+    EXPECT_TRUE(contains(outcome.out, part)) << part << "\n" << outcome.out;
+  }
+  const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
+  ASSERT_EQ(csv.size(), 5u);  // header + 4 lever sets
+  EXPECT_EQ(csv[0].rfind("variant,config,gpus,communicators,store_requests,", 0), 0u) << csv[0];
+  const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_TRUE(json.at("passed").get<bool>());
+  const nlohmann::json& configs = json.at("variants")[0].at("configs");
+  ASSERT_EQ(configs.size(), 4u);
+  // The 2023 stack is the slowest; each set's phases add up to its total.
+  const double old_total = configs[0].at("startup").at("total_s").get<double>();
+  for (const nlohmann::json& config : configs) {
+    const nlohmann::json& startup = config.at("startup");
+    double sum = 0;
+    for (const nlohmann::json& phase : startup.at("phases")) sum += phase.at("seconds").get<double>();
+    EXPECT_NEAR(sum, startup.at("total_s").get<double>(), 1e-9);
+    EXPECT_LE(startup.at("total_s").get<double>(), old_total) << config.at("name");
+  }
+  expect_one_line_error(run_tandem("run scenarios/startup-64xh100.yaml --backend host"), 2,
+                        "a start-up workload runs on the simulator");
+}
+
 TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   const Outcome outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;

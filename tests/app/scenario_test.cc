@@ -272,7 +272,7 @@ std::vector<Rejection> rejections() {
       {"missing type", with_workload("workload:\n  collectives: [all_reduce]\n"),
        "t.yaml:5:3: missing required key 'type' in workload"},
       {"unknown workload type", with_workload("workload:\n  type: inference\n"),
-       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training)"},
+       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training, startup)"},
       {"training without a model", with_workload("workload:\n  type: training\n"),
        "t.yaml:5:3: missing required key 'model' in workload"},
       {"unknown workload key",
@@ -406,6 +406,70 @@ TEST(Scenario, RejectsWithFileLineColumn) {
       EXPECT_NE(message.find(rejection.message), std::string::npos)
           << "message: " << message << "\nexpected to contain: " << rejection.message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
+    }
+  }
+}
+
+constexpr const char* kStartup = R"(tandem_scenario: 1
+name: s
+cluster: {preset: dgx-h100, nodes: 8}
+workload:
+  type: startup
+  layout: {tp: 8, pp: 2}
+  configs:
+    - {name: old, store: legacy, init_barriers: true, ranks_per_root: 0, runtime_connect: false, topo_cache: false}
+    - {name: new, eager_init: true, oob_net: true}
+expect:
+  - {config: new, relative_to: old, speedup: {min: 1}}
+)";
+
+TEST(Scenario, StartupWorkloadReadsLevers) {
+  const Scenario scenario = parse_scenario(kStartup, "t.yaml");
+  const auto& startup = std::get<StartupWorkload>(scenario.workload);
+  EXPECT_EQ(startup.layout.tp, 8);
+  EXPECT_EQ(startup.layout.pp, 2);
+  ASSERT_EQ(startup.configs.size(), 2u);
+  const sim::StartupLevers& old = startup.configs[0].levers;
+  EXPECT_EQ(old.store, sim::StoreBackend::kLegacy);
+  EXPECT_TRUE(old.init_barriers);
+  EXPECT_EQ(old.ranks_per_root, 0);
+  EXPECT_FALSE(old.runtime_connect);
+  EXPECT_FALSE(old.topo_cache);
+  EXPECT_TRUE(startup.configs[1].levers.eager_init);
+  EXPECT_TRUE(startup.configs[1].levers.oob_net);
+  ASSERT_EQ(scenario.startup_expectations.size(), 1u);
+  EXPECT_EQ(scenario.startup_expectations[0].relative_to, "old");
+  // Without configs: one set of today's defaults.
+  const std::string plain = std::string(kStartup).substr(0, std::string(kStartup).find("  configs:"));
+  const Scenario defaults = parse_scenario(plain, "t.yaml");
+  const auto& only = std::get<StartupWorkload>(defaults.workload);
+  ASSERT_EQ(only.configs.size(), 1u);
+  EXPECT_EQ(only.configs[0].levers, sim::StartupLevers{});
+}
+
+TEST(Scenario, StartupMistakesAreFileLineColumnErrors) {
+  const std::string base(kStartup);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string yaml = base;
+    yaml.replace(yaml.find(from), from.size(), to);
+    return yaml;
+  };
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {with("store: legacy", "store: redis"), "t.yaml:8:26: workload.configs[0].store: unknown store 'redis'"},
+      {with("name: new", "name: old"), "a second config named 'old'"},
+      {with("config: new", "config: newer"), "no config named 'newer' (configs: old, new)"},
+      {with("relative_to: old, speedup: {min: 1}", "total_s: {}"), "expect[0].total_s"},
+      {with("layout: {tp: 8, pp: 2}", "layout: {tp: 8, dp: 2}"), "unknown key 'dp'"},
+      {with("type: startup", "type: startup\n  gpus: 12"), "12 GPUs do not fill nodes of 8 GPUs"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    SCOPED_TRACE(message);
+    try {
+      parse_scenario(yaml, "t.yaml");
+      ADD_FAILURE() << "accepted:\n" << yaml;
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kFormat);
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
     }
   }
 }
