@@ -37,8 +37,9 @@ int run(int argc, char** argv) {
   std::ifstream in(path);
   if (!in) fail(ErrorCode::kIo, "cannot read {}", path);
   const models::ClusterSpec cluster = models::cluster_preset("dgx-h100");
-  std::string csv = "id,gpus,quantity,measured_s,predicted_s,error,launch_s,store_s,communicators_s,group_barriers_s,"
-                    "first_collectives_s,nccl_init_s\n";
+  std::string csv =
+      "id,gpus,quantity,measured_s,predicted_s,error,launch_s,store_s,communicators_s,group_barriers_s,"
+      "first_collectives_s,nccl_init_s\n";
   fmt::print("{:<4} {:>6} {:<10} {:>10} {:>10} {:>8}   {}\n", "id", "GPUs", "quantity", "measured", "predicted",
              "error", "phases (launch / store / communicators / barriers / first collectives)");
   double sum_abs = 0;
@@ -67,12 +68,13 @@ int run(int argc, char** argv) {
     const double error = predicted / measured - 1;
     sum_abs += std::abs(error);
     ++rows;
-    fmt::print("{:<4} {:>6} {:<10} {:>9.2f}s {:>9.2f}s {:>+7.1f}%   {:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f} s\n", f[0],
-               job.gpus, quantity, measured, predicted, 100 * error, r.phase_s("launch"), r.phase_s("store"),
+    fmt::print("{:<4} {:>6} {:<10} {:>9.2f}s {:>9.2f}s {:>+7.1f}%   {:.2f} / {:.2f} / {:.2f} / {:.2f} / {:.2f} s\n",
+               f[0], job.gpus, quantity, measured, predicted, 100 * error, r.phase_s("launch"), r.phase_s("store"),
                r.phase_s("communicators"), r.phase_s("group barriers"), r.phase_s("first collectives"));
-    csv += fmt::format("{},{},{},{},{:.6g},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", f[0], job.gpus, quantity,
-                       measured, predicted, error, r.phase_s("launch"), r.phase_s("store"), r.phase_s("communicators"),
-                       r.phase_s("group barriers"), r.phase_s("first collectives"), r.nccl_init_s);
+    csv +=
+        fmt::format("{},{},{},{},{:.6g},{:.4f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", f[0], job.gpus, quantity,
+                    measured, predicted, error, r.phase_s("launch"), r.phase_s("store"), r.phase_s("communicators"),
+                    r.phase_s("group barriers"), r.phase_s("first collectives"), r.nccl_init_s);
   }
   if (rows > 0) fmt::print("mean |error| {:.1f}% over {} rows\n", 100 * sum_abs / rows, rows);
   if (!out_path.empty()) bench::write_csv(out_path, csv);

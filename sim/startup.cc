@@ -68,7 +68,6 @@ RingTimes simulate_rings_isolated(const models::ClusterSpec& spec, int per_node)
           reply.at("graph_info_s").get<double>()};
 }
 
-
 // Per ring step of each record size: network (simulated) and software, for this job's levers.
 struct RingStep {
   double address_s = 0;
@@ -169,7 +168,8 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
   const double ring_step_s = step.address_s + step.peer_info_s + step.graph_info_s;  // the three init rings
 
   // The store: one server, one request after the other.
-  const double request_s = kStoreRequest_s + (levers.store == StoreBackend::kLegacy ? n_world * kLegacyStorePerSocket_s : 0);
+  const double request_s =
+      kStoreRequest_s + (levers.store == StoreBackend::kLegacy ? n_world * kLegacyStorePerSocket_s : 0);
   const double connect_s = levers.store == StoreBackend::kLegacy ? request_s : kLibuvStoreConnect_s;
 
   r.phases.push_back({"launch", kProcessLaunch_s + kCudaContext_s,
@@ -203,7 +203,8 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
       if (split) {
         // ncclCommSplit: an all-gather of (color, key) over the world's bootstrap ring, then the
         // child's own peer-info and graph-info rings.
-        init_s += kSplitRingAllgathers * (n_world - 1) * step.address_s + (n - 1) * (step.peer_info_s + step.graph_info_s);
+        init_s +=
+            kSplitRingAllgathers * (n_world - 1) * step.address_s + (n - 1) * (step.peer_info_s + step.graph_info_s);
       } else {
         // Unique ids through the store: each root sets one, every rank of every group gets its own.
         const int roots = levers.ranks_per_root > 0 && comm.size > levers.ranks_per_root
@@ -220,7 +221,8 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
       const int ring_connections = kRingConnectionsPerChannel * r.ring_channels;
       const int tree_connections =
           comm.across_nodes ? kTreeConnectionsPerChannel * r.tree_channels : 2 * r.tree_channels;
-      const double connect_all_s = connections_s(ring_connections + tree_connections, comm.across_nodes, step.address_s);
+      const double connect_all_s =
+          connections_s(ring_connections + tree_connections, comm.across_nodes, step.address_s);
       // What NCCL measured as "connections" at init with runtime connect on is paid either way; the
       // ring and tree connections come on top, at init or at the communicator's first collective.
       init_s += kNcclConnectAtInit_s;
@@ -248,9 +250,9 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
     for (size_t c = 1; c < comms.size(); ++c) barriers += comms[c].count;
     const int64_t requests = barriers * 2 * gpus;
     r.store_requests += requests;
-    r.phases.push_back({"group barriers", static_cast<double>(requests) * request_s,
-                        fmt::format("{} world barriers (TORCH_DIST_INIT_BARRIER=1), {} store requests", barriers,
-                                    requests)});
+    r.phases.push_back(
+        {"group barriers", static_cast<double>(requests) * request_s,
+         fmt::format("{} world barriers (TORCH_DIST_INIT_BARRIER=1), {} store requests", barriers, requests)});
   }
   if (levers.runtime_connect && gpus > 1) {
     r.phases.push_back({"first collectives", first_use_s,
@@ -267,7 +269,8 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, int gpus) {
 
 json startup_to_json(const StartupResult& r) {
   json phases = json::array();
-  for (const StartupPhase& p : r.phases) phases.push_back({{"name", p.name}, {"seconds", p.seconds}, {"detail", p.detail}});
+  for (const StartupPhase& p : r.phases)
+    phases.push_back({{"name", p.name}, {"seconds", p.seconds}, {"detail", p.detail}});
   return {{"gpus", r.gpus},
           {"simulated_gpus", r.simulated_gpus},
           {"ring_channels", r.ring_channels},
@@ -291,7 +294,8 @@ StartupResult startup_from_json(const json& j) {
   r.bootstrap_message_s = j.at("bootstrap_message_s").get<double>();
   r.nccl_init_s = j.at("nccl_init_s").get<double>();
   for (const json& p : j.at("phases")) {
-    r.phases.push_back({p.at("name").get<std::string>(), p.at("seconds").get<double>(), p.at("detail").get<std::string>()});
+    r.phases.push_back(
+        {p.at("name").get<std::string>(), p.at("seconds").get<double>(), p.at("detail").get<std::string>()});
   }
   r.total_s = j.at("total_s").get<double>();
   return r;

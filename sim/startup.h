@@ -66,11 +66,11 @@ inline constexpr double kLegacyStorePerSocket_s = 1800.0 / (98304.0 * 98304.0);
 // ---- NCCL's init, per communicator (NCCL's "Init timings" phases) ------------------------------------
 // NVIDIA/nccl#534, NCCL 2.22.3, 8 H100 of one node: "Init timings: total 2.46 (kernels 0.18,
 // bootstrap 1.60, allgathers 0.00, topo 0.52, graphs 0.01, connections 0.12, rest 0.02)".
-inline constexpr double kNcclKernels_s = 0.18;      // kernels: loaded once per process
-inline constexpr double kNcclTopo_s = 0.52;         // topo: system detection, per communicator
-inline constexpr double kNcclGraphs_s = 0.01;       // graphs: the ring / tree / NVLS searches
+inline constexpr double kNcclKernels_s = 0.18;        // kernels: loaded once per process
+inline constexpr double kNcclTopo_s = 0.52;           // topo: system detection, per communicator
+inline constexpr double kNcclGraphs_s = 0.01;         // graphs: the ring / tree / NVLS searches
 inline constexpr double kNcclConnectAtInit_s = 0.12;  // connections done at init with runtime connect
-inline constexpr double kNcclRest_s = 0.02;         // rest
+inline constexpr double kNcclRest_s = 0.02;           // rest
 // NCCL 2.22 removed redundant topology queries: "up to 90%" faster init for applications creating
 // many communicators (the 2.22 release notes and NVIDIA's blog). A process's later communicators
 // pay this share of the first one's topo phase when the cache is on (StartupLevers::topo_cache).
@@ -121,12 +121,12 @@ StoreBackend parse_store_backend(std::string_view text);  // "legacy" | "libuv"
 // The levers, as PyTorch and NCCL name them; the defaults are today's (PyTorch 2.6+, NCCL 2.23+).
 struct StartupLevers {
   StoreBackend store = StoreBackend::kLibuv;  // TCPStore(use_libuv=...)
-  bool eager_init = false;     // init_process_group(device_id=...): world at init, subgroups split from it
+  bool eager_init = false;  // init_process_group(device_id=...): world at init, subgroups split from it
   int ranks_per_root = kDefaultRanksPerRoot;  // TORCH_NCCL_RANKS_PER_ROOT; 0: one root per communicator
-  bool runtime_connect = true;  // NCCL_RUNTIME_CONNECT: connections at first use
-  bool oob_net = false;         // NCCL_OOB_NET_ENABLE: bootstrap all-gathers over the fabric
-  bool init_barriers = false;   // TORCH_DIST_INIT_BARRIER: a world barrier after every new_group
-  bool topo_cache = true;       // NCCL >= 2.22: later communicators reuse the process's topology queries
+  bool runtime_connect = true;                // NCCL_RUNTIME_CONNECT: connections at first use
+  bool oob_net = false;                       // NCCL_OOB_NET_ENABLE: bootstrap all-gathers over the fabric
+  bool init_barriers = false;                 // TORCH_DIST_INIT_BARRIER: a world barrier after every new_group
+  bool topo_cache = true;                     // NCCL >= 2.22: later communicators reuse the process's topology queries
   bool operator==(const StartupLevers&) const = default;
 };
 
@@ -158,10 +158,10 @@ struct StartupResult {
   int simulated_gpus = 0;  // the platform the bootstrap ring ran on (<= gpus)
   int ring_channels = 0;   // NCCL's channels (models/cost_model.h) the connections are per
   int tree_channels = 0;
-  int communicators = 0;            // per rank: the world and one per group
-  int64_t store_requests = 0;       // served by the store's one server, all ranks together
-  double bootstrap_message_s = 0;   // one bootstrap message between ring neighbours (simulated + software)
-  double nccl_init_s = 0;           // NCCL's own init of every communicator of a rank (part of "communicators")
+  int communicators = 0;             // per rank: the world and one per group
+  int64_t store_requests = 0;        // served by the store's one server, all ranks together
+  double bootstrap_message_s = 0;    // one bootstrap message between ring neighbours (simulated + software)
+  double nccl_init_s = 0;            // NCCL's own init of every communicator of a rank (part of "communicators")
   std::vector<StartupPhase> phases;  // in order; their sum is total_s
   double total_s = 0;
   double phase_s(std::string_view name) const;  // 0 when absent

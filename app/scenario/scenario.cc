@@ -129,11 +129,11 @@ constexpr std::array<std::string_view, 8> kExpectKeys{"variant", "collective", "
                                                       "backend", "time_us",    "algbw_GBps", "busbw_GBps"};
 constexpr std::array<std::string_view, 2> kBoundKeys{"min", "max"};
 constexpr std::array<std::string_view, 14> kTrainingKeys{
-    "type",    "model",     "seq_len",           "global_batch", "batch_per_gpu", "micro_batch",     "precision",
-    "mfu",     "kernels",   "recompute",         "grad_reduce_dtype", "algorithm", "capacity_factor", "layouts"};
+    "type", "model",   "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",     "precision",
+    "mfu",  "kernels", "recompute", "grad_reduce_dtype", "algorithm",     "capacity_factor", "layouts"};
 constexpr std::array<std::string_view, 13> kModelKeys{
-    "name",    "layers", "d_model", "ffn",           "heads",          "kv_heads",    "vocab",
-    "tied_embeddings", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers"};
+    "name",  "layers",  "d_model",        "ffn",         "heads", "kv_heads", "vocab", "tied_embeddings", "experts",
+    "top_k", "moe_ffn", "shared_experts", "dense_layers"};
 constexpr std::array<std::string_view, 11> kTrainingLayoutKeys{
     "name", "tp", "pp", "vp", "cp", "ep", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
 constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
@@ -218,8 +218,7 @@ models::ClusterSpec resolve_cluster(const Reader& reader, const ClusterValues& v
     } else if (v.key == "spines") {
       spec.spines = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
     } else if (v.key == "oversubscription") {
-      spec.oversubscription =
-          reader.number(n, p, models::kMinOversubscription, models::kMaxOversubscription, false);
+      spec.oversubscription = reader.number(n, p, models::kMinOversubscription, models::kMaxOversubscription, false);
     } else if (v.key == "nodes_per_leaf") {
       spec.nodes_per_leaf = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
     } else if (v.key == "nvlink_GBps") {
@@ -478,8 +477,8 @@ Workload read_startup(const Reader& reader, const YAML::Node& node, const std::v
     for (const ClusterVariant& variant : variants) {
       const int per_node = variant.cluster.gpus_per_node;
       if (startup.gpus >= per_node && startup.gpus % per_node != 0) {
-        reader.fail_at(*v, "{}: {} GPUs do not fill nodes of {} GPUs (variant {})", workload.path("gpus"),
-                       startup.gpus, per_node, variant.name);
+        reader.fail_at(*v, "{}: {} GPUs do not fill nodes of {} GPUs (variant {})", workload.path("gpus"), startup.gpus,
+                       per_node, variant.name);
       }
     }
   }
@@ -526,7 +525,8 @@ Workload read_startup(const Reader& reader, const YAML::Node& node, const std::v
       levers.runtime_connect = reader.boolean(*v, m.path("runtime_connect"));
     }
     if (const YAML::Node* v = m.find("oob_net")) levers.oob_net = reader.boolean(*v, m.path("oob_net"));
-    if (const YAML::Node* v = m.find("init_barriers")) levers.init_barriers = reader.boolean(*v, m.path("init_barriers"));
+    if (const YAML::Node* v = m.find("init_barriers"))
+      levers.init_barriers = reader.boolean(*v, m.path("init_barriers"));
     if (const YAML::Node* v = m.find("topo_cache")) levers.topo_cache = reader.boolean(*v, m.path("topo_cache"));
     startup.configs.push_back(std::move(config));
   }
@@ -569,7 +569,8 @@ Outputs read_outputs(const Reader& reader, const Mapping& top) {
     outputs.dump_format = reader.at(*format, mapping.path("dump_format"), [&] { return parse_fr_format(text); });
   }
   if (const YAML::Node* size = mapping.find("fr_buffer_size")) {
-    outputs.fr_buffer_size = static_cast<size_t>(reader.integer(*size, mapping.path("fr_buffer_size"), 0, static_cast<int64_t>(kMaxFrCapacity)));
+    outputs.fr_buffer_size = static_cast<size_t>(
+        reader.integer(*size, mapping.path("fr_buffer_size"), 0, static_cast<int64_t>(kMaxFrCapacity)));
   }
   return outputs;
 }
@@ -666,21 +667,30 @@ Expectation read_expectation(const Reader& reader, const YAML::Node& node, const
   return expectation;
 }
 
-std::vector<Expectation> read_expectations(const Reader& reader, const Mapping& top, const Scenario& scenario) {
-  std::vector<Expectation> expectations;
+// The `expect` list when the workload is a W (else nothing): each entry read by
+// read_one(node, "expect[i]", workload), at most kMaxScenarioExpectations of them.
+template <typename W, typename ReadOne>
+auto read_expect_list(const Reader& reader, const Mapping& top, const Scenario& scenario, ReadOne read_one) {
+  using E = decltype(read_one(std::declval<const YAML::Node&>(), std::string(), std::declval<const W&>()));
+  std::vector<E> expectations;
   const YAML::Node* node = top.find("expect");
-  if (node == nullptr) return expectations;
+  const auto* workload = std::get_if<W>(&scenario.workload);
+  if (node == nullptr || workload == nullptr) return expectations;
   const std::vector<YAML::Node> entries = reader.list(*node, "expect");
   if (entries.size() > kMaxScenarioExpectations) {
     reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
   }
-  const auto* sweep = std::get_if<CollectiveSweep>(&scenario.workload);
-  if (sweep == nullptr) return expectations;  // read_loop_expectations / read_training_expectations read them
   for (size_t i = 0; i < entries.size(); ++i) {
-    expectations.push_back(
-        read_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario.variants, *sweep));
+    expectations.push_back(read_one(entries[i], fmt::format("expect[{}]", i), *workload));
   }
   return expectations;
+}
+
+std::vector<Expectation> read_expectations(const Reader& reader, const Mapping& top, const Scenario& scenario) {
+  return read_expect_list<CollectiveSweep>(
+      reader, top, scenario, [&](const YAML::Node& n, const std::string& at, const CollectiveSweep& sweep) {
+        return read_expectation(reader, n, at, scenario.variants, sweep);
+      });
 }
 
 LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
@@ -688,18 +698,10 @@ LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& no
 
 std::vector<LoopExpectation> read_loop_expectations(const Reader& reader, const Mapping& top,
                                                     const Scenario& scenario) {
-  std::vector<LoopExpectation> expectations;
-  const YAML::Node* node = top.find("expect");
-  const auto* loop = std::get_if<CollectiveLoop>(&scenario.workload);
-  if (node == nullptr || loop == nullptr) return expectations;
-  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
-  if (entries.size() > kMaxScenarioExpectations) {
-    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
-  }
-  for (size_t i = 0; i < entries.size(); ++i) {
-    expectations.push_back(read_loop_expectation(reader, entries[i], fmt::format("expect[{}]", i), *loop));
-  }
-  return expectations;
+  return read_expect_list<CollectiveLoop>(reader, top, scenario,
+                                          [&](const YAML::Node& n, const std::string& at, const CollectiveLoop& loop) {
+                                            return read_loop_expectation(reader, n, at, loop);
+                                          });
 }
 
 // ---- faults, recovery -------------------------------------------------------------------------
@@ -964,19 +966,10 @@ TrainingExpectation read_training_expectation(const Reader& reader, const YAML::
 
 std::vector<TrainingExpectation> read_training_expectations(const Reader& reader, const Mapping& top,
                                                             const Scenario& scenario) {
-  std::vector<TrainingExpectation> expectations;
-  const YAML::Node* node = top.find("expect");
-  const auto* training = std::get_if<TrainingWorkload>(&scenario.workload);
-  if (node == nullptr || training == nullptr) return expectations;
-  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
-  if (entries.size() > kMaxScenarioExpectations) {
-    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
-  }
-  for (size_t i = 0; i < entries.size(); ++i) {
-    expectations.push_back(
-        read_training_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario, *training));
-  }
-  return expectations;
+  return read_expect_list<TrainingWorkload>(
+      reader, top, scenario, [&](const YAML::Node& n, const std::string& at, const TrainingWorkload& training) {
+        return read_training_expectation(reader, n, at, scenario, training);
+      });
 }
 
 // ---- start-up -----------------------------------------------------------------------------------
@@ -1013,24 +1006,17 @@ StartupExpectation read_startup_expectation(const Reader& reader, const YAML::No
   } else if (e.speedup.set()) {
     reader.fail_at(node, "{}.speedup needs relative_to: the config it is measured against", path);
   }
-  if (!e.total_s.set() && !e.speedup.set()) reader.fail_at(node, "{} checks nothing (expected total_s or speedup)", path);
+  if (!e.total_s.set() && !e.speedup.set())
+    reader.fail_at(node, "{} checks nothing (expected total_s or speedup)", path);
   return e;
 }
 
 std::vector<StartupExpectation> read_startup_expectations(const Reader& reader, const Mapping& top,
                                                           const Scenario& scenario) {
-  std::vector<StartupExpectation> expectations;
-  const YAML::Node* node = top.find("expect");
-  const auto* startup = std::get_if<StartupWorkload>(&scenario.workload);
-  if (node == nullptr || startup == nullptr) return expectations;
-  const std::vector<YAML::Node> entries = reader.list(*node, "expect");
-  if (entries.size() > kMaxScenarioExpectations) {
-    reader.fail_at(*node, "expect has {} entries, above the limit of {}", entries.size(), kMaxScenarioExpectations);
-  }
-  for (size_t i = 0; i < entries.size(); ++i) {
-    expectations.push_back(read_startup_expectation(reader, entries[i], fmt::format("expect[{}]", i), scenario, *startup));
-  }
-  return expectations;
+  return read_expect_list<StartupWorkload>(
+      reader, top, scenario, [&](const YAML::Node& n, const std::string& at, const StartupWorkload& startup) {
+        return read_startup_expectation(reader, n, at, scenario, startup);
+      });
 }
 
 // ---- the whole file ----------------------------------------------------------------------------
@@ -1121,8 +1107,10 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
       base.model.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
     if (const YAML::Node* v = m.find("experts"))
       base.model.experts = static_cast<int>(reader.integer(*v, m.path("experts"), 0, 4096));
-    if (const YAML::Node* v = m.find("top_k")) base.model.top_k = static_cast<int>(reader.integer(*v, m.path("top_k"), 1, 4096));
-    if (const YAML::Node* v = m.find("moe_ffn")) base.model.moe_ffn = reader.integer(*v, m.path("moe_ffn"), 1, int64_t{1} << 24);
+    if (const YAML::Node* v = m.find("top_k"))
+      base.model.top_k = static_cast<int>(reader.integer(*v, m.path("top_k"), 1, 4096));
+    if (const YAML::Node* v = m.find("moe_ffn"))
+      base.model.moe_ffn = reader.integer(*v, m.path("moe_ffn"), 1, int64_t{1} << 24);
     if (const YAML::Node* v = m.find("shared_experts"))
       base.model.shared_experts = static_cast<int>(reader.integer(*v, m.path("shared_experts"), 0, 64));
     if (const YAML::Node* v = m.find("dense_layers"))
@@ -1159,7 +1147,8 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
     const std::string text = reader.scalar(*v, workload.path("kernels"));
     base.kernels = reader.at(*v, workload.path("kernels"), [&] { return models::parse_kernel_stack(text); });
   }
-  if (const YAML::Node* v = workload.find("recompute")) base.recompute = read_recompute(reader, *v, workload.path("recompute"));
+  if (const YAML::Node* v = workload.find("recompute"))
+    base.recompute = read_recompute(reader, *v, workload.path("recompute"));
   if (const YAML::Node* v = workload.find("grad_reduce_dtype")) {
     const std::string text = reader.scalar(*v, workload.path("grad_reduce_dtype"));
     base.grad_reduce_dtype = reader.at(*v, workload.path("grad_reduce_dtype"), [&] { return parse_data_type(text); });
@@ -1252,6 +1241,8 @@ Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
   }
 }
 
-Scenario load_scenario(const std::string& path) { return parse_scenario(read_text_file(path, "scenario", kMaxScenarioFileBytes), path); }
+Scenario load_scenario(const std::string& path) {
+  return parse_scenario(read_text_file(path, "scenario", kMaxScenarioFileBytes), path);
+}
 
 }  // namespace tandem::app

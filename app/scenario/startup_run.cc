@@ -41,9 +41,12 @@ std::string describe_levers(const sim::StartupLevers& l) {
 }
 
 nlohmann::json levers_json(const sim::StartupLevers& l) {
-  return {{"store", sim::name(l.store)},         {"eager_init", l.eager_init},
-          {"ranks_per_root", l.ranks_per_root},  {"runtime_connect", l.runtime_connect},
-          {"oob_net", l.oob_net},                {"init_barriers", l.init_barriers},
+  return {{"store", sim::name(l.store)},
+          {"eager_init", l.eager_init},
+          {"ranks_per_root", l.ranks_per_root},
+          {"runtime_connect", l.runtime_connect},
+          {"oob_net", l.oob_net},
+          {"init_barriers", l.init_barriers},
           {"topo_cache", l.topo_cache}};
 }
 
@@ -101,8 +104,8 @@ std::vector<StartupExpectationOutcome> evaluate_startup_expectations(const Scena
     if (e.relative_to) {
       const sim::StartupResult* other = results.find(scenario, e.variant, *e.relative_to);
       if (other == nullptr) fail(ErrorCode::kInvalidArgument, "no start-up result for '{}'", *e.relative_to);
-      holds = check_bound(e.speedup, other->total_s / run->total_s, fmt::format("speedup over {}", *e.relative_to),
-                          "x", outcome.detail) &&
+      holds = check_bound(e.speedup, other->total_s / run->total_s, fmt::format("speedup over {}", *e.relative_to), "x",
+                          outcome.detail) &&
               holds;
     }
     outcome.verdict = holds ? ExpectationVerdict::kPass : ExpectationVerdict::kFail;
@@ -130,9 +133,9 @@ std::string format_startup_report(const Scenario& scenario, const StartupResults
       out += startup_table(row, names, "config");
       out += "\n";
       for (size_t c = 0; c < row.size(); ++c) {
-        out += fmt::format("  {}: {}{}\n", names[c], describe_levers(startup.configs[c].levers),
-                           c > 0 ? fmt::format("; {:.2f}x faster than {}", row[0].total_s / row[c].total_s, names[0])
-                                 : "");
+        out += fmt::format(
+            "  {}: {}{}\n", names[c], describe_levers(startup.configs[c].levers),
+            c > 0 ? fmt::format("; {:.2f}x faster than {}", row[0].total_s / row[c].total_s, names[0]) : "");
         for (const sim::StartupPhase& p : row[c].phases) {
           out += fmt::format("    {:<18} {:>9.3f} s  {}\n", p.name, p.seconds, p.detail);
         }
@@ -160,11 +163,11 @@ std::string startup_results_csv(const Scenario& scenario, const StartupResults& 
   for (size_t v = 0; v < results.runs.size(); ++v) {
     for (size_t c = 0; c < results.runs[v].size(); ++c) {
       const sim::StartupResult& r = results.runs[v][c];
-      out += fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
-                         csv_field(scenario.variants[v].name), csv_field(startup.configs[c].name), r.gpus,
-                         r.communicators, r.store_requests, r.phase_s("launch"), r.phase_s("store"),
-                         r.phase_s("communicators"), r.phase_s("group barriers"), r.phase_s("first collectives"),
-                         r.total_s);
+      out +=
+          fmt::format("{},{},{},{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n",
+                      csv_field(scenario.variants[v].name), csv_field(startup.configs[c].name), r.gpus, r.communicators,
+                      r.store_requests, r.phase_s("launch"), r.phase_s("store"), r.phase_s("communicators"),
+                      r.phase_s("group barriers"), r.phase_s("first collectives"), r.total_s);
     }
   }
   return out;

@@ -80,7 +80,8 @@ TEST(Startup, LeversActOnTheirPhases) {
   eager.levers.eager_init = true;
   const StartupResult split = simulate_startup(dgx(), eager);
   EXPECT_LT(split.store_requests, base.store_requests);
-  EXPECT_EQ(split.store_requests, 16384 + 16384 + 128);  // connects, then the world's ids: 128 roots set, every rank gets
+  EXPECT_EQ(split.store_requests,
+            16384 + 16384 + 128);  // connects, then the world's ids: 128 roots set, every rank gets
 
   // Barriers after every new_group: (1 + 2048 + 32 + 4096) world barriers of two requests per rank.
   StartupJob barriers = job;
