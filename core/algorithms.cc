@@ -216,6 +216,14 @@ Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Al
   return e.build(spec, layout, params, form);
 }
 
+std::optional<int64_t> estimate_schedule_ops(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
+                                             const AlgoParams& params) {
+  if (algorithm == Algorithm::kAuto) algorithm = default_algorithm(spec, layout);
+  const Entry& e = entry(algorithm);
+  if (!e.info.implements(spec.collective)) return std::nullopt;
+  return estimated_ops(e, spec, layout, params, ScheduleForm::kExplicit);
+}
+
 Schedule build_checked_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
                                 const AlgoParams& params, ScheduleForm form) {
   Schedule schedule = build_schedule(spec, layout, algorithm, params, form);

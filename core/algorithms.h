@@ -5,6 +5,7 @@
 // all ask it.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,6 +51,13 @@ std::string unsupported_message(Algorithm algorithm, Collective collective);
 // `form` asks for the rank-symmetric form where the algorithm has one (see Symmetry).
 Schedule build_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
                         const AlgoParams& params = {}, ScheduleForm form = ScheduleForm::kExplicit);
+
+// The explicit form's op count of `algorithm`'s schedule for `spec` on `layout` (kAuto resolved),
+// extrapolated from three small probes of the same shape, without building it. Empty where the
+// layout is too small to probe (under 512 ranks a node and 128 nodes: build it, it is cheap) or a
+// probe cannot be built. For refusing a run up front (the host backend's kMaxHostOpsPerRun).
+std::optional<int64_t> estimate_schedule_ops(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,
+                                             const AlgoParams& params = {});
 
 // build_schedule + validate + symbolic_check: what every caller that runs a schedule uses.
 Schedule build_checked_schedule(const CollectiveSpec& spec, const RankLayout& layout, Algorithm algorithm,

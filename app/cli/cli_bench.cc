@@ -34,6 +34,7 @@
 #include "core/data_check.h"
 #include "core/host_memory.h"
 #include "core/run_memory.h"
+#include "backend/host/host_executor.h"
 #include "backend/launch/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
@@ -446,12 +447,24 @@ void finish_bench_output(const BenchOptions& options, const BenchPlan& plan, con
   write_bench_trace(options, plan.collective, plan.layout.nranks, sweep.rows, algorithms);
 }
 
+// The host backend refuses a schedule above kMaxHostOpsPerRun; refuse here first, from an estimate
+// for the largest size, before minutes of building it.
+void check_host_ops(const BenchPlan& plan) {
+  if (plan.sizes.empty()) return;
+  const SizeCounts counts = nccl_tests_counts(plan.collective, plan.sizes.back(), plan.dtype, plan.layout.nranks);
+  const CollectiveSpec spec{plan.collective, counts.count, plan.dtype, plan.op, plan.root, plan.layout.nranks};
+  if (const std::optional<int64_t> ops = estimate_schedule_ops(spec, plan.layout, plan.algorithm)) {
+    if (*ops > kMaxHostOpsPerRun) refuse_host_ops(*ops, plan.collective, plan.layout.nranks, /*estimated=*/true);
+  }
+}
+
 void run_bench(const BenchOptions& options, CommandStatus& status) {
   if (options.backend == "sim") {
     run_sim_bench(options, status);
     return;
   }
   const BenchPlan plan = make_plan(options);
+  if (options.backend == "host") check_host_ops(plan);
   std::unique_ptr<Executor> executor = make_executor(options.backend);
   CommunicatorOptions communicator_options;
   communicator_options.algorithm = plan.algorithm;

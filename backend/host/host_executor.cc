@@ -436,9 +436,20 @@ HostExecutor::HostExecutor() : threads_(std::make_unique<host::RankThreads>()) {
 
 HostExecutor::~HostExecutor() = default;
 
+void refuse_host_ops(int64_t ops, Collective collective, int nranks, bool estimated) {
+  fail(ErrorCode::kInvalidArgument,
+       "the host backend would run {}{} schedule ops per {} on {} ranks, above its limit of {} "
+       "(kMaxHostOpsPerRun: about a minute a run on CPU threads); use fewer ranks (-g), or time it on the "
+       "simulator (--backend sim)",
+       estimated ? "about " : "", ops, name(collective), nranks, kMaxHostOpsPerRun);
+}
+
 RunResult HostExecutor::run(const Schedule& schedule, const CollectiveSpec& spec, std::span<const RankBuffers> buffers,
                             const RunContext& context) {
   const int nranks = schedule.nranks;
+  if (const auto ops = static_cast<int64_t>(schedule.op_count()); ops > kMaxHostOpsPerRun) {
+    refuse_host_ops(ops, spec.collective, nranks, /*estimated=*/false);
+  }
   if (nranks < 1 || buffers.size() != static_cast<size_t>(nranks)) {
     fail(ErrorCode::kInvalidArgument, "host: {} rank buffers for a schedule of {} ranks", buffers.size(), nranks);
   }

@@ -81,6 +81,16 @@ class HostWorld {
   std::vector<ActiveRun> runs_;
 };
 
+// The most schedule ops one host run takes on. Every op is a message through a rank thread's
+// mailbox or a local copy: measured 6.5 us an op on 2 cores (a 1,024-rank all_to_all, 2.1 M ops,
+// 13.5 s a run), so this is about a minute a run, and a bench sweep runs it (warmup + iters) x 2.
+// Above it the executor refuses the schedule, and `tandem bench --backend host` refuses up front
+// from an estimate (core/algorithms.h estimate_schedule_ops) before building anything.
+inline constexpr int64_t kMaxHostOpsPerRun = int64_t{1} << 23;
+
+// "the host backend would run 16,773,120 ops ... above its limit": the one-line refusal.
+[[noreturn]] void refuse_host_ops(int64_t ops, Collective collective, int nranks, bool estimated);
+
 // Runs a whole collective: one thread per rank, each calling HostWorld::run_rank. The rank
 // threads are kept between runs (rank 0 runs on the caller's thread); concurrent run() calls on
 // one executor run one after the other.

@@ -64,6 +64,15 @@ TEST(MemoryBudget, HostRanksCostKilobytes) {
   EXPECT_TRUE(contains(outcome.out, "Out of bounds values : 0 OK")) << outcome.out;
 }
 
+// A direct all_to_all on 4,096 host ranks is 33.5 M schedule ops a run: it built for minutes and
+// ran out of time (no result in 300 s, 4.5 GB); now it is refused from an estimate before building.
+TEST(MemoryBudget, HostAllToAllOn4096RanksIsRefusedUpFront) {
+  const MeasuredOutcome outcome = run_tandem_measured("bench all_to_all -g 4096 -b 8 -e 8");
+  expect_usage_error(outcome, "the host backend would run about 33550336 schedule ops per all_to_all on 4096 ranks, "
+                              "above its limit of 8388608");
+  EXPECT_LT(outcome.peak_rss_kib, 400 * 1024) << "refused before building the schedule";
+}
+
 // A direct all_to_all on 192 GPUs runs 36,864 actors at once in the op-by-op simulation: 589 MB
 // with mmapped stacks, 5.2 GB when reused heap stacks were cleared whole.
 TEST(MemoryBudget, SimulatedAllToAllActorsStaySmall) {
