@@ -538,6 +538,9 @@ std::optional<BlockId> CachingAllocator::try_allocate_expandable_block(uint64_t 
     // merges the candidate into it.
     const uint64_t remaining = size - blocks_[static_cast<size_t>(candidate)].size;
     const BlockId next = blocks_[static_cast<size_t>(candidate)].next;
+    // A fresh segment whose whole address space is less than the request (PyTorch reserves 9/8 of
+    // the device, so cuMemCreate would have failed first): out of memory.
+    if (next == -1 || blocks_[static_cast<size_t>(next)].mapped) return std::nullopt;
     if (!map_block(next, std::min(remaining, blocks_[static_cast<size_t>(next)].size))) return std::nullopt;
     candidate = next;
   }

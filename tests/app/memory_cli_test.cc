@@ -3,6 +3,7 @@
 // the files of --out, and the errors and exit statuses.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -43,6 +44,14 @@ TEST(MemoryCli, TableComparesTheSnapshotsSettingsWithOthers) {
   EXPECT_TRUE(has(o.out, "cudaMalloc + maps                               13                          8")) << o.out;
   EXPECT_TRUE(has(o.out, "fragmentation at peak                        50.4%                       9.9%")) << o.out;
   fs::remove(snap);
+}
+
+// docs/memory.md's example runs on tests/fixtures/memory/sixteens_then_thirty_twos.pickle: it must
+// stay what the writer writes (regenerate it from sixteens_then_thirty_twos_snapshot(false)).
+TEST(MemoryCli, TheDocsFixtureIsTheWritersSnapshot) {
+  std::ifstream in("tests/fixtures/memory/sixteens_then_thirty_twos.pickle", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes, sixteens_then_thirty_twos_snapshot(false).bytes());
 }
 
 TEST(MemoryCli, JsonAndOutFolder) {
