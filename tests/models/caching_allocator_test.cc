@@ -2,9 +2,11 @@
 // above it from PyTorch's rules (c10/cuda/CUDACachingAllocator.cpp; docs/memory.md).
 #include "models/caching_allocator.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -333,6 +335,73 @@ TEST(CachingAllocator, PendingFreeStaysActive) {
   a.free_completed(b);
   EXPECT_EQ(a.stats().active_bytes[0].current, static_cast<int64_t>(16 * kMiB));
   expect_error([&] { a.free_completed(b); }, ErrorCode::kInvalidArgument, {"not pending free"});
+}
+
+// Random programs under every kind of setting keep the allocator's invariants after each step:
+// reserved is the sum of the segments, allocated and active the sums of their blocks, the
+// recomputed inactive_split equals the statistic, no two free neighbours are left unmerged, and a
+// bounded device is never exceeded.
+TEST(CachingAllocator, RandomProgramsKeepTheInvariants) {
+  const char* settings[] = {"",
+                            "expandable_segments:True",
+                            "max_split_size_mb:40",
+                            "max_split_size_mb:20,max_non_split_rounding_mb:60",
+                            "roundup_power2_divisions:4",
+                            "roundup_power2_divisions:[1:8,64:2,>:1],expandable_segments:True",
+                            "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+                            "expandable_segments:True,garbage_collection_threshold:0.5,per_process_memory_fraction:1"};
+  std::mt19937_64 random(20260601);
+  for (const char* text : settings) {
+    for (const uint64_t device : {uint64_t{0}, 600 * kMiB}) {
+      SCOPED_TRACE(fmt::format("{} on {}", text, device));
+      const AllocatorSettings s = parse_alloc_conf(text);
+      if (s.per_process_memory_fraction && device == 0) continue;
+      CachingAllocator a(s, device);
+      std::vector<BlockId> allocated_blocks, pending;
+      for (int step = 0; step < 3000; ++step) {
+        const uint64_t choice = random() % 10;
+        if (choice < 5) {
+          // Sizes from bytes to ~100 MiB, log-uniform; three streams.
+          const uint64_t bytes = uint64_t{1} << (random() % 27);
+          const std::optional<BlockId> b = a.malloc(bytes + random() % bytes, static_cast<int64_t>(random() % 3));
+          if (b) allocated_blocks.push_back(*b);
+        } else if (choice < 8 && !allocated_blocks.empty()) {
+          const size_t i = random() % allocated_blocks.size();
+          a.free_requested(allocated_blocks[i]);
+          pending.push_back(allocated_blocks[i]);
+          allocated_blocks.erase(allocated_blocks.begin() + static_cast<ptrdiff_t>(i));
+        } else if (choice < 9 && !pending.empty()) {
+          const size_t i = random() % pending.size();
+          a.free_completed(pending[i]);
+          pending.erase(pending.begin() + static_cast<ptrdiff_t>(i));
+        } else if (random() % 20 == 0) {
+          a.empty_cache();
+        }
+        int64_t reserved_sum = 0, allocated_sum = 0, active_sum = 0, split_free = 0;
+        for (const SegmentView& segment : a.segments()) {
+          reserved_sum += static_cast<int64_t>(segment.total_size);
+          for (size_t i = 0; i < segment.blocks.size(); ++i) {
+            const BlockView& b = segment.blocks[i];
+            if (b.state == BlockState::kActiveAllocated) allocated_sum += static_cast<int64_t>(b.size);
+            if (b.state != BlockState::kInactive) active_sum += static_cast<int64_t>(b.size);
+            if (b.state == BlockState::kInactive && !segment.expandable && segment.blocks.size() > 1) {
+              split_free += static_cast<int64_t>(b.size);
+            }
+            if (i > 0 && b.state == BlockState::kInactive) {
+              ASSERT_NE(segment.blocks[i - 1].state, BlockState::kInactive) << "free neighbours left unmerged";
+            }
+          }
+        }
+        ASSERT_EQ(reserved_sum, reserved(a)) << "step " << step;
+        ASSERT_EQ(allocated_sum, allocated(a)) << "step " << step;
+        ASSERT_EQ(active_sum, a.stats().active_bytes[0].current) << "step " << step;
+        ASSERT_EQ(split_free, a.stats().inactive_split_bytes[0].current) << "step " << step;
+        if (device != 0) {
+          ASSERT_LE(reserved(a), static_cast<int64_t>(device));
+        }
+      }
+    }
+  }
 }
 
 TEST(AllocConf, ParsesPyTorchSyntax) {
