@@ -21,7 +21,7 @@ seconds=${1:-60}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "fuzz.sh: SECONDS must be a positive integer" >&2; exit 2; }
 out=${OUT:-build-fuzz/out}
 jobs=${JOBS:-2}
-targets=${TARGETS:-fuzz_schedule_json fuzz_scenario_yaml fuzz_pickle fuzz_results_json fuzz_plan_yaml}
+targets=${TARGETS:-fuzz_schedule_json fuzz_scenario_yaml fuzz_pickle fuzz_results_json fuzz_plan_yaml fuzz_memory_snapshot}
 build="build-fuzz"
 
 mkdir -p "$out"

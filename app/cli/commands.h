@@ -43,4 +43,8 @@ void add_report_command(CLI::App& app, CommandStatus& status);
 // tandem plan SWEEP: capacity planning over clusters, layouts, algorithms and failure rates.
 void add_plan_command(CLI::App& app, CommandStatus& status);
 
+// tandem memory SNAPSHOT: a PyTorch memory snapshot replayed through the caching-allocator model under
+// other settings; exit 1 when its own settings do not rebuild its segments.
+void add_memory_command(CLI::App& app, CommandStatus& status);
+
 }  // namespace tandem::app

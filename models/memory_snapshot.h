@@ -1,0 +1,138 @@
+// PyTorch's CUDA memory snapshot (torch.cuda.memory._dump_snapshot: a pickled dict of `segments`,
+// `device_traces` and `allocator_settings`, from torch/csrc/cuda/Module.cpp's
+// THCPModule_memorySnapshot), read strictly, and its trace replayed through the caching-allocator
+// model under the snapshot's own settings or any others. docs/memory.md has the fields and rules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "models/caching_allocator.h"
+
+namespace tandem::models {
+
+// The largest snapshot file read: a trace entry with its stack frames is a few hundred bytes to a
+// few KiB of pickle, and PyTorch's default ring (max_entries) holds 1,000 entries; 1 GiB is
+// hundreds of thousands of entries with frames, millions without. The pickle reader itself stops
+// at 2 GiB and at a 256x expansion.
+inline constexpr uint64_t kMaxMemorySnapshotFileBytes = uint64_t{1} << 30;  // 1 GiB
+
+// A trace entry's action (TraceEntry::Action in CUDACachingAllocator.h).
+enum class TraceAction : uint8_t {
+  kAlloc,          // size: the request; addr: the block
+  kFreeRequested,  // the program freed the block
+  kFreeCompleted,  // its uses on other streams are over: it is free
+  kSegmentAlloc,   // cudaMalloc; size: the segment
+  kSegmentFree,    // cudaFree
+  kSegmentMap,     // expandable segments: pages mapped
+  kSegmentUnmap,   // pages unmapped
+  kOom,            // an allocation failed; size: the rounded request; device_free: the device's free bytes
+  kSnapshot,       // a snapshot was taken; size: the active bytes
+  kAnnotate,       // a user annotation (newer PyTorch)
+};
+std::string_view name(TraceAction action);  // "alloc", "free_requested", ...
+
+struct TraceEntry {
+  TraceAction action = TraceAction::kAlloc;
+  uint64_t address = 0;      // addr (0 for oom)
+  uint64_t size = 0;
+  int64_t stream = 0;
+  uint64_t device_free = 0;  // oom only
+};
+
+struct SnapshotBlock {
+  uint64_t address = 0;
+  uint64_t size = 0;
+  uint64_t requested_size = 0;
+  BlockState state = BlockState::kInactive;
+};
+
+struct SnapshotSegment {
+  int64_t device = 0;
+  uint64_t address = 0;
+  uint64_t total_size = 0;
+  int64_t stream = 0;
+  Pool pool = Pool::kLarge;
+  bool expandable = false;
+  std::vector<SnapshotBlock> blocks;
+};
+
+struct MemorySnapshot {
+  std::vector<SnapshotSegment> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  // index: device
+  bool has_settings = false;         // allocator_settings was present (PyTorch 2.1 and later)
+  AllocatorSettings settings;        // from allocator_settings; the defaults when absent
+  std::string alloc_conf;            // PYTORCH_CUDA_ALLOC_CONF as the program set it ("" when unset)
+};
+
+// Parses a snapshot pickle. Every error is Error(kFormat) naming `source` and the field:
+//   "snap.pickle: device_traces[0][12].action: unknown action 'mallc'"
+// Unknown keys are errors too (the reader knows the keys of PyTorch 2.1 to 2.10 and main, listed
+// in docs/memory.md), so that a field a newer PyTorch adds is noticed, not silently dropped.
+MemorySnapshot parse_memory_snapshot(std::string_view bytes, const std::string& source);
+
+// Reads and parses `path` (a regular file of at most kMaxMemorySnapshotFileBytes; Error(kIo)
+// otherwise, core/file_read.h).
+MemorySnapshot read_memory_snapshot(const std::filesystem::path& path);
+
+// What replaying one device's trace under one setting gave.
+struct MemoryOom {
+  size_t trace_index = 0;  // the entry that failed
+  uint64_t bytes = 0;      // the request
+  int64_t stream = 0;
+};
+
+struct MemoryReplay {
+  AllocatorSettings settings;
+  AllocatorStats stats;  // at the end of the trace
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t peak_requested_bytes = 0;
+  size_t peak_allocated_index = 0;  // the first trace entry after which the peak held
+  size_t peak_reserved_index = 0;
+  // At the peak of reserved: allocated, and _memory_viz's split of the rest (segsum): internal =
+  // allocated blocks' size - their requested size (rounding), external = reserved - allocated
+  // (free and pending-free blocks inside segments). fragmentation = 1 - allocated / reserved.
+  uint64_t allocated_at_peak_reserved_bytes = 0;
+  uint64_t internal_at_peak_bytes = 0;
+  uint64_t external_at_peak_bytes = 0;
+  double fragmentation_at_peak = 0;
+  std::vector<MemoryOom> ooms;  // allocations the model could not serve
+  size_t unknown_frees = 0;     // frees of blocks allocated before the trace began
+  size_t empty_cache_calls = 0;  // runs of segment_free / segment_unmap, replayed as empty_cache()
+  // Per trace entry, after it: allocated and reserved bytes.
+  std::vector<uint64_t> allocated_bytes;
+  std::vector<uint64_t> reserved_bytes;
+  std::vector<SegmentView> segments;  // at the end
+};
+
+// Replays `trace` through a CachingAllocator(settings, device_memory_bytes) (0: unbounded):
+// alloc -> malloc, free_requested / free_completed -> the frees, oom -> the same request tried
+// again (kept and freed at once if it fits now), and each run of segment_free / segment_unmap ->
+// empty_cache() (the trace cannot tell empty_cache() from a malloc's release on its OOM path,
+// which frees the same). segment_alloc / segment_map are the recorded allocator's own decisions,
+// which the model makes for itself.
+MemoryReplay replay_memory(const std::vector<TraceEntry>& trace, const AllocatorSettings& settings,
+                           uint64_t device_memory_bytes);
+
+// The device memory a snapshot's first oom entry implies: the replay's reserved bytes at that
+// entry plus the device's free bytes it recorded. 0 when the trace has no oom.
+uint64_t device_memory_from_oom(const std::vector<TraceEntry>& trace, const AllocatorSettings& settings);
+
+// Whether replaying the snapshot's trace under its own settings gives its `segments`: per stream
+// and pool, the same segments (sizes), blocks (sizes, states, requested sizes of allocated blocks)
+// in the same order, addresses aside; and as many device allocations and frees as it recorded.
+struct ConsistencyCheck {
+  bool checked = false;  // false: the trace cannot tell (why in `detail`)
+  bool matches = false;
+  std::string detail;    // one line
+  size_t segments = 0;   // the snapshot's, on this device
+  size_t blocks = 0;
+};
+ConsistencyCheck check_consistency(const MemorySnapshot& snapshot, size_t device, const MemoryReplay& own);
+
+}  // namespace tandem::models

@@ -1,0 +1,142 @@
+// `tandem memory` end to end on snapshots written in PyTorch's format at test time
+// (tests/support/memory_snapshot_writer.h): the consistency line, the side-by-side table, the JSON,
+// the files of --out, and the errors and exit statuses.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/cli_runner.h"
+#include "tests/support/memory_snapshot_writer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::MemorySnapshotWriter;
+using tandem::testing::Outcome;
+using tandem::testing::read_text;
+using tandem::testing::run_tandem;
+using tandem::testing::sixteens_then_thirty_twos_snapshot;
+using tandem::testing::temp_path;
+
+std::string write_snapshot(const std::string& name, const MemorySnapshotWriter& writer) {
+  const std::string path = temp_path(name);
+  std::ofstream(path, std::ios::binary) << writer.bytes();
+  return path;
+}
+
+bool has(const std::string& text, const std::string& fragment) { return text.find(fragment) != std::string::npos; }
+
+// The hand-worked snapshot (recorded without expandable segments) against expandable_segments:True:
+// 258 MiB against 142 MiB reserved, 13 cudaMalloc against 8 maps.
+TEST(MemoryCli, TableComparesTheSnapshotsSettingsWithOthers) {
+  const std::string snap = write_snapshot("memory_default.pickle", sixteens_then_thirty_twos_snapshot(false));
+  const Outcome o = run_tandem(fmt::format("memory '{}' --alloc-conf expandable_segments:True", snap));
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(has(o.out, "consistency: OK: the replay under the snapshot's own settings gives its 13 segment(s) and "
+                         "16 block(s) exactly"))
+      << o.out;
+  EXPECT_TRUE(has(o.out, "snapshot (default)   expandable_segments:True")) << o.out;
+  EXPECT_TRUE(has(o.out, "peak reserved                              258 MiB                    142 MiB")) << o.out;
+  EXPECT_TRUE(has(o.out, "cudaMalloc + maps                               13                          8")) << o.out;
+  EXPECT_TRUE(has(o.out, "fragmentation at peak                        50.4%                       9.9%")) << o.out;
+  fs::remove(snap);
+}
+
+// docs/memory.md's example runs on tests/fixtures/memory/sixteens_then_thirty_twos.pickle: it must
+// stay what the writer writes (regenerate it from sixteens_then_thirty_twos_snapshot(false)).
+TEST(MemoryCli, TheDocsFixtureIsTheWritersSnapshot) {
+  std::ifstream in("tests/fixtures/memory/sixteens_then_thirty_twos.pickle", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes, sixteens_then_thirty_twos_snapshot(false).bytes());
+}
+
+TEST(MemoryCli, JsonAndOutFolder) {
+  const std::string snap = write_snapshot("memory_es.pickle", sixteens_then_thirty_twos_snapshot(true));
+  const std::string out = temp_path("memory_out");
+  fs::remove_all(out);
+  const Outcome o = run_tandem(fmt::format("memory '{}' --alloc-conf '' --json --out '{}'", snap, out));
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  EXPECT_TRUE(j["consistency"]["matches"].get<bool>());
+  ASSERT_EQ(j["settings"].size(), 2u);
+  EXPECT_EQ(j["settings"][0]["label"], "snapshot (expandable_segments:True)");
+  EXPECT_EQ(j["settings"][0]["peak_reserved_bytes"], 142u << 20);
+  EXPECT_EQ(j["settings"][1]["label"], "default");
+  EXPECT_EQ(j["settings"][1]["peak_reserved_bytes"], 258u << 20);
+  EXPECT_TRUE(j["device_memory_bytes"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(read_text(out + "/memory.json")), j);
+  const std::string csv = read_text(out + "/memory_over_time.csv");
+  EXPECT_TRUE(csv.starts_with("setting,trace_index,action,allocated_bytes,reserved_bytes\n"
+                              "\"snapshot (expandable_segments:True)\",0,segment_map,0,0\n"
+                              "\"snapshot (expandable_segments:True)\",1,alloc,1024,2097152\n"))
+      << csv.substr(0, 300);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 2 * 41);
+  fs::remove_all(out);
+  fs::remove(snap);
+}
+
+// A snapshot whose segments the trace does not explain: the check says where, exit 1.
+TEST(MemoryCli, MismatchExitsOne) {
+  MemorySnapshotWriter w = sixteens_then_thirty_twos_snapshot(false);
+  w.segment(0x7f3000000000, 0, "large", false, {{20u << 20, "inactive", 0}});
+  const std::string snap = write_snapshot("memory_bad.pickle", w);
+  const Outcome o = run_tandem(fmt::format("memory '{}'", snap));
+  EXPECT_EQ(o.exit_code, 1) << o.err;
+  EXPECT_TRUE(has(o.out, "consistency: MISMATCH: the snapshot has 14 segment(s), the replay 13")) << o.out;
+  fs::remove(snap);
+}
+
+// On a 100 MiB device the snapshot's program runs out. Entries: 0-5 the small prelude, then
+// (segment_alloc, alloc) per 16 MiB block, the k-th alloc at entry 7 + 2k. Default: 2 + 7 x 16 =
+// 114 MiB > 100 at the 7th block (k = 6, entry 19). Expandable: the 6th block (k = 5, entry 17)
+// needs a 5th 20 MiB page: 2 + 100 = 102 MiB > 100.
+TEST(MemoryCli, OomsNameTheRequest) {
+  const std::string snap = write_snapshot("memory_oom.pickle", sixteens_then_thirty_twos_snapshot(false));
+  const Outcome o = run_tandem(fmt::format("memory '{}' --device-memory 100M --alloc-conf expandable_segments:True", snap));
+  EXPECT_EQ(o.exit_code, 1) << o.err;  // the recorded program did not run out: the replay disagrees
+  EXPECT_TRUE(has(o.out, "device memory: 100 MiB (from --device-memory)")) << o.out;
+  EXPECT_TRUE(has(o.out, "entry 19: 16 MiB (stream 0)   entry 17: 16 MiB (stream 0)")) << o.out;
+  fs::remove(snap);
+}
+
+TEST(MemoryCli, ErrorsAreOneLineAndExitTwo) {
+  const std::string snap = write_snapshot("memory_ok.pickle", sixteens_then_thirty_twos_snapshot(false));
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const std::string missing = temp_path("memory_missing.pickle");
+  const std::string not_pickle = temp_path("memory_text.pickle");
+  std::ofstream(not_pickle) << "hello";
+  MemorySnapshotWriter empty_trace;
+  const std::string no_trace = write_snapshot("memory_no_trace.pickle", empty_trace);
+  const Case cases[] = {
+      {fmt::format("memory '{}' --alloc-conf max_split_size_mb:10", snap),
+       "tandem: error: alloc conf 'max_split_size_mb:10': max_split_size_mb must be at least 20 (MiB), got 10"},
+      {fmt::format("memory '{}' --alloc-conf expandable_segments:yes", snap),
+       "tandem: error: alloc conf 'expandable_segments:yes': expandable_segments must be True or False, got 'yes'"},
+      {fmt::format("memory '{}' --device 3", snap), "tandem: error: --device 3: the snapshot has traces for 1 device(s)"},
+      {fmt::format("memory '{}' --device-memory lots", snap), "--device-memory"},
+      {fmt::format("memory '{}'", missing), "cannot read memory snapshot"},
+      {fmt::format("memory '{}'", not_pickle), "not a memory snapshot pickle"},
+      {fmt::format("memory '{}'", no_trace), "the snapshot has no trace entries"},
+      {"memory /dev/zero", "is a character device, not a regular file"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    const Outcome o = run_tandem(c.args);
+    EXPECT_EQ(o.exit_code, 2);
+    EXPECT_TRUE(has(o.err, c.message)) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_TRUE(o.out.empty()) << o.out;
+  }
+  fs::remove(snap);
+  fs::remove(not_pickle);
+  fs::remove(no_trace);
+}
+
+}  // namespace
