@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <functional>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -620,7 +621,8 @@ struct DumpFile {
 
 // Reads and parses each file, on several threads (reading is most of `tandem fr analyze`, and the
 // dumps are independent). What fails is what a loop over the files in order would meet first.
-std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
+std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files,
+                               const std::function<void(size_t done, size_t total)>& progress) {
   const size_t threads = std::min<size_t>({files.size(), std::max(1u, std::thread::hardware_concurrency()), kMaxReadThreads});
   // Every dump stays in memory once read, and each thread holds one file's bytes and parse tree
   // while it reads: check both against the budget before reading any.
@@ -643,7 +645,8 @@ std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
   std::vector<std::exception_ptr> errors(files.size());
   std::atomic<size_t> next{0};
   std::atomic<size_t> first_error{files.size()};
-  const auto work = [&] {
+  std::atomic<size_t> read{0};
+  const auto work = [&](bool calling_thread) {
     // Reused from file to file: a dump runs to megabytes and there may be thousands, and a fresh
     // buffer each time costs more than the reading.
     std::string bytes;
@@ -660,13 +663,16 @@ std::vector<FrDump> read_dumps(const std::vector<DumpFile>& files) {
         while (i < seen && !first_error.compare_exchange_weak(seen, i)) {
         }
       }
+      const size_t done = ++read;
+      if (calling_thread && progress) progress(done, files.size());
     }
   };
   {
     std::vector<std::jthread> helpers;  // joined on leaving the block, also when starting one fails
-    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
-    work();
+    for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work, false);
+    work(true);
   }
+  if (progress) progress(files.size(), files.size());
   if (first_error < files.size()) std::rethrow_exception(errors[first_error]);
   return dumps;
 }
@@ -941,7 +947,8 @@ int remove_dumps(const std::string& prefix) {
   return static_cast<int>(stale.size());
 }
 
-std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix) {
+std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix,
+                                  const std::function<void(size_t done, size_t total)>& progress) {
   std::error_code error;
   if (!fs::exists(dir, error)) fail(ErrorCode::kIo, "flight-recorder dump folder {} does not exist", dir.string());
   if (!fs::is_directory(dir, error)) {
@@ -978,7 +985,7 @@ std::vector<FrDump> read_dump_dir(const fs::path& dir, const std::string& prefix
     }
     files.push_back(DumpFile{path, rank});
   }
-  std::vector<FrDump> dumps = read_dumps(files);
+  std::vector<FrDump> dumps = read_dumps(files, progress);
   if (name_error) std::rethrow_exception(name_error);
   if (dumps.empty()) fail(ErrorCode::kIo, "no flight-recorder dumps in {}", dir.string());
   std::sort(dumps.begin(), dumps.end(), [](const FrDump& a, const FrDump& b) { return a.rank < b.rank; });
