@@ -178,9 +178,10 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--ops", options->ops, "ops listed before the first divergence (all in --json / --out)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
-  command->add_option("--jobs", options->jobs,
-                      "child processes simulating the collectives at once, each a family of them (all_reduce with "
-                      "all_gather and reduce_scatter, broadcast, ...); 0: one per core")
+  command
+      ->add_option("--jobs", options->jobs,
+                   "child processes simulating the collectives at once, each a family of them (all_reduce with "
+                   "all_gather and reduce_scatter, broadcast, ...); 0: one per core")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   command->add_flag("--json", options->json, "print the whole replay as JSON instead of the report");

@@ -268,8 +268,8 @@ TEST_F(ReplayCli, WritesJsonCsvAndATraceWithItsStructure) {
 // last one never joined by the last rank), at `ranks` x `entries`, in `dir`.
 bool make_bench_dumps(const std::string& dir, int ranks, int entries) {
   fs::create_directories(dir);
-  return std::system(fmt::format("python3 '{}' '{}' {} {} > /dev/null", FR_BENCH_SCRIPT, dir, ranks, entries).c_str()) ==
-         0;
+  return std::system(
+             fmt::format("python3 '{}' '{}' {} {} > /dev/null", FR_BENCH_SCRIPT, dir, ranks, entries).c_str()) == 0;
 }
 
 TEST_F(ReplayCli, TimingFamiliesInParallelChildrenGiveTheOneChildReplay) {

@@ -54,15 +54,15 @@ TEST(RingLane, OnePeriodGivesExactlyWhatEveryPositionGives) {
     size_t n, period, offset;
     int tiles;
   };
-  for (const Case c : {Case{2, 1, 1, 1}, Case{8, 8, 1, 1}, Case{64, 8, 1, 1}, Case{64, 8, 8, 2}, Case{64, 8, 3, 3},
-                       Case{64, 1, 1, 2}, Case{64, 16, 63, 1}, Case{96, 24, 5, 2}, Case{256, 16, 1, 4},
-                       Case{60, 6, 7, 1}}) {
+  for (const Case c :
+       {Case{2, 1, 1, 1}, Case{8, 8, 1, 1}, Case{64, 8, 1, 1}, Case{64, 8, 8, 2}, Case{64, 8, 3, 3}, Case{64, 1, 1, 2},
+        Case{64, 16, 63, 1}, Case{96, 24, 5, 2}, Case{256, 16, 1, 4}, Case{60, 6, 7, 1}}) {
     const RingHops hops = periodic_hops(c.n, c.period, c.offset);
     const std::vector<double> scales = steps(c.n, c.tiles);
     const double every = ring_lane_seconds_every_position(hops, scales);
     EXPECT_GT(every, 0.0);
-    EXPECT_EQ(ring_lane_seconds(hops, scales), every) << c.n << " positions, period " << c.period << ", offset "
-                                                       << c.offset << ", " << c.tiles << " tiles";
+    EXPECT_EQ(ring_lane_seconds(hops, scales), every)
+        << c.n << " positions, period " << c.period << ", offset " << c.offset << ", " << c.tiles << " tiles";
   }
   // Not periodic: replayed whole, the same.
   RingHops wrap = periodic_hops(64, 8, 1);
