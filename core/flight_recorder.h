@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -167,7 +168,9 @@ inline constexpr double kMaxFrDurationMs = 365.0 * 24 * 3600 * 1000;
 // the rank comes from the digits.
 // Sorted by rank. Throws Error(kIo) for a missing directory (or a file given as one), no dumps, or
 // a dump that is not a regular file or is over kMaxFrDumpFileBytes; Error(kFormat) naming the file
-// for a corrupt one.
-std::vector<FrDump> read_dump_dir(const std::filesystem::path& dir, const std::string& prefix = "");
+// for a corrupt one. `progress`, when given, is called on the calling thread as files are read
+// (files read, of how many; the dumps are parsed on several threads).
+std::vector<FrDump> read_dump_dir(const std::filesystem::path& dir, const std::string& prefix = "",
+                                  const std::function<void(size_t done, size_t total)>& progress = {});
 
 }  // namespace tandem

@@ -20,14 +20,6 @@ namespace {
 constexpr int64_t kMaxConcurrentRanks = 4096;
 constexpr int64_t kMaxConcurrentRanksOpByOp = 256;
 
-// The largest group whose explicit schedules (CollectiveTimer's explicit_schedules) still run op
-// by op. Beyond it, op by op takes minutes and gigabytes per distinct collective (measured, 16
-// channels, 4 MiB: a ring broadcast on 256 GPUs 3.8 s, on 1,024 GPUs 36.8 s and 2.8 GB; a
-// replay of 1,024 ranks' all_gathers did not finish in 10 min at 11 GB), so regular rings take
-// their rank-symmetric rounds and other schedules (broadcast chains, a shrink's survivors) the
-// analytic replay after one contention round, as `tandem bench` and training steps time them.
-constexpr int kMaxOpByOpRanks = 256;
-
 // The instances of a group simulated at once with the first. Inside one node: those on that node
 // (other nodes' NVLink is their own), which keeps 2,048 TP groups from being simulated together.
 // Across nodes: all of them (their rings meet on leaves and spines) up to `max_ranks` ranks;

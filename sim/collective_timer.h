@@ -21,6 +21,17 @@
 
 namespace tandem::sim {
 
+// The largest group whose explicit schedules (CollectiveTimer's explicit_schedules) still run op
+// by op. Beyond it, op by op takes minutes and gigabytes per distinct collective (measured, 16
+// channels, 4 MiB: a ring broadcast on 256 GPUs 3.8 s, on 1,024 GPUs 36.8 s and 2.8 GB; a
+// replay of 1,024 ranks' all_gathers did not finish in 10 min at 11 GB), so regular rings take
+// their rank-symmetric rounds and other schedules (broadcast chains, a shrink's survivors) the
+// analytic replay after one contention round, as `tandem bench` and training steps time them.
+// Those (and every path of a larger group) are arithmetic after one contention round, with no
+// SimGrid clock: a time does not depend on what the timer ran before it. Op by op, a run starts at
+// the clock earlier runs left, whose rounding can show in the last bits.
+inline constexpr int kMaxOpByOpRanks = 256;
+
 // One distinct collective, as the simulator timed it.
 struct CollectiveTiming {
   Collective collective = Collective::kAllGather;

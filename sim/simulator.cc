@@ -29,6 +29,7 @@
 #include "core/host_memory.h"
 #include "core/faults.h"
 #include "sim/protocol.h"
+#include "sim/ring_lane.h"
 
 namespace tandem::sim {
 namespace sg4 = simgrid::s4u;
@@ -576,7 +577,7 @@ class Snapshot {
 // (its sender issued the send once it had received step s-1; the link carries one message after
 // the other), so a slow hop slows the positions behind it, not every step of every position.
 // Lanes with the same ring order and offset (NCCL's channels c and c + nChannels/2 are copies) are
-// replayed once.
+// replayed once, and a lane's positions once per period of its hops (sim/ring_lane.h).
 double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                        const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
                                        uint32_t tiles, double wire,
@@ -621,38 +622,28 @@ double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vect
 
   double total = 0;
   for (const std::vector<int>& gpu_of_rank : placements) {
-    std::vector<double> latency(static_cast<size_t>(n)), transfer(static_cast<size_t>(n));
-    std::vector<double> received(static_cast<size_t>(n)), link_free(static_cast<size_t>(n)), next(static_cast<size_t>(n));
     for (size_t l = 0; l < lanes.size(); ++l) {
       if (first_alike[l] != l) continue;
       const std::vector<int>& order = schedule.symmetry.order_of(l);
-      const int offset = lanes[l].ops[0].peer;
+      RingHops hops;
+      hops.offset = static_cast<size_t>(lanes[l].ops[0].peer);
       for (int p = 0; p < n; ++p) {
         const int a = order[static_cast<size_t>(p)];
-        const int b = order[static_cast<size_t>((p + offset) % n)];
+        const int b = order[(static_cast<size_t>(p) + hops.offset) % static_cast<size_t>(n)];
         const int ga = gpu_of_rank[static_cast<size_t>(a)];
         const int gb = gpu_of_rank[static_cast<size_t>(b)];
-        latency[static_cast<size_t>(p)] = std::max(topology.route(ga, gb).latency_s, hop_latency(a, b));
-        transfer[static_cast<size_t>(p)] = snapshot.transfer(ga, gb, static_cast<double>(round_bytes[l]) * wire);
+        hops.latency_s.push_back(std::max(topology.route(ga, gb).latency_s, hop_latency(a, b)));
+        hops.transfer_s.push_back(snapshot.transfer(ga, gb, static_cast<double>(round_bytes[l]) * wire));
       }
-      std::fill(received.begin(), received.end(), 0.0);
-      std::fill(link_free.begin(), link_free.end(), 0.0);
+      std::vector<double> step_scales;
       for (uint32_t t = 0; t < tiles; ++t) {
         for (size_t i = 0; i < lanes[l].ops.size(); i += 2) {
-          const double scale = round_bytes[l] > 0 ? static_cast<double>(bytes_of(lanes[l].ops[i].src, t)) /
-                                                        static_cast<double>(round_bytes[l])
-                                                  : 0.0;
-          for (int p = 0; p < n; ++p) {
-            const auto q = static_cast<size_t>((p + offset) % n);
-            const auto sp = static_cast<size_t>(p);
-            const double begin = std::max(received[sp] + latency[sp], link_free[sp]);
-            next[q] = std::max(begin + transfer[sp] * scale, received[q]);
-            link_free[sp] = next[q];
-          }
-          received.swap(next);
+          step_scales.push_back(round_bytes[l] > 0 ? static_cast<double>(bytes_of(lanes[l].ops[i].src, t)) /
+                                                         static_cast<double>(round_bytes[l])
+                                                   : 0.0);
         }
       }
-      total = std::max(total, *std::max_element(received.begin(), received.end()));
+      total = std::max(total, ring_lane_seconds(hops, step_scales));
     }
   }
   return total;

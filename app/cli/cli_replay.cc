@@ -4,10 +4,13 @@
 // docs/replay.md has the rules.
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -39,6 +42,7 @@ struct ReplayCliOptions {
   bool json = false;
   std::string out_dir;
   std::string trace;
+  int jobs = 0;  // 0: one per core
 };
 
 constexpr const char* kReplayFooter =
@@ -76,8 +80,19 @@ int run_replay(const ReplayCliOptions& options) {
   Progress progress;
   progress.update(fmt::format("replay: reading the dumps in {}", options.dir));
   std::vector<FrDump> dumps;
+  // Every kReadProgressEvery dumps a redraw: one per dump would cost more than the line is worth.
+  constexpr size_t kReadProgressEvery = 256;
+  std::function<void(size_t, size_t)> read_progress;
+  if (progress.enabled()) {
+    read_progress = [&progress, &options, shown = size_t{0}](size_t done, size_t total) mutable {
+      if (done >= shown + kReadProgressEvery || done == total) {
+        shown = done;
+        progress.update(fmt::format("replay: reading the dumps in {} {}/{}", options.dir, done, total));
+      }
+    };
+  }
   try {
-    dumps = read_dump_dir(options.dir, options.prefix);
+    dumps = read_dump_dir(options.dir, options.prefix, read_progress);
   } catch (const Error& error) {  // exit 2, not 1: 1 means "the ranks stop agreeing"
     throw Error(ErrorCode::kInvalidArgument, error.what());
   }
@@ -99,6 +114,7 @@ int run_replay(const ReplayCliOptions& options) {
     parse_algorithm_name(options.algorithm);
   }
   replay_options.algorithm = options.algorithm;
+  replay_options.jobs = options.jobs > 0 ? options.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (progress.enabled()) {
     replay_options.progress = [&progress](std::string_view phase, size_t done, size_t total) {
       progress.update(fmt::format("replay: {} {}/{}", phase, done, total));
@@ -162,6 +178,12 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--ops", options->ops, "ops listed before the first divergence (all in --json / --out)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
+  command
+      ->add_option("--jobs", options->jobs,
+                   "child processes simulating the collectives at once, each a family of them (all_reduce with "
+                   "all_gather and reduce_scatter, broadcast, ...); 0: one per core")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   command->add_flag("--json", options->json, "print the whole replay as JSON instead of the report");
   command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder")
       ->check(output_folder_path())

@@ -435,27 +435,68 @@ struct TimingQuery {
   std::vector<int> ranks;  // = GPUs
 };
 
-std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, const std::vector<TimingQuery>& queries) {
-  if (queries.empty()) return {};
-  const std::string text = sim::run_isolated([&] {
-    // Explicit schedules, as tandem run's collective loops simulate them.
-    sim::CollectiveTimer timer(options.cluster, options.network, true);
-    json out = json::array();
-    for (const TimingQuery& q : queries) {
-      models::CommGroup group{"replay", 1, 1, {q.ranks}};
-      const sim::CollectiveTiming t = timer.time(q.collective, q.bytes, group, options.algorithm);
-      out.push_back({t.seconds, t.algorithm, t.busbw_GBps});
-    }
-    return out.dump();
-  });
-  std::vector<sim::CollectiveTiming> timings;
-  for (const json& j : json::parse(text)) {
-    sim::CollectiveTiming t;
-    t.seconds = j.at(0).get<double>();
-    t.algorithm = j.at(1).get<std::string>();
-    t.busbw_GBps = j.at(2).get<double>();
-    timings.push_back(t);
+// Queries that share schedules: all_gather and reduce_scatter are timed as half a ring all_reduce,
+// so they go with all_reduce; each other collective is a family of its own.
+int query_family(Collective collective) {
+  switch (collective) {
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return static_cast<int>(Collective::kAllReduce);
+    default:
+      return static_cast<int>(collective);
   }
+}
+
+// Times every query on the simulator. With several jobs, each family of queries (query_family)
+// runs in a child process of its own, up to options.jobs at a time, each child building its
+// platform and the schedules it needs once. Groups of up to sim::kMaxOpByOpRanks run op by op,
+// where a time's last bits depend on the runs before it in the process: then, as with one job, one
+// child runs every query in order.
+std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, const std::vector<TimingQuery>& queries,
+                                                PhaseProgress& progress) {
+  const bool independent = options.jobs > 1 && std::all_of(queries.begin(), queries.end(), [](const TimingQuery& q) {
+                             return q.ranks.size() > static_cast<size_t>(sim::kMaxOpByOpRanks);
+                           });
+  std::map<int, std::vector<size_t>> by_family;
+  for (size_t i = 0; i < queries.size(); ++i) {
+    by_family[independent ? query_family(queries[i].collective) : 0].push_back(i);
+  }
+  std::vector<std::vector<size_t>> families;
+  for (auto& [family, members] : by_family) families.push_back(std::move(members));
+  std::vector<sim::CollectiveTiming> timings(queries.size());
+  size_t done = 0;
+  std::optional<Error> failure;
+  sim::run_isolated_parallel(
+      families.size(),
+      [&](size_t f) {
+        // Explicit schedules, as tandem run's collective loops simulate them.
+        sim::CollectiveTimer timer(options.cluster, options.network, true);
+        json out = json::array();
+        for (size_t i : families[f]) {
+          const TimingQuery& q = queries[i];
+          models::CommGroup group{"replay", 1, 1, {q.ranks}};
+          const sim::CollectiveTiming t = timer.time(q.collective, q.bytes, group, options.algorithm);
+          out.push_back({t.seconds, t.algorithm, t.busbw_GBps});
+        }
+        return out.dump();
+      },
+      std::max(1, options.jobs),
+      [&](size_t f, const sim::IsolatedResult& result) {
+        if (!result.ok) {
+          if (!failure) failure.emplace(result.code, result.error);
+          return;
+        }
+        const json reply = json::parse(result.text);
+        for (size_t k = 0; k < families[f].size(); ++k) {
+          sim::CollectiveTiming& t = timings[families[f][k]];
+          t.seconds = reply.at(k).at(0).get<double>();
+          t.algorithm = reply.at(k).at(1).get<std::string>();
+          t.busbw_GBps = reply.at(k).at(2).get<double>();
+        }
+        done += families[f].size();
+        progress.step(done);
+      });
+  if (failure) throw *failure;
   return timings;
 }
 
@@ -638,8 +679,7 @@ Timings time_ops(const ReplayOptions& options, const std::vector<ReplayOp>& ops,
     ask(info.op, info.survivors);
   }
   PhaseProgress progress(options, "simulating distinct collectives", queries.size());
-  out.timings = time_queries(options, queries);
-  progress.step(queries.size());
+  out.timings = time_queries(options, queries, progress);
   return out;
 }
 

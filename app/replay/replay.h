@@ -2,7 +2,7 @@
 // or PyTorch's from a real one) give each rank's sequence of collectives and p2p ops (types, sizes,
 // dtypes, groups); the replay runs those sequences on a simulated cluster, rank r on GPU r: an op
 // starts when every member of its group has reached it and lasts what the simulator predicts (each
-// distinct op simulated once, in one child process), a rank's recorded time between two ops (its
+// distinct op simulated once, in child processes), a rank's recorded time between two ops (its
 // compute) kept. It reports the predicted time of every op against the recorded one, where the
 // ranks stop agreeing (an op some members never reach, or reach with another op, or that never
 // completed), which ranks the others wait for (following waits through other stuck ops), and what
@@ -35,6 +35,9 @@ struct ReplayOptions {
   std::vector<RecoveryAction> recoveries; // the policies to try where the ranks stop agreeing
   std::optional<double> watchdog_s;       // none: the stuck op's recorded timeout (timeout_ms)
   bool recorded_gaps = true;              // keep each rank's recorded time between its ops
+  // Child processes simulating at once: 1, one child times every op; more, where every group has
+  // over sim::kMaxOpByOpRanks ranks, one child per family of collectives (the same times).
+  int jobs = 1;
   // Called as the replay goes (a phase, and how much of it is done: ops, dumps, collectives), for
   // a progress line; several times a second at most in long phases. None: silent.
   std::function<void(std::string_view phase, size_t done, size_t total)> progress;

@@ -19,6 +19,9 @@
 #ifndef FR_FIXTURE_SCRIPT
 #error "FR_FIXTURE_SCRIPT must name tests/fixtures/fr/make_fr_fixtures.py"
 #endif
+#ifndef FR_BENCH_SCRIPT
+#error "FR_BENCH_SCRIPT must name bench/make_fr_dumps.py"
+#endif
 
 namespace {
 
@@ -259,6 +262,44 @@ TEST_F(ReplayCli, WritesJsonCsvAndATraceWithItsStructure) {
   EXPECT_EQ(instants["recovery: abort"], 1);
   EXPECT_EQ(instants["recovery: shrink"], 1);
   EXPECT_EQ(instants["recovery: reroute"], 1);
+}
+
+// bench/make_fr_dumps.py's layout (one group over every rank, four collectives at seven sizes, the
+// last one never joined by the last rank), at `ranks` x `entries`, in `dir`.
+bool make_bench_dumps(const std::string& dir, int ranks, int entries) {
+  fs::create_directories(dir);
+  return std::system(
+             fmt::format("python3 '{}' '{}' {} {} > /dev/null", FR_BENCH_SCRIPT, dir, ranks, entries).c_str()) == 0;
+}
+
+TEST_F(ReplayCli, TimingFamiliesInParallelChildrenGiveTheOneChildReplay) {
+  // 264 ranks (33 nodes): every group is over sim::kMaxOpByOpRanks, so --jobs 3 times all_reduce /
+  // all_gather / reduce_scatter, broadcast in children of their own; --jobs 1 times every op in one
+  // child, in order. 16 ranks run op by op: one child whatever --jobs says. The same replay,
+  // byte for byte, and the planted hang found on the last rank.
+  for (const int ranks : {16, 264}) {
+    const std::string dir = fmt::format("{}/bench{}", *root_, ranks);
+    ASSERT_TRUE(make_bench_dumps(dir, ranks, 30)) << FR_BENCH_SCRIPT;
+    const Outcome one = run_tandem(fmt::format("replay '{}' --json --jobs 1", dir));
+    const Outcome three = run_tandem(fmt::format("replay '{}' --json --jobs 3", dir));
+    ASSERT_EQ(one.exit_code, 1) << one.err;
+    ASSERT_EQ(three.exit_code, 1) << three.err;
+    EXPECT_EQ(one.out, three.out) << ranks << " ranks";
+    const json r = json::parse(three.out);
+    EXPECT_EQ(r.at("culprit_ranks"), json::array({ranks - 1}));
+    const json& stuck = op_at(r, r.at("first_divergence").get<size_t>());
+    EXPECT_EQ(stuck.at("state"), "stuck");
+    EXPECT_EQ(stuck.at("sequence"), 30);
+    EXPECT_EQ(stuck.at("missing"), json::array({ranks - 1}));
+    EXPECT_EQ(stuck.at("waiting").size(), static_cast<size_t>(ranks - 1));
+    size_t completed = 0;
+    for (const json& op : r.at("ops")) {
+      if (op.at("state") != "completed") continue;
+      ++completed;
+      EXPECT_GT(op.at("predicted_us").get<double>(), 0.0) << op.dump();
+    }
+    EXPECT_EQ(completed, 29u);
+  }
 }
 
 TEST_F(ReplayCli, DumpsThatCannotBeReplayedAreOneLineErrors) {
