@@ -450,29 +450,37 @@ std::optional<BlockId> CachingAllocator::alloc_block(uint64_t size, uint64_t all
   }
   if (settings_.expandable_segments) return try_allocate_expandable_block(size, stream, pool);
   if (device_memory_bytes_ != 0 && total_allocated_memory_ + alloc_size > device_memory_bytes_) return std::nullopt;
-  const int32_t segment_index = static_cast<int32_t>(segments_.size());
-  Segment segment;
-  segment.pool = pool;
-  segment.stream = stream;
-  segment.address = next_address_;
-  segment.size = alloc_size;
-  segment.order = static_cast<uint64_t>(segment_index);
-  segment.live = true;
-  segments_.push_back(segment);
-  next_address_ += kRoundLarge * ((alloc_size + kRoundLarge - 1) / kRoundLarge);
-  const BlockId id = new_block();
-  Block& b = blocks_[static_cast<size_t>(id)];
-  b.address = segment.address;
-  b.size = alloc_size;
-  b.stream = stream;
-  b.segment = segment_index;
-  segments_.back().block_count = 1;
-  set_prev(id, -1);
+  const BlockId id = new_segment(pool, stream, alloc_size, /*expandable=*/false);
+  next_address_ += kRoundLarge * ((alloc_size + kRoundLarge - 1) / kRoundLarge) - alloc_size;
   total_allocated_memory_ += alloc_size;
   change(stats_.segment, pool, 1);
   change(stats_.reserved_bytes, pool, static_cast<int64_t>(alloc_size));
   if (alloc_size >= settings_.max_split_size_bytes) stats_.oversize_segments.increase(1);
   stats_.num_device_alloc += 1;
+  return id;
+}
+
+// A new segment of `size` bytes at the next address, as one block covering it (returned).
+BlockId CachingAllocator::new_segment(Pool pool, int64_t stream, uint64_t size, bool expandable) {
+  const int32_t segment_index = static_cast<int32_t>(segments_.size());
+  Segment segment;
+  segment.pool = pool;
+  segment.stream = stream;
+  segment.address = next_address_;
+  segment.size = size;
+  segment.order = static_cast<uint64_t>(segment_index);
+  segment.expandable = expandable;
+  segment.live = true;
+  segment.block_count = 1;
+  segments_.push_back(segment);
+  next_address_ += size;
+  const BlockId id = new_block();
+  Block& b = blocks_[static_cast<size_t>(id)];
+  b.address = segment.address;
+  b.size = size;
+  b.stream = stream;
+  b.segment = segment_index;
+  set_prev(id, -1);
   return id;
 }
 
@@ -502,26 +510,9 @@ BlockId CachingAllocator::find_expandable_block(uint64_t size, int64_t stream, P
   const uint64_t page = pool_kind == Pool::kSmall ? kSmallBuffer : kLargeBuffer;
   const uint64_t span = device_memory_bytes_ == 0 ? kUnboundedExpandableSpanBytes
                                                   : device_memory_bytes_ + device_memory_bytes_ / 8;
-  const int32_t segment_index = static_cast<int32_t>(segments_.size());
-  Segment segment;
-  segment.pool = pool_kind;
-  segment.stream = stream;
-  segment.address = next_address_;
-  segment.size = page * ((span + page - 1) / page);  // numSegments(size) pages
-  segment.order = static_cast<uint64_t>(segment_index);
-  segment.expandable = true;
-  segment.live = true;
-  segments_.push_back(segment);
-  next_address_ += segment.size;
-  const BlockId id = new_block();
-  Block& b = blocks_[static_cast<size_t>(id)];
-  b.address = segment.address;
-  b.size = segment.size;
-  b.stream = stream;
-  b.segment = segment_index;
-  b.mapped = false;
-  segments_.back().block_count = 1;
-  set_prev(id, -1);
+  const BlockId id = new_segment(pool_kind, stream, page * ((span + page - 1) / page),  // numSegments(size) pages
+                                 /*expandable=*/true);
+  blocks_[static_cast<size_t>(id)].mapped = false;
   insert_unmapped(id);
   return id;
 }

@@ -209,6 +209,7 @@ class CachingAllocator {
     uint64_t get_free_blocks_call_count = 0;
   };
   BlockId new_block();
+  BlockId new_segment(Pool pool, int64_t stream, uint64_t size, bool expandable);
   void delete_block(BlockId id);
   FreeKey free_key(BlockId id) const;
   void insert_free(BlockId id);
