@@ -512,32 +512,18 @@ Workload read_startup(const Reader& reader, const YAML::Node& node, const std::v
     if (startup.find_config(config.name) != nullptr) {
       reader.fail_at(name_node, "{}: a second config named '{}'", m.path("name"), config.name);
     }
-    sim::StartupLevers& levers = config.levers;
-    if (const YAML::Node* v = m.find("store")) {
-      const std::string text = reader.scalar(*v, m.path("store"));
-      levers.store = reader.at(*v, m.path("store"), [&] { return sim::parse_store_backend(text); });
-    }
-    if (const YAML::Node* v = m.find("eager_init")) levers.eager_init = reader.boolean(*v, m.path("eager_init"));
-    if (const YAML::Node* v = m.find("ranks_per_root")) {
-      levers.ranks_per_root = static_cast<int>(reader.integer(*v, m.path("ranks_per_root"), 0, 1 << 20));
-    }
-    if (const YAML::Node* v = m.find("runtime_connect")) {
-      levers.runtime_connect = reader.boolean(*v, m.path("runtime_connect"));
-    }
-    if (const YAML::Node* v = m.find("oob_net")) levers.oob_net = reader.boolean(*v, m.path("oob_net"));
-    if (const YAML::Node* v = m.find("init_barriers"))
-      levers.init_barriers = reader.boolean(*v, m.path("init_barriers"));
-    if (const YAML::Node* v = m.find("topo_cache")) levers.topo_cache = reader.boolean(*v, m.path("topo_cache"));
+    read_startup_levers(reader, m, config.levers);
     startup.configs.push_back(std::move(config));
   }
   return startup;
 }
 
-constexpr std::array<std::pair<std::string_view, WorkloadReader>, 4> kWorkloadTypes{{
+constexpr std::array<std::pair<std::string_view, WorkloadReader>, 5> kWorkloadTypes{{
     {"collective-sweep", read_collective_sweep},
     {"collective-loop", read_collective_loop},
     {"training", read_training},
     {"startup", read_startup},
+    {"claims", read_claims},
 }};
 
 Workload read_workload(const Reader& reader, const Mapping& top, const std::vector<ClusterVariant>& variants) {
@@ -1019,6 +1005,14 @@ std::vector<StartupExpectation> read_startup_expectations(const Reader& reader, 
       });
 }
 
+std::vector<ClaimExpectation> read_claim_expectations(const Reader& reader, const Mapping& top,
+                                                      const Scenario& scenario) {
+  return read_expect_list<ClaimsWorkload>(
+      reader, top, scenario, [&](const YAML::Node& n, const std::string& at, const ClaimsWorkload& claims) {
+        return read_claim_expectation(reader, n, at, claims);
+      });
+}
+
 // ---- the whole file ----------------------------------------------------------------------------
 
 void check_version(const Reader& reader, const YAML::Node& root) {
@@ -1067,6 +1061,7 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
   scenario.loop_expectations = read_loop_expectations(reader, top, scenario);
   scenario.training_expectations = read_training_expectations(reader, top, scenario);
   scenario.startup_expectations = read_startup_expectations(reader, top, scenario);
+  scenario.claim_expectations = read_claim_expectations(reader, top, scenario);
   return scenario;
 }
 
@@ -1074,6 +1069,23 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
 
 Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path) {
   return read_bound_at(reader, node, path);
+}
+
+void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLevers& levers) {
+  if (const YAML::Node* v = m.find("store")) {
+    const std::string text = reader.scalar(*v, m.path("store"));
+    levers.store = reader.at(*v, m.path("store"), [&] { return sim::parse_store_backend(text); });
+  }
+  if (const YAML::Node* v = m.find("eager_init")) levers.eager_init = reader.boolean(*v, m.path("eager_init"));
+  if (const YAML::Node* v = m.find("ranks_per_root")) {
+    levers.ranks_per_root = static_cast<int>(reader.integer(*v, m.path("ranks_per_root"), 0, 1 << 20));
+  }
+  if (const YAML::Node* v = m.find("runtime_connect")) {
+    levers.runtime_connect = reader.boolean(*v, m.path("runtime_connect"));
+  }
+  if (const YAML::Node* v = m.find("oob_net")) levers.oob_net = reader.boolean(*v, m.path("oob_net"));
+  if (const YAML::Node* v = m.find("init_barriers")) levers.init_barriers = reader.boolean(*v, m.path("init_barriers"));
+  if (const YAML::Node* v = m.find("topo_cache")) levers.topo_cache = reader.boolean(*v, m.path("topo_cache"));
 }
 
 models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& node, const std::string& path) {

@@ -24,6 +24,7 @@
 #include "core/recovery.h"
 #include "core/types.h"
 #include "models/cluster.h"
+#include "models/reliability.h"
 #include "models/workload.h"
 #include "sim/simulator.h"
 #include "sim/startup.h"
@@ -127,14 +128,77 @@ struct StartupConfig {
 // workload: {type: startup}: the job's start-up (sim/startup.h) under each lever set, on every
 // variant (docs/startup.md).
 struct StartupWorkload {
-  int gpus = 0;                             // 0: every GPU of the variant's cluster
-  models::ParallelLayout layout;            // its process groups (tp, cp, ep, pp; dp is the rest)
-  std::vector<StartupConfig> configs;       // the first is the baseline
+  int gpus = 0;                        // 0: every GPU of the variant's cluster
+  models::ParallelLayout layout;       // its process groups (tp, cp, ep, pp; dp is the rest)
+  std::vector<StartupConfig> configs;  // the first is the baseline
   const StartupConfig* find_config(std::string_view config_name) const;
 };
 
+// workload: {type: claims}: a release note's claims ("16 GB all_reduce 12.4 -> 10.1 ms"), each
+// set against what tandem's models predict for its baseline and for the changes that could produce
+// it, with a verdict: plausible, needs conditions, or physically impossible (docs/claims.md).
+enum class ClaimKind : uint8_t {
+  kCollective,  // one collective's time (ms) on the scenario's cluster: simulated, and the physical bound
+  kMemory,      // fragmentation (%) at the peak of one training step, under PyTorch's caching allocator
+  kMtbf,        // mean time between job restarts (h): failure rates and in-place recovery
+  kStartup,     // the job's start-up (s): sim/startup.h under a set of levers
+};
+std::string_view name(ClaimKind kind);        // "collective", "memory", "mtbf", "startup"
+std::string_view claim_unit(ClaimKind kind);  // "ms", "%", "h", "s"
+// Whether a larger value is the better one (MTBF) or a smaller (times, fragmentation).
+bool claim_higher_is_better(ClaimKind kind);
+
+// One configuration a claim is evaluated under: its baseline, or one candidate for its "after".
+// Each kind reads the fields it needs and refuses the others.
+struct ClaimSetting {
+  std::string name;
+  std::string variant{kBaseVariantName};  // collective: the cluster
+  std::string algorithm = "auto";         // collective: a sweep algorithm name
+  std::string allocator;                  // memory: PyTorch's PYTORCH_CUDA_ALLOC_CONF string ("" = defaults)
+  models::RecoveryPolicies recovery;      // mtbf: the in-place recovery policies
+  sim::StartupLevers levers;              // startup
+  SourceMark mark;
+};
+
+// What the release note says the value was and is.
+struct ClaimedValues {
+  double before = 0;
+  double after = 0;
+  bool after_or_better = false;  // "160+ h": the after value is a floor (a ceiling for times)
+};
+
+inline constexpr double kDefaultClaimTolerance = 0.25;
+
+struct Claim {
+  std::string name;
+  std::string says;  // the release note's words, quoted in the report
+  ClaimKind kind = ClaimKind::kCollective;
+  ClaimedValues claimed;
+  double tolerance = kDefaultClaimTolerance;  // relative: within it, tandem's value agrees with the claim
+  // collective
+  Collective collective = Collective::kAllReduce;
+  int64_t size_bytes = 0;  // nccl-tests' size as the note states it (the per-rank buffer for all_reduce)
+  // memory: one layout of a training workload (its first)
+  std::optional<TrainingWorkload> training;
+  // mtbf
+  std::string rates = "llama3";  // models/reliability.h's rate tables
+  // startup
+  models::ParallelLayout layout;
+  // every kind
+  ClaimSetting before;
+  std::vector<ClaimSetting> after;  // candidates: the report names the one nearest the claim
+  SourceMark mark;
+};
+
+struct ClaimsWorkload {
+  std::vector<Claim> claims;
+  const Claim* find(std::string_view claim_name) const;
+};
+inline constexpr size_t kMaxClaims = 32;
+inline constexpr size_t kMaxClaimCandidates = 16;
+
 // One alternative per workload type.
-using Workload = std::variant<CollectiveSweep, CollectiveLoop, TrainingWorkload, StartupWorkload>;
+using Workload = std::variant<CollectiveSweep, CollectiveLoop, TrainingWorkload, StartupWorkload, ClaimsWorkload>;
 
 // Limits of the loop workload and the fault sections.
 inline constexpr int kMaxLoopIterations = 10000;
@@ -211,6 +275,21 @@ struct StartupExpectation {
   SourceMark mark;
 };
 
+// A claim's verdict: tandem's predictions agree with both values; they would with the conditions
+// the report lists; or a claimed value beats a bound that no configuration can beat.
+enum class ClaimVerdict : uint8_t { kPlausible, kNeedsConditions, kImpossible };
+std::string_view name(ClaimVerdict verdict);  // "plausible", "needs-conditions", "impossible"
+ClaimVerdict parse_claim_verdict(std::string_view text);
+
+// One entry of `expect` for a claims workload.
+struct ClaimExpectation {
+  std::string claim;
+  std::optional<ClaimVerdict> verdict;
+  Bound tandem_before;  // tandem's value for the baseline, in the claim's unit
+  Bound tandem_after;   // tandem's value for the candidate nearest the claim
+  SourceMark mark;
+};
+
 struct Scenario {
   std::string file;  // the path it was loaded from, as given (for messages and results)
   std::string name;
@@ -220,12 +299,13 @@ struct Scenario {
   NetworkChoice network = NetworkChoice::kFluid;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;           // collective-sweep
-  std::vector<LoopExpectation> loop_expectations;  // collective-loop
+  std::vector<Expectation> expectations;                   // collective-sweep
+  std::vector<LoopExpectation> loop_expectations;          // collective-loop
   std::vector<TrainingExpectation> training_expectations;  // training
   std::vector<StartupExpectation> startup_expectations;    // startup
-  FaultPlan faults;                                // `faults:` and `fault_seed:`
-  std::vector<SourceMark> fault_marks;             // where each fault is, for messages
+  std::vector<ClaimExpectation> claim_expectations;        // claims
+  FaultPlan faults;                                        // `faults:` and `fault_seed:`
+  std::vector<SourceMark> fault_marks;                     // where each fault is, for messages
   RecoveryPolicy recovery;
 
   const ClusterVariant* find_variant(std::string_view variant_name) const;

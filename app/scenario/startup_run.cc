@@ -24,7 +24,18 @@ size_t config_index(const StartupWorkload& startup, std::string_view config) {
   fail(ErrorCode::kInvalidArgument, "no start-up config named '{}'", config);
 }
 
-// What a lever set changes from today's defaults, in the names users set them by.
+nlohmann::json levers_json(const sim::StartupLevers& l) {
+  return {{"store", sim::name(l.store)},
+          {"eager_init", l.eager_init},
+          {"ranks_per_root", l.ranks_per_root},
+          {"runtime_connect", l.runtime_connect},
+          {"oob_net", l.oob_net},
+          {"init_barriers", l.init_barriers},
+          {"topo_cache", l.topo_cache}};
+}
+
+}  // namespace
+
 std::string describe_levers(const sim::StartupLevers& l) {
   const sim::StartupLevers d;
   std::vector<std::string> parts;
@@ -39,18 +50,6 @@ std::string describe_levers(const sim::StartupLevers& l) {
   if (l.topo_cache != d.topo_cache) parts.push_back(l.topo_cache ? "topology cache" : "topology per communicator");
   return parts.empty() ? "today's defaults" : fmt::format("{}", fmt::join(parts, ", "));
 }
-
-nlohmann::json levers_json(const sim::StartupLevers& l) {
-  return {{"store", sim::name(l.store)},
-          {"eager_init", l.eager_init},
-          {"ranks_per_root", l.ranks_per_root},
-          {"runtime_connect", l.runtime_connect},
-          {"oob_net", l.oob_net},
-          {"init_barriers", l.init_barriers},
-          {"topo_cache", l.topo_cache}};
-}
-
-}  // namespace
 
 const sim::StartupResult* StartupResults::find(const Scenario& scenario, std::string_view variant,
                                                std::string_view config) const {

@@ -22,6 +22,10 @@ struct StartupResults {
   const sim::StartupResult* find(const Scenario& scenario, std::string_view variant, std::string_view config) const;
 };
 
+// What a lever set changes from today's defaults, in the names users set them by ("legacy store,
+// barrier per new_group"; "today's defaults").
+std::string describe_levers(const sim::StartupLevers& levers);
+
 // The job's GPUs on `variant`: the workload's gpus, else every GPU of the variant's cluster.
 int startup_gpus(const StartupWorkload& startup, const ClusterVariant& variant);
 

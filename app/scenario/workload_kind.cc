@@ -5,9 +5,10 @@
 
 #include <fmt/format.h>
 
-#include "app/scenario/loop_run.h"
 #include "app/report/scenario_report.h"
 #include "app/report/trace.h"
+#include "app/scenario/claims_run.h"
+#include "app/scenario/loop_run.h"
 #include "app/scenario/startup_run.h"
 #include "app/scenario/training_run.h"
 
@@ -87,6 +88,23 @@ class StartupKind : public WorkloadKind {
   }
 };
 
+// workload: {type: claims}: a release note's claims against tandem's models (app/scenario/claims_run.h).
+class ClaimsKind : public WorkloadKind {
+ public:
+  std::string_view type() const override { return "claims"; }
+  WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
+    const ClaimsResults results = run_claims(scenario, options.backend, options.progress);
+    const std::vector<ClaimExpectationOutcome> outcomes = evaluate_claim_expectations(scenario, results);
+    WorkloadOutput out;
+    out.report = format_claims_report(scenario, results, outcomes, options.quiet);
+    const nlohmann::json json = claims_results_json(scenario, results, outcomes);
+    out.results_json = json.dump(2) + "\n";
+    out.results_csv = claims_results_csv(results);
+    out.pass = json.at("passed").get<bool>();
+    return out;
+  }
+};
+
 }  // namespace
 
 const WorkloadKind& workload_kind_of(const Scenario& scenario) {
@@ -94,11 +112,13 @@ const WorkloadKind& workload_kind_of(const Scenario& scenario) {
   static const LoopKind kLoop;
   static const TrainingKind kTraining;
   static const StartupKind kStartup;
+  static const ClaimsKind kClaims;
   struct Pick {
     const WorkloadKind& operator()(const CollectiveSweep&) const { return kSweep; }
     const WorkloadKind& operator()(const CollectiveLoop&) const { return kLoop; }
     const WorkloadKind& operator()(const TrainingWorkload&) const { return kTraining; }
     const WorkloadKind& operator()(const StartupWorkload&) const { return kStartup; }
+    const WorkloadKind& operator()(const ClaimsWorkload&) const { return kClaims; }
   };
   return std::visit(Pick{}, scenario.workload);
 }

@@ -150,8 +150,9 @@ class Reader {
 // none twice. `path` names the section in messages ("workload", "expect[2]"; "" at the top).
 class Mapping {
  public:
-  template <size_t N>
-  Mapping(const Reader& reader, const YAML::Node& node, std::string path, const std::array<std::string_view, N>& keys)
+  // `keys`: the accepted names, a std::array or std::vector of std::string_view.
+  template <typename Keys>
+  Mapping(const Reader& reader, const YAML::Node& node, std::string path, const Keys& keys)
       : reader_(reader), node_(node), path_(std::move(path)) {
     if (!node.IsMap())
       reader.fail_at(node, "{} must be a mapping of keys to values (got {})", where(), node_kind(node));
@@ -207,6 +208,14 @@ models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& no
 TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path);
 // {min, max} at `node`.
 Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path);
+// The start-up lever keys of `m` (store, eager_init, ranks_per_root, runtime_connect, oob_net,
+// init_barriers, topo_cache) into `levers`; keys absent keep their values.
+void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLevers& levers);
+
+// Defined in claims.cc: `workload: {type: claims}` and its `expect` entries.
+Workload read_claims(const Reader& reader, const YAML::Node& node, const std::vector<ClusterVariant>& variants);
+ClaimExpectation read_claim_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                        const ClaimsWorkload& claims);
 
 // Flow collections ([..], {..}) nested deeper than this are refused before yaml-cpp sees them (its
 // parser recurses, and gave only "bad file" at 10,000 levels). tandem's files nest a few levels.

@@ -272,7 +272,7 @@ std::vector<Rejection> rejections() {
       {"missing type", with_workload("workload:\n  collectives: [all_reduce]\n"),
        "t.yaml:5:3: missing required key 'type' in workload"},
       {"unknown workload type", with_workload("workload:\n  type: inference\n"),
-       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training, startup)"},
+       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training, startup, claims)"},
       {"training without a model", with_workload("workload:\n  type: training\n"),
        "t.yaml:5:3: missing required key 'model' in workload"},
       {"unknown workload key",
