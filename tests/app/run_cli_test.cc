@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -344,6 +345,35 @@ TEST(RunCli, StartupScenarioComparesLeverSets) {
   }
   expect_one_line_error(run_tandem("run scenarios/startup-64xh100.yaml --backend host"), 2,
                         "a start-up workload runs on the simulator");
+}
+
+// The release-claims scenario: a verdict per claim in the report and the files, its expectations
+// held, and --backend host refused.
+TEST(RunCli, ReleaseClaimsScenarioGivesAVerdictPerClaim) {
+  const std::string dir = temp_path("claims_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem("run scenarios/release-claims-64xh100.yaml --out " + dir);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  for (const char* part : {"== all-reduce-16GB", "verdict impossible", "read as the job's total (16 GB over 64 GPUs",
+                           "failure rates 16.5x those of the 'llama3' table", "48 -> 160+ h"}) {
+    EXPECT_TRUE(contains(outcome.out, part)) << part << "\n" << outcome.out;
+  }
+  const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_TRUE(json.at("passed").get<bool>());
+  for (const nlohmann::json& claim : json.at("claims")) {
+    // The nearest candidate is one of the candidates, and every value is a number.
+    bool found = false;
+    for (const nlohmann::json& after : claim.at("after")) {
+      found = found || after.at("setting") == claim.at("nearest");
+      EXPECT_TRUE(std::isfinite(after.at("value").get<double>())) << claim.at("name");
+    }
+    EXPECT_TRUE(found) << claim.dump();
+    EXPECT_FALSE(claim.at("reasons").empty()) << claim.at("name");
+  }
+  const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
+  EXPECT_EQ(csv.at(0), "claim,kind,unit,role,setting,value,claimed,verdict");
+  expect_one_line_error(run_tandem("run scenarios/release-claims-64xh100.yaml --backend host"), 2,
+                        "a claims workload runs on tandem's models");
 }
 
 TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
