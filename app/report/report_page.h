@@ -5,6 +5,7 @@
 //     with faults, recovery actions and the culprit rank marked, the per-iteration table;
 //   collective sweep: busbw against size per collective (SVG), the points table;
 //   training: the per-layout step table and its breakdown;
+//   start-up: each lever set's phases per variant; claims: each claim's values, bound and verdict;
 // and, given a second run of the same scenario (`--compare`, e.g. sim next to host), a
 // prediction-vs-measurement plot. docs/report.md describes the page.
 #pragma once

@@ -91,10 +91,35 @@ TEST(ReportCli, SweepAndTrainingPages) {
   EXPECT_TRUE(contains(training, "needs 178.5 GB per GPU"));
 }
 
+TEST(ReportCli, StartupAndClaimsPages) {
+  const std::string startup = run_and_report("scenarios/startup-64xh100.yaml", "startup");
+  expect_self_contained(startup);
+  EXPECT_TRUE(contains(startup, "<table id=\"startup\">"));
+  EXPECT_TRUE(contains(startup, "<td>pytorch-2023</td>"));
+  EXPECT_TRUE(contains(startup, "id=\"verdict\">PASS"));
+  const std::string claims = run_and_report("scenarios/release-claims-64xh100.yaml", "claims");
+  expect_self_contained(claims);
+  EXPECT_TRUE(contains(claims, "<table id=\"claims\">"));
+  EXPECT_TRUE(contains(claims, "<span class=\"badge fail\">impossible</span>"));
+  EXPECT_TRUE(contains(claims, "<span class=\"badge warn\">needs-conditions</span>"));
+  // A hand-edited value: one line naming the field.
+  const std::string dir = temp_path("report_claims");
+  std::string text = read_text(dir + "/results.json");
+  const size_t at = text.find("\"value\": ");
+  ASSERT_NE(at, std::string::npos);
+  const size_t value = at + std::string("\"value\": ").size();
+  text.replace(value, text.find_first_of(",\n", value) - value, "\"quick\"");
+  std::ofstream(dir + "/results.json") << text;
+  expect_usage_error(run_tandem("report " + dir), "expected a number, got string");
+}
+
 TEST(ReportPage, TextFromTheFilesIsEscaped) {
   EXPECT_EQ(tandem::app::html_escape("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
-  nlohmann::json results = {{"scenario", "<script>x</script>"}, {"description", "a & b"}, {"ranks", 1},
-                            {"iterations", nlohmann::json::array()}, {"slices", nlohmann::json::array()}};
+  nlohmann::json results = {{"scenario", "<script>x</script>"},
+                            {"description", "a & b"},
+                            {"ranks", 1},
+                            {"iterations", nlohmann::json::array()},
+                            {"slices", nlohmann::json::array()}};
   const std::string html = tandem::app::report_html(results, std::nullopt);
   EXPECT_EQ(html.find("<script>"), std::string::npos);
   EXPECT_TRUE(contains(html, "&lt;script&gt;x&lt;/script&gt;"));
@@ -112,7 +137,8 @@ TEST(ReportCli, Errors) {
   // A number past a double's range is nlohmann's out_of_range, not its parse_error: it gave
   // "internal error" (found by fuzz_results_json).
   std::ofstream(empty + "/results.json") << "{\"points\": [], \"time_us\": 3E333}";
-  expect_usage_error(run_tandem("report " + empty), "not valid JSON ([json.exception.out_of_range.406] number overflow");
+  expect_usage_error(run_tandem("report " + empty),
+                     "not valid JSON ([json.exception.out_of_range.406] number overflow");
   std::ofstream(empty + "/results.json") << "{\"answer\": 42}";
   expect_usage_error(run_tandem("report " + empty), "of no kind the report knows");
   fs::remove_all(empty);
@@ -139,7 +165,8 @@ TEST(ReportCli, AWrongTypeInResultsJsonNamesTheFileAndTheField) {
   ASSERT_NE(attempts, std::string::npos);
   nested.replace(attempts + std::string("\"attempts\": ").size(), 1, "null");
   std::ofstream(dir + "/results.json") << nested;
-  expect_usage_error(run_tandem("report " + dir), dir + "/results.json: iterations[0].attempts: expected an integer, got null");
+  expect_usage_error(run_tandem("report " + dir),
+                     dir + "/results.json: iterations[0].attempts: expected an integer, got null");
   fs::remove_all(dir);
 }
 
