@@ -9,9 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "app/common/common.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
+#include "app/common/common.h"
 #include "app/report/report_page.h"
 #include "core/error.h"
 
@@ -48,7 +48,43 @@ nlohmann::json read_results(const std::string& run_dir) {
   }
 }
 
+// A folder `tandem memory --out` wrote: memory.json and memory_over_time.csv, no results.json.
+bool is_memory_folder(const std::string& dir) {
+  std::error_code error;
+  const std::filesystem::path path(dir);
+  return !std::filesystem::exists(path / "results.json", error) && std::filesystem::exists(path / "memory.json", error);
+}
+
+std::string memory_page(const ReportOptions& options) {
+  if (!options.compare.empty()) fail(ErrorCode::kInvalidArgument, "--compare is for runs, not a tandem memory folder");
+  const std::filesystem::path dir(options.run_dir);
+  const std::string json_path = (dir / "memory.json").string(), csv_path = (dir / "memory_over_time.csv").string();
+  const std::string text = read_text_file(json_path, "memory", kMaxResultsFileBytes);
+  nlohmann::json memory;
+  try {
+    memory = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", json_path, e.what());
+  }
+  const std::string csv = read_text_file(csv_path, "memory over time", kMaxResultsFileBytes);
+  try {
+    return memory_report_html(memory, csv, csv_path);
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kFormat) throw;
+    throw Error(ErrorCode::kInvalidArgument, error.what());
+  } catch (const nlohmann::json::exception& error) {
+    fail(ErrorCode::kInvalidArgument, "{}: not a memory.json tandem wrote: {}", json_path, error.what());
+  }
+}
+
 int run_report(const ReportOptions& options) {
+  if (is_memory_folder(options.run_dir)) {
+    const std::string output =
+        options.output.empty() ? (std::filesystem::path(options.run_dir) / "report.html").string() : options.output;
+    write_text_file(output, memory_page(options));
+    std::cout << "tandem report: wrote " << output << "\n";
+    return kExitSuccess;
+  }
   const nlohmann::json results = read_results(options.run_dir);
   std::optional<nlohmann::json> compare;
   if (!options.compare.empty()) compare = read_results(options.compare);
@@ -80,8 +116,12 @@ void add_report_command(CLI::App& app, CommandStatus& status) {
       "Write the report page of a run (the folder tandem run --out wrote): one self-contained HTML file, no scripts, "
       "nothing loaded from the network, to open from disk or attach to an incident. Collective loops: the outcome, a "
       "timeline per rank with faults, recovery actions and the culprit marked, the per-iteration table. Sweeps: "
-      "busbw against size. Training: the step per layout.");
-  command->add_option("run_dir", options->run_dir, "the run's folder (holding results.json)")->required();
+      "busbw against size. Training: the step per layout. Start-up: phases per lever set. Claims: each claim's "
+      "verdict. A folder tandem memory --out wrote: the settings side by side and memory over the trace.");
+  command
+      ->add_option("run_dir", options->run_dir,
+                   "the run's folder (holding results.json), or a tandem memory --out folder (memory.json)")
+      ->required();
   command->add_option("-o,--output", options->output, "the HTML file to write (default: RUN_DIR/report.html)")
       ->check(output_file_path())
       ->type_name("FILE");

@@ -6,6 +6,7 @@
 //   collective sweep: busbw against size per collective (SVG), the points table;
 //   training: the per-layout step table and its breakdown;
 //   start-up: each lever set's phases per variant; claims: each claim's values, bound and verdict;
+// or the folder `tandem memory --out` writes (memory_report_html);
 // and, given a second run of the same scenario (`--compare`, e.g. sim next to host), a
 // prediction-vs-measurement plot. docs/report.md describes the page.
 #pragma once
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,12 @@ inline constexpr uint64_t kMaxResultsFileBytes = uint64_t{256} << 20;  // 256 Mi
 // the other way round), or none. Throws Error(kFormat) for a results.json of no known kind or
 // missing what the page needs.
 std::string report_html(const nlohmann::json& results, const std::optional<nlohmann::json>& compare);
+
+// The page of a `tandem memory --out` folder: memory.json's settings side by side and the
+// consistency check, and memory over the trace (allocated and reserved per setting) from
+// memory_over_time.csv (`csv_file` names it in errors). Throws Error(kFormat) naming the file and line.
+std::string memory_report_html(const nlohmann::json& memory, std::string_view over_time_csv,
+                               const std::string& csv_file);
 
 // Text as HTML text or attribute: & < > " ' escaped.
 std::string html_escape(std::string_view text);

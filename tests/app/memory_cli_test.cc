@@ -1,6 +1,7 @@
 // `tandem memory` end to end on snapshots written in PyTorch's format at test time
 // (tests/support/memory_snapshot_writer.h): the consistency line, the side-by-side table, the JSON,
 // the files of --out, and the errors and exit statuses.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -36,8 +37,9 @@ TEST(MemoryCli, TableComparesTheSnapshotsSettingsWithOthers) {
   const std::string snap = write_snapshot("memory_default.pickle", sixteens_then_thirty_twos_snapshot(false));
   const Outcome o = run_tandem(fmt::format("memory '{}' --alloc-conf expandable_segments:True", snap));
   EXPECT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_TRUE(has(o.out, "consistency: OK: the replay under the snapshot's own settings gives its 13 segment(s) and "
-                         "16 block(s) exactly"))
+  EXPECT_TRUE(has(o.out,
+                  "consistency: OK: the replay under the snapshot's own settings gives its 13 segment(s) and "
+                  "16 block(s) exactly"))
       << o.out;
   EXPECT_TRUE(has(o.out, "snapshot (default)   expandable_segments:True")) << o.out;
   EXPECT_TRUE(has(o.out, "peak reserved                              258 MiB                    142 MiB")) << o.out;
@@ -70,11 +72,38 @@ TEST(MemoryCli, JsonAndOutFolder) {
   EXPECT_TRUE(j["device_memory_bytes"].is_null());
   EXPECT_EQ(nlohmann::json::parse(read_text(out + "/memory.json")), j);
   const std::string csv = read_text(out + "/memory_over_time.csv");
-  EXPECT_TRUE(csv.starts_with("setting,trace_index,action,allocated_bytes,reserved_bytes\n"
-                              "\"snapshot (expandable_segments:True)\",0,segment_map,0,0\n"
-                              "\"snapshot (expandable_segments:True)\",1,alloc,1024,2097152\n"))
+  EXPECT_TRUE(
+      csv.starts_with("setting,trace_index,action,allocated_bytes,reserved_bytes\n"
+                      "\"snapshot (expandable_segments:True)\",0,segment_map,0,0\n"
+                      "\"snapshot (expandable_segments:True)\",1,alloc,1024,2097152\n"))
       << csv.substr(0, 300);
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 2 * 41);
+  fs::remove_all(out);
+  fs::remove(snap);
+}
+
+// `tandem report` on the --out folder: the settings table and memory over the trace, one line per
+// setting and kind (reserved solid, allocated dashed), peaks kept; a broken CSV names its line.
+TEST(MemoryCli, ReportPlotsMemoryOverTheTrace) {
+  const std::string snap = write_snapshot("memory_report.pickle", sixteens_then_thirty_twos_snapshot(false));
+  const std::string out = temp_path("memory_report_out");
+  fs::remove_all(out);
+  ASSERT_EQ(
+      run_tandem(fmt::format("memory '{}' --alloc-conf expandable_segments:True --out '{}'", snap, out)).exit_code, 0);
+  const Outcome report = run_tandem(fmt::format("report '{}'", out));
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const std::string html = read_text(out + "/report.html");
+  EXPECT_TRUE(has(html, "<svg id=\"memory\"")) << html.substr(0, 500);
+  size_t lines = 0;
+  for (size_t at = html.find("<polyline"); at != std::string::npos; at = html.find("<polyline", at + 1)) ++lines;
+  EXPECT_EQ(lines, 4u);  // 2 settings x (reserved, allocated)
+  EXPECT_TRUE(has(html, "<td>snapshot (default)</td><td class=\"num\">128.0</td><td class=\"num\">258.0</td>")) << html;
+  EXPECT_TRUE(has(html, ">258.0 MiB</text>")) << html;  // the axis reaches the peak reserved
+  EXPECT_TRUE(has(html, "id=\"verdict\">OK"));
+  std::ofstream(out + "/memory_over_time.csv", std::ios::app) << "\"default\",9,alloc,12x,0\n";
+  const Outcome broken = run_tandem(fmt::format("report '{}'", out));
+  EXPECT_EQ(broken.exit_code, 2);
+  EXPECT_TRUE(has(broken.err, "memory_over_time.csv:94: '12x' is not a count")) << broken.err;
   fs::remove_all(out);
   fs::remove(snap);
 }
@@ -96,7 +125,8 @@ TEST(MemoryCli, MismatchExitsOne) {
 // needs a 5th 20 MiB page: 2 + 100 = 102 MiB > 100.
 TEST(MemoryCli, OomsNameTheRequest) {
   const std::string snap = write_snapshot("memory_oom.pickle", sixteens_then_thirty_twos_snapshot(false));
-  const Outcome o = run_tandem(fmt::format("memory '{}' --device-memory 100M --alloc-conf expandable_segments:True", snap));
+  const Outcome o =
+      run_tandem(fmt::format("memory '{}' --device-memory 100M --alloc-conf expandable_segments:True", snap));
   EXPECT_EQ(o.exit_code, 1) << o.err;  // the recorded program did not run out: the replay disagrees
   EXPECT_TRUE(has(o.out, "device memory: 100 MiB (from --device-memory)")) << o.out;
   EXPECT_TRUE(has(o.out, "entry 19: 16 MiB (stream 0)   entry 17: 16 MiB (stream 0)")) << o.out;
@@ -119,7 +149,8 @@ TEST(MemoryCli, ErrorsAreOneLineAndExitTwo) {
        "tandem: error: alloc conf 'max_split_size_mb:10': max_split_size_mb must be at least 20 (MiB), got 10"},
       {fmt::format("memory '{}' --alloc-conf expandable_segments:yes", snap),
        "tandem: error: alloc conf 'expandable_segments:yes': expandable_segments must be True or False, got 'yes'"},
-      {fmt::format("memory '{}' --device 3", snap), "tandem: error: --device 3: the snapshot has traces for 1 device(s)"},
+      {fmt::format("memory '{}' --device 3", snap),
+       "tandem: error: --device 3: the snapshot has traces for 1 device(s)"},
       {fmt::format("memory '{}' --device-memory lots", snap), "--device-memory"},
       {fmt::format("memory '{}'", missing), "cannot read memory snapshot"},
       {fmt::format("memory '{}'", not_pickle), "not a memory snapshot pickle"},
