@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/schedule.h"
@@ -22,6 +23,7 @@
 #include "models/nccl_protocol.h"
 #include "models/topology.h"
 #include "sim/p2p.h"
+#include "sim/protocol.h"
 
 namespace tandem::sim {
 
@@ -43,28 +45,69 @@ struct NetworkModel {
   Fidelity fidelity = Fidelity::kFluid;
   // Share of a link's line rate that NCCL's kernels reach, per link kind (documented in
   // docs/simulator.md with the measurements they come from). 1.0 everywhere = the ideal model.
-  double nvlink_efficiency = 0.824;   // 370.8 / 450 GB/s: NCCL's own NVLink model, ring busbw 365-370
+  double nvlink_efficiency = 0.824;  // 370.8 / 450 GB/s: NCCL's own NVLink model, ring busbw 365-370
   double pcie_efficiency = 1.0;
-  double network_efficiency = 0.94;   // ConnectX-7: 46-48 GB/s of 50
-  double nvls_efficiency = 0.686;     // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
+  double network_efficiency = 0.94;  // ConnectX-7: 46-48 GB/s of 50
+  double nvls_efficiency = 0.686;    // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
   // NCCL's tree kernel moves a link's bytes slower than a ring does: NCCL 2.28 tuning.cc scales
   // tree all_reduce bandwidth by 0.92, and by 0.85 more for the TREE pattern (all of a channel's
   // NIC traffic through one GPU), which is what its search finds on H100 nodes. Applied to every
   // tree message (not fit to a measurement: the 4-NIC tree row M4 checks it).
   double tree_efficiency = 0.92 * 0.85;
-  bool protocol_effects = true;       // NCCL's per-hop / base latencies and payload efficiency (false: alpha-beta)
+  // Multipliers on NCCL's compiled-in latency tables (models/cost_model.h), 1 = NCCL's numbers:
+  // baseLat (the launch cost of a collective), hwLat of a hop inside a node (NVLink, NVLS) and of a
+  // hop across nodes (NET). `tandem calibrate` fits them to a cluster's own logs (docs/calibrate.md).
+  double base_latency_scale = 1.0;
+  double nvlink_hop_latency_scale = 1.0;
+  double net_hop_latency_scale = 1.0;
+  // Multiplier on what one channel (one CTA) of NCCL's point-to-point path moves a second
+  // (sim/p2p.h P2pPlan::channel_Bps): all_to_all and send_recv.
+  double p2p_channel_scale = 1.0;
+  bool protocol_effects = true;  // NCCL's per-hop / base latencies and payload efficiency (false: alpha-beta)
 
-  static NetworkModel ideal();        // efficiencies 1, no protocol latencies: alpha-beta exact
+  static NetworkModel ideal();  // efficiencies 1, no protocol latencies: alpha-beta exact
+
+  // NCCL's base latency / hop latency for a protocol and algorithm with the scales above applied;
+  // 0 without protocol_effects. s.
+  double base_latency_s(models::NcclProtocol protocol, Algorithm algorithm) const;
+  double hop_latency_s(models::NcclProtocol protocol, Algorithm algorithm, bool network_hop) const;
 };
+
+// One fittable parameter of NetworkModel: its name (as profiles and `tandem calibrate` print it),
+// the member it sets, and the bounds physics allows, with the reason for them.
+struct NetworkParameter {
+  std::string_view name;
+  double NetworkModel::*field;
+  double lower;
+  double upper;
+  std::string_view bounds_reason;
+};
+// Efficiencies: below 0.3 a link would be a misconfiguration (a PCIe fallback, a down-trained
+// link), not an efficiency; above 1.0 a link would move more than its line rate.
+inline constexpr double kMinEfficiency = 0.3;
+inline constexpr double kMaxEfficiency = 1.0;
+// Latency scales: NCCL's tables are measured on real systems; a factor 4 faster than them is below
+// one kernel launch, 8 slower is a cluster with something wrong (a proxy thread starved, ...).
+inline constexpr double kMinLatencyScale = 0.25;
+inline constexpr double kMaxLatencyScale = 8.0;
+// The p2p channel rate: half to twice NCCL's per-CTA copy rate (a CTA cannot outrun its SM's copy
+// engine bandwidth by more, and below half NCCL would pick more channels).
+inline constexpr double kMinChannelScale = 0.5;
+inline constexpr double kMaxChannelScale = 2.0;
+
+// Every fittable parameter, in a fixed order (the order profiles list them in).
+const std::vector<NetworkParameter>& network_parameters();
+// The parameter called `name`; nullptr when there is none.
+const NetworkParameter* find_network_parameter(std::string_view name);
 
 // What to run: a checked schedule (explicit or rank-symmetric) for `spec` (count and dtype give
 // the bytes), with rank r on GPU gpu_of_rank[r] of the topology.
 struct SimRequest {
   const Schedule* schedule = nullptr;
   CollectiveSpec spec;
-  std::vector<int> gpu_of_rank;    // empty: rank r on GPU r
+  std::vector<int> gpu_of_rank;  // empty: rank r on GPU r
   models::NcclProtocol protocol = models::NcclProtocol::kSimple;
-  uint32_t tiles = 1;              // pipelining depth (see core/executor.h)
+  uint32_t tiles = 1;  // pipelining depth (see core/executor.h)
   // Further placements that run the same schedule at the same time, on GPUs of their own (every
   // TP or DP group of a training job at once), so that groups whose routes share a link share it.
   // Each lies on the nodes as gpu_of_rank does (the same GPUs per node): protocol hop latencies
@@ -86,9 +129,9 @@ struct SimRequest {
 
 struct SimResult {
   double seconds = 0;
-  uint64_t transfers = 0;          // point-to-point transfers the schedule moves
+  uint64_t transfers = 0;            // point-to-point transfers the schedule moves
   uint64_t simulated_transfers = 0;  // comms SimGrid actually simulated (fewer when compressed)
-  bool compressed = false;         // symmetric rounds simulated once each (see Simulator::run)
+  bool compressed = false;           // symmetric rounds simulated once each (see Simulator::run)
 };
 
 // Point-to-point traffic as NCCL runs it (sim/p2p.h): all_to_all (each rank sends bytes / n to

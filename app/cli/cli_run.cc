@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include "app/run/backends.h"
-#include "app/common/common.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
+#include "app/common/common.h"
+#include "app/run/backends.h"
 #include "app/scenario/scenario.h"
 #include "app/scenario/workload_kind.h"
 #include "core/error.h"
@@ -29,6 +29,7 @@ struct RunOptions {
   std::string trace;    // empty: no trace
   bool quiet = false;
   bool dump_on_exit = false;
+  std::string calibration;  // a profile that replaces the scenario's `calibration:`
 };
 
 ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
@@ -42,7 +43,16 @@ ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario)
 }
 
 void run_command(const RunOptions& options, CommandStatus& status) {
-  const Scenario scenario = load_scenario(options.scenario);
+  Scenario scenario = load_scenario(options.scenario);
+  if (!options.calibration.empty()) {
+    // --calibration replaces the scenario's `calibration:` key.
+    if (scenario.network == NetworkChoice::kIdeal) {
+      fail(ErrorCode::kInvalidArgument, "--calibration does not apply to a scenario with network: ideal");
+    }
+    scenario.calibration = read_profile(options.calibration);
+    for (const ClusterVariant& variant : scenario.variants)
+      check_profile_cluster(*scenario.calibration, variant.cluster);
+  }
   const ScenarioBackend backend = backend_for(options, scenario);
   check_output_file(options.trace, "--trace", options.out_dir);
   if (!options.out_dir.empty()) {
@@ -96,13 +106,17 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
       ->check(output_folder_path())
       ->type_name("DIR");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
-  command->add_option("--trace", options->trace,
-                      "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
-                      "rank with faults and recovery actions as instant events, sweeps a track per collective and "
-                      "algorithm, training steps a track per stream of the step (docs/traces.md)")
+  command
+      ->add_option("--trace", options->trace,
+                   "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
+                   "rank with faults and recovery actions as instant events, sweeps a track per collective and "
+                   "algorithm, training steps a track per stream of the step (docs/traces.md)")
       ->type_name("FILE");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
+  command->add_option("--calibration", options->calibration,
+                      "apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the simulator, "
+                      "in place of the scenario's `calibration:` key");
   command->callback([options, &status] { run_command(*options, status); });
 }
 

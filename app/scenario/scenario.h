@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "app/calibrate/calibration.h"
 #include "core/faults.h"
 #include "core/flight_recorder.h"
 #include "core/recovery.h"
@@ -61,6 +62,9 @@ ScenarioBackend parse_backend(std::string_view text);
 enum class NetworkChoice : uint8_t { kFluid, kPacket, kIdeal };
 std::string_view name(NetworkChoice network);
 sim::NetworkModel network_model(NetworkChoice network);
+struct Scenario;
+// The scenario's network model: its `network:` choice with its `calibration:` profile applied.
+sim::NetworkModel network_model(const Scenario& scenario);
 
 // A place in the scenario file, 1-based; 0 when unknown.
 struct SourceMark {
@@ -127,9 +131,9 @@ struct StartupConfig {
 // workload: {type: startup}: the job's start-up (sim/startup.h) under each lever set, on every
 // variant (docs/startup.md).
 struct StartupWorkload {
-  int gpus = 0;                             // 0: every GPU of the variant's cluster
-  models::ParallelLayout layout;            // its process groups (tp, cp, ep, pp; dp is the rest)
-  std::vector<StartupConfig> configs;       // the first is the baseline
+  int gpus = 0;                        // 0: every GPU of the variant's cluster
+  models::ParallelLayout layout;       // its process groups (tp, cp, ep, pp; dp is the rest)
+  std::vector<StartupConfig> configs;  // the first is the baseline
   const StartupConfig* find_config(std::string_view config_name) const;
 };
 
@@ -218,14 +222,17 @@ struct Scenario {
   std::vector<ClusterVariant> variants;  // variants[0] is the base cluster
   ScenarioBackend backend = ScenarioBackend::kSim;
   NetworkChoice network = NetworkChoice::kFluid;
+  // `calibration: FILE` (relative to the scenario file): a profile from `tandem calibrate` applied
+  // to the network model of every simulation (docs/calibrate.md).
+  std::optional<CalibrationProfile> calibration;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;           // collective-sweep
-  std::vector<LoopExpectation> loop_expectations;  // collective-loop
+  std::vector<Expectation> expectations;                   // collective-sweep
+  std::vector<LoopExpectation> loop_expectations;          // collective-loop
   std::vector<TrainingExpectation> training_expectations;  // training
   std::vector<StartupExpectation> startup_expectations;    // startup
-  FaultPlan faults;                                // `faults:` and `fault_seed:`
-  std::vector<SourceMark> fault_marks;             // where each fault is, for messages
+  FaultPlan faults;                                        // `faults:` and `fault_seed:`
+  std::vector<SourceMark> fault_marks;                     // where each fault is, for messages
   RecoveryPolicy recovery;
 
   const ClusterVariant* find_variant(std::string_view variant_name) const;
