@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -33,8 +34,9 @@ std::string profile_yaml(const CalibrationProfile& profile) {
   if (!profile.description.empty()) out += fmt::format("  description: \"{}\"\n", profile.description);
   out += "parameters:\n";
   for (const CalibrationProfile::Parameter& p : profile.parameters) {
-    out += fmt::format("  {}: {{default: {}, value: {}{}}}\n", p.name, p.default_value, p.value,
-                       p.informed ? "" : ", informed: false");
+    std::string extra = p.informed ? "" : ", informed: false";
+    if (p.uncertainty > 0 && std::isfinite(p.uncertainty)) extra += fmt::format(", uncertainty: {:.4g}", p.uncertainty);
+    out += fmt::format("  {}: {{default: {}, value: {}{}}}\n", p.name, p.default_value, p.value, extra);
   }
   if (!profile.sources.empty()) {
     out += "fit:\n";
@@ -96,7 +98,8 @@ CalibrationProfile parse_profile(std::string_view text, const std::string& path)
     const std::string where = "parameters." + name;
     const YAML::Node* value_node = &value;
     if (value.IsMap()) {
-      const Mapping entry(reader, value, where, std::array<std::string_view, 3>{"default", "value", "informed"});
+      const Mapping entry(reader, value, where,
+                          std::array<std::string_view, 4>{"default", "value", "informed", "uncertainty"});
       value_node = &entry.require("value");
       parameter.value = reader.number(*value_node, where + ".value", known->lower, known->upper, false);
       if (const YAML::Node* d = entry.find("default")) {
@@ -104,6 +107,9 @@ CalibrationProfile parse_profile(std::string_view text, const std::string& path)
       }
       if (const YAML::Node* informed = entry.find("informed"))
         parameter.informed = reader.boolean(*informed, where + ".informed");
+      if (const YAML::Node* spread = entry.find("uncertainty")) {
+        parameter.uncertainty = reader.number(*spread, where + ".uncertainty", 0, 1e9, false);
+      }
     } else {
       parameter.value = reader.number(value, where, known->lower, known->upper, false);
     }
@@ -163,10 +169,13 @@ std::string profile_summary(const CalibrationProfile& profile) {
 namespace {
 
 // A threshold on d log(time) / d log(parameter): below it on every row, the logs do not inform the
-// parameter (a doubling would move no row by 0.07%).
-constexpr double kMinSensitivity = 1e-3;
+// parameter (a doubling would move no row by 0.7%, less than published rows' own spread: such a
+// parameter would be fitted to the noise, to a bound).
+constexpr double kMinSensitivity = 1e-2;
 // A row off by more than this after the fit gets a warning.
 constexpr double kRowWarning = 0.10;
+// A parameter whose standard error is larger than this (relative) gets a warning.
+constexpr double kParameterWarning = 0.10;
 
 // The preset a published row's system names (as bench/accuracy.cc reads them).
 std::string preset_of_system(const std::string& system) {
@@ -304,7 +313,7 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
       if (file.nranks != cluster_gpus) {
         fail(ErrorCode::kInvalidArgument,
              "{}: the log ran on {} GPUs and the cluster given has {} ({} node{} x {} GPUs): give the cluster it ran "
-             "on (--nodes, --gpus-per-node)",
+             "on (--nodes, --gpus-per-node, or -g for some GPUs of each node)",
              file.path, file.nranks, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
       }
       if (file.nodes > 0 && file.nodes != cluster.nodes) {
@@ -432,6 +441,33 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
   result.evaluations = fit.evaluations + static_cast<int>(probes.size());
   const sim::NetworkModel fitted = model_at(informed, fit.x);
   const Evaluation after = simulator.run({fitted}).front();
+  // Standard errors: covariance of log(parameter) = s^2 (J^T J)^-1 with s^2 = sum r^2 / (m - p).
+  std::vector<double> uncertainty(informed.size(), 0.0);
+  const auto m = static_cast<size_t>(fitted_count);
+  if (!informed.empty() && m > informed.size()) {
+    const std::vector<double> r_fit = residuals_of(after);
+    const std::vector<std::vector<double>> jacobian =
+        forward_jacobian(batch, fit.x, r_fit, li, ui, LeastSquaresOptions{}.difference_step);
+    result.evaluations += static_cast<int>(informed.size());
+    const size_t p = informed.size();
+    std::vector<std::vector<double>> normal(p, std::vector<double>(p, 0.0));
+    for (size_t a = 0; a < p; ++a) {
+      for (size_t b = 0; b < p; ++b) {
+        for (size_t i = 0; i < m; ++i) normal[a][b] += jacobian[i][a] * jacobian[i][b];
+      }
+    }
+    double sum_squares = 0;
+    for (double v : r_fit) sum_squares += v * v;
+    const double variance = sum_squares / static_cast<double>(m - p);
+    for (size_t j = 0; j < p; ++j) {
+      std::vector<double> unit(p, 0.0);
+      unit[j] = 1.0;
+      const std::vector<double> column = solve_linear(normal, unit);
+      // A singular J^T J: the rows cannot tell this parameter from another.
+      uncertainty[j] =
+          column.empty() ? std::numeric_limits<double>::infinity() : std::sqrt(std::max(0.0, variance * column[j]));
+    }
+  }
 
   CalibrationProfile& profile = result.profile;
   profile.preset = cluster.preset;
@@ -439,8 +475,10 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
   profile.gpus_per_node = per_node;
   profile.description = models::describe(cluster);
   for (const sim::NetworkParameter& p : sim::network_parameters()) {
-    const bool is_informed = std::find(informed.begin(), informed.end(), &p) != informed.end();
-    profile.parameters.push_back({std::string(p.name), defaults.*(p.field), fitted.*(p.field), is_informed});
+    const auto at = std::find(informed.begin(), informed.end(), &p);
+    const bool is_informed = at != informed.end();
+    profile.parameters.push_back({std::string(p.name), defaults.*(p.field), fitted.*(p.field), is_informed,
+                                  is_informed ? uncertainty[static_cast<size_t>(at - informed.begin())] : 0.0});
   }
   profile.date = today_utc();
   profile.rows_fitted = static_cast<int>(fitted_count);
@@ -492,11 +530,11 @@ std::string calibration_report(const CalibrationResult& result) {
                                      signed_percent(r.after_us / r.row.time_us)));
     }
   }
-  out += fmt::format("\n{:<26} {:>10} {:>10} {:>8}\n", "parameter", "default", "fitted", "change");
+  out += fmt::format("\n{:<26} {:>10} {:>10} {:>8} {:>9}\n", "parameter", "default", "fitted", "change", "+-1 s.e.");
   for (const CalibrationProfile::Parameter& p : profile.parameters) {
     if (!p.informed) {
-      out +=
-          fmt::format("{:<26} {:>10.4g} {:>10} {:>8}  not informed by these logs\n", p.name, p.default_value, "-", "");
+      out += fmt::format("{:<26} {:>10.4g} {:>10} {:>8} {:>9}  not informed by these logs\n", p.name, p.default_value,
+                         "-", "", "");
       continue;
     }
     const sim::NetworkParameter* known = sim::find_network_parameter(p.name);
@@ -508,8 +546,17 @@ std::string calibration_report(const CalibrationResult& result) {
                       "physical range",
                       p.name, p.value));
     }
-    out += fmt::format("{:<26} {:>10.4g} {:>10.4g} {:>8}{}\n", p.name, p.default_value, p.value,
-                       signed_percent(p.value / p.default_value), note);
+    const std::string spread = p.uncertainty == 0          ? std::string("-")
+                               : std::isinf(p.uncertainty) ? std::string("unknown")
+                                                           : fmt::format("{:.2f}%", p.uncertainty * 100);
+    if (p.uncertainty > kParameterWarning) {
+      warnings.push_back(
+          fmt::format("warning: {} is poorly determined by these logs (+-{}): the rows barely depend on "
+                      "it; add logs where it binds",
+                      p.name, spread));
+    }
+    out += fmt::format("{:<26} {:>10.4g} {:>10.4g} {:>8} {:>9}{}\n", p.name, p.default_value, p.value,
+                       signed_percent(p.value / p.default_value), spread, note);
   }
   double held_before = 0, held_after = 0;
   int held = 0;
@@ -544,8 +591,11 @@ std::string calibration_json(const CalibrationResult& result) {
   }
   json parameters = json::array();
   for (const CalibrationProfile::Parameter& p : result.profile.parameters) {
-    parameters.push_back(
-        {{"name", p.name}, {"default", p.default_value}, {"value", p.value}, {"informed", p.informed}});
+    parameters.push_back({{"name", p.name},
+                          {"default", p.default_value},
+                          {"value", p.value},
+                          {"informed", p.informed},
+                          {"uncertainty", std::isinf(p.uncertainty) ? -1.0 : p.uncertainty}});
   }
   const json out = {{"kind", "calibration"},
                     {"version", kCalibrationProfileVersion},

@@ -38,6 +38,10 @@ struct CalibrationProfile {
     double default_value = 0;
     double value = 0;
     bool informed = true;  // false: the logs did not inform it (value = default)
+    // One standard error of the fitted value, relative (0.02 = +-2%), from the residuals' spread
+    // and the Jacobian at the fit; 0 when not computed (not informed, or no more rows than
+    // parameters).
+    double uncertainty = 0;
   };
   std::vector<Parameter> parameters;  // only the parameters the file sets; others stay at default
   // Where the values came from (absent in a hand-written profile).
