@@ -9,9 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "app/common/common.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
+#include "app/common/common.h"
 #include "app/report/report_page.h"
 #include "core/error.h"
 
@@ -80,7 +80,8 @@ void add_report_command(CLI::App& app, CommandStatus& status) {
       "Write the report page of a run (the folder tandem run --out wrote): one self-contained HTML file, no scripts, "
       "nothing loaded from the network, to open from disk or attach to an incident. Collective loops: the outcome, a "
       "timeline per rank with faults, recovery actions and the culprit marked, the per-iteration table. Sweeps: "
-      "busbw against size. Training: the step per layout.");
+      "busbw against size. Training: the step per layout. A calibration (the folder tandem calibrate --out wrote): "
+      "measured time against size with the default and the calibrated prediction, every row and parameter.");
   command->add_option("run_dir", options->run_dir, "the run's folder (holding results.json)")->required();
   command->add_option("-o,--output", options->output, "the HTML file to write (default: RUN_DIR/report.html)")
       ->check(output_file_path())
