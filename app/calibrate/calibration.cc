@@ -142,9 +142,11 @@ CalibrationProfile read_profile(const std::string& path) {
 }
 
 sim::NetworkModel apply_profile(const CalibrationProfile& profile, sim::NetworkModel model) {
+  // A parameter the logs did not inform is recorded for the reader, not applied: it follows the
+  // simulator's default, as it did in the fit.
   for (const CalibrationProfile::Parameter& p : profile.parameters) {
     const sim::NetworkParameter* known = sim::find_network_parameter(p.name);
-    if (known != nullptr) model.*(known->field) = p.value;
+    if (known != nullptr && p.informed) model.*(known->field) = p.value;
   }
   return model;
 }

@@ -63,7 +63,7 @@ std::string profile_yaml(const CalibrationProfile& profile);
 CalibrationProfile parse_profile(std::string_view text, const std::string& path);
 CalibrationProfile read_profile(const std::string& path);
 
-// The network model with the profile's values set.
+// The network model with the profile's values set (those marked `informed: false` left as they are).
 sim::NetworkModel apply_profile(const CalibrationProfile& profile, sim::NetworkModel model);
 // Throws Error(kInvalidArgument) when the profile was fitted on another preset than `cluster`'s
 // (its efficiencies describe other links). Other node counts are the point: no error.
