@@ -49,7 +49,7 @@ std::vector<std::vector<double>> forward_jacobian(const BatchResiduals& residual
   std::vector<double> steps(n);
   for (size_t j = 0; j < n; ++j) {
     std::vector<double> p = x;
-    steps[j] = x[j] + step <= upper[j] ? step : -step;
+    steps[j] = x[j] + step <= upper[j] || x[j] - step < lower[j] ? step : -step;
     p[j] += steps[j];
     points.push_back(std::move(p));
   }
@@ -58,7 +58,6 @@ std::vector<std::vector<double>> forward_jacobian(const BatchResiduals& residual
   for (size_t j = 0; j < n; ++j) {
     for (size_t i = 0; i < r0.size(); ++i) jacobian[i][j] = (rs[j][i] - r0[i]) / steps[j];
   }
-  (void)lower;
   return jacobian;
 }
 

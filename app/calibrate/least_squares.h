@@ -42,7 +42,7 @@ LeastSquaresResult bounded_least_squares(const BatchResiduals& residuals, std::v
                                          const LeastSquaresOptions& options = {});
 
 // The forward-difference Jacobian at x (rows: residuals, columns: variables) from residuals r0 at
-// x: column j steps x_j by +step, or -step where +step would leave the box.
+// x: column j steps x_j by +step, or -step where +step would leave the box (and -step would not).
 std::vector<std::vector<double>> forward_jacobian(const BatchResiduals& residuals, const std::vector<double>& x,
                                                   const std::vector<double>& r0, const std::vector<double>& lower,
                                                   const std::vector<double>& upper, double step);

@@ -1,6 +1,8 @@
 // tandem calibrate's pieces: the bounded least squares, the nccl-tests log reader, calibration
 // profiles, and the fit end to end on logs the simulator wrote under known parameters.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "app/calibrate/least_squares.h"
 #include "app/calibrate/nccl_tests_log.h"
 #include "app/report/nccl_tests_table.h"
+#include "app/scenario/scenario.h"
 #include "core/error.h"
 #include "core/sizes.h"
 #include "sim/sweep.h"
@@ -407,6 +410,38 @@ TEST(Calibrate, HeldOutRowsArePredictedNotFitted) {
   for (const CalibratedRow& row : result.rows) EXPECT_EQ(row.held_out, row.row.label.starts_with("all_gather.log"));
   request.hold_out = {"nothing.log"};
   EXPECT_NE(error_of([&] { calibrate(request); }).find("--hold-out nothing.log"), std::string::npos);
+}
+
+// ---- A scenario's calibration: key ----
+
+TEST(ScenarioCalibration, ThePathIsRelativeToTheScenarioAndTheProfileApplies) {
+  const std::string dir = ::testing::TempDir() + "calibration_scenario";
+  std::filesystem::create_directories(dir + "/profiles");
+  std::ofstream(dir + "/profiles/p.yaml")
+      << "tandem-calibration: 1\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 8}\n"
+         "parameters: {network_efficiency: 0.5, pcie_efficiency: {default: 1, value: 0.9, informed: false}}\n";
+  // The scenario with `extra` (top-level keys) before its workload.
+  auto body = [](const std::string& extra) {
+    return "tandem_scenario: 1\nname: s\ncluster: {preset: dgx-h100, nodes: 2}\n" + extra +
+           "workload: {type: collective-sweep, collectives: [all_reduce], sizes: {min: 1M, max: 1M}, algorithms: "
+           "[ring]}\n";
+  };
+  const Scenario scenario = parse_scenario(body("calibration: profiles/p.yaml\n"), dir + "/s.yaml");
+  ASSERT_TRUE(scenario.calibration.has_value());
+  const sim::NetworkModel model = network_model(scenario);
+  EXPECT_EQ(model.network_efficiency, 0.5);
+  EXPECT_EQ(model.pcie_efficiency, sim::NetworkModel{}.pcie_efficiency);  // informed: false is not applied
+  EXPECT_EQ(network_model(parse_scenario(body(""), dir + "/s.yaml")).network_efficiency,
+            sim::NetworkModel{}.network_efficiency);
+
+  EXPECT_NE(error_of([&] {
+              parse_scenario(body("network: ideal\ncalibration: profiles/p.yaml\n"), dir + "/s.yaml");
+            }).find("s.yaml:5:14: calibration does not apply to network: ideal"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              parse_scenario(body("calibration: profiles/missing.yaml\n"), dir + "/s.yaml");
+            }).find("missing.yaml"),
+            std::string::npos);
 }
 
 }  // namespace
