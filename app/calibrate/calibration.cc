@@ -341,6 +341,16 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
                                                cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node));
           continue;
         }
+        const auto differs = [](std::optional<double> stated, double cluster_value) {
+          return stated && std::abs(*stated - cluster_value) > 1e-9;
+        };
+        if (row.nodes > 1 &&
+            (differs(row.nics_per_node, cluster.nics_per_node) || differs(row.nic_gbps, cluster.nic_Bps * 8 / 1e9))) {
+          result.skipped.push_back(fmt::format("{}: {} NICs of {} Gb/s a node, the cluster given has {} of {}",
+                                               row.label, row.nics_per_node.value_or(0), row.nic_gbps.value_or(0),
+                                               cluster.nics_per_node, cluster.nic_Bps * 8 / 1e9));
+          continue;
+        }
         fit.gpus_per_node = row.gpus / row.nodes;
       }
       if (row.time_us <= 0) {
@@ -440,6 +450,7 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
   };
   const LeastSquaresResult fit = bounded_least_squares(batch, xi, li, ui, options);
   result.iterations = fit.iterations;
+  result.converged = fit.converged;
   result.evaluations = fit.evaluations + static_cast<int>(probes.size());
   const sim::NetworkModel fitted = model_at(informed, fit.x);
   const Evaluation after = simulator.run({fitted}).front();
@@ -553,8 +564,8 @@ std::string calibration_report(const CalibrationResult& result) {
                                                            : fmt::format("{:.2f}%", p.uncertainty * 100);
     if (p.uncertainty > kParameterWarning) {
       warnings.push_back(
-          fmt::format("warning: {} is poorly determined by these logs (+-{}): the rows barely depend on "
-                      "it; add logs where it binds",
+          fmt::format("warning: {} is poorly determined by these logs (+-{}): too few rows depend on it, or it "
+                      "trades off against another parameter; add logs where it binds",
                       p.name, spread));
     }
     out += fmt::format("{:<26} {:>10.4g} {:>10.4g} {:>8} {:>9}{}\n", p.name, p.default_value, p.value,
@@ -568,9 +579,9 @@ std::string calibration_report(const CalibrationResult& result) {
     held_after += std::abs(r.after_us / r.row.time_us - 1);
     ++held;
   }
-  out += fmt::format("\nfit: rms log error over the fitted rows {:.2f}% -> {:.2f}% ({} iterations, {} simulations)\n",
+  out += fmt::format("\nfit: rms log error over the fitted rows {:.2f}% -> {:.2f}% ({} iterations{}, {} simulations)\n",
                      profile.rms_log_error_before * 100, profile.rms_log_error_after * 100, result.iterations,
-                     result.evaluations);
+                     result.converged ? "" : ", stopped at the limit before converging", result.evaluations);
   if (held > 0) {
     out += fmt::format("held-out rows: mean |error| {:.2f}% with the defaults -> {:.2f}% calibrated ({} rows)\n",
                        held_before / held * 100, held_after / held * 100, held);

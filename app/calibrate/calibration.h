@@ -97,6 +97,7 @@ struct CalibrationResult {
   std::vector<std::string> skipped;  // CSV rows of other systems / sizes, with the reason
   int iterations = 0;
   int evaluations = 0;
+  bool converged = true;  // false: the fit stopped at its iteration limit
 };
 
 // Throws Error(kInvalidArgument) for a log whose GPU count (or node count) differs from the

@@ -283,12 +283,40 @@ MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& p
   return file;
 }
 
+namespace {
+
+// The two published-rows formats: bench/data/h100_calibration.csv and multinode_calibration.csv.
+constexpr std::string_view kSingleNodeHeader =
+    "id,system,gpus,nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source";
+constexpr std::string_view kMultiNodeHeader =
+    "id,system,gpus,nodes,gpus_per_node,nics_per_node,nic_gbps,fabric,collective,algorithm,protocol,size_bytes,"
+    "metric,value_low,value_high,source,notes";
+
+std::vector<std::string_view> split_commas(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = line.find(',', begin);
+    fields.push_back(line.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin));
+    if (comma == std::string_view::npos) break;
+    begin = comma + 1;
+  }
+  return fields;
+}
+
+// "~8" (the usual configuration, not stated) reads as 8; "-" (none) as nullopt.
+std::optional<double> configuration_number(std::string_view field) {
+  if (!field.empty() && field.front() == '~') field.remove_prefix(1);
+  return parse_number(field);
+}
+
+}  // namespace
+
 MeasurementFile parse_reference_csv(std::string_view text, const std::string& path) {
-  static constexpr std::string_view kHeader =
-      "id,system,gpus,nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source";
   MeasurementFile file;
   file.path = path;
   bool header_seen = false;
+  bool multi_node = false;
   int line_number = 0;
   size_t begin = 0;
   const std::string base = std::filesystem::path(path).filename().string();
@@ -301,20 +329,23 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
     const std::string where = fmt::format("{}:{}", path, line_number);
     if (line.empty() || line.front() == '#') continue;
     if (!header_seen) {
-      if (line != kHeader) fail(ErrorCode::kFormat, "{}: expected the header '{}'", where, kHeader);
+      if (line != kSingleNodeHeader && line != kMultiNodeHeader) {
+        fail(ErrorCode::kFormat, "{}: expected the header '{}' or '{}'", where, kSingleNodeHeader, kMultiNodeHeader);
+      }
+      multi_node = line == kMultiNodeHeader;
       header_seen = true;
       continue;
     }
-    std::vector<std::string_view> fields;
-    size_t field_begin = 0;
-    while (true) {
-      const size_t comma = line.find(',', field_begin);
-      fields.push_back(
-          line.substr(field_begin, comma == std::string_view::npos ? std::string_view::npos : comma - field_begin));
-      if (comma == std::string_view::npos) break;
-      field_begin = comma + 1;
+    std::vector<std::string_view> fields = split_commas(line);
+    const size_t expected = multi_node ? 17 : 11;
+    // The multi-node file's last column (notes) may hold commas of its own.
+    if (multi_node && fields.size() > expected) fields.resize(expected);
+    if (fields.size() != expected) {
+      fail(ErrorCode::kFormat, "{}: {} fields, the header has {}", where, fields.size(), expected);
     }
-    if (fields.size() != 11) fail(ErrorCode::kFormat, "{}: {} fields, the header has 11", where, fields.size());
+    // The single-node columns, wherever they are in this format.
+    const size_t collective_at = multi_node ? 8 : 4;
+    const size_t size_at = multi_node ? 11 : 6;
     MeasuredRow row;
     row.label = fmt::format("{}#{}", base, fields[0]);
     row.system = std::string(fields[1]);
@@ -324,21 +355,30 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
       fail(ErrorCode::kFormat, "{}: gpus and nodes must be positive", where);
     row.gpus = static_cast<int>(*gpus);
     row.nodes = static_cast<int>(*nodes);
-    const auto collective = collective_of(fields[4]);
-    if (!collective) fail(ErrorCode::kFormat, "{}: collective '{}' is not one tandem calibrates on", where, fields[4]);
+    if (multi_node) {
+      row.nics_per_node = configuration_number(fields[5]);
+      row.nic_gbps = configuration_number(fields[6]);
+    }
+    const auto collective = collective_of(fields[collective_at]);
+    if (!collective) {
+      fail(ErrorCode::kFormat, "{}: collective '{}' is not one tandem calibrates on", where, fields[collective_at]);
+    }
     row.collective = *collective;
-    row.algorithm = fields[5] == "auto" ? std::string("auto") : algorithm_of(fields[5], where);
-    const auto bytes = parse_integer(fields[6]);
-    if (!bytes || *bytes <= 0) fail(ErrorCode::kFormat, "{}: size_bytes '{}' is not a byte count", where, fields[6]);
+    const std::string_view algorithm = fields[collective_at + 1];
+    row.algorithm = algorithm == "auto" ? std::string("auto") : algorithm_of(algorithm, where);
+    if (multi_node && fields[10] != "auto") row.protocol = protocol_of(fields[10], where);
+    const auto bytes = parse_integer(fields[size_at]);
+    if (!bytes || *bytes <= 0)
+      fail(ErrorCode::kFormat, "{}: size_bytes '{}' is not a byte count", where, fields[size_at]);
     row.bytes = *bytes;
-    const auto low = parse_number(fields[8]);
-    const auto high = parse_number(fields[9]);
+    const auto low = parse_number(fields[size_at + 2]);
+    const auto high = parse_number(fields[size_at + 3]);
     if (!low || !high || *low <= 0 || *high < *low) {
       fail(ErrorCode::kFormat, "{}: value_low '{}' and value_high '{}' must be positive with low <= high", where,
-           fields[8], fields[9]);
+           fields[size_at + 2], fields[size_at + 3]);
     }
     const double value = (*low + *high) / 2;
-    const std::string_view metric = fields[7];
+    const std::string_view metric = fields[size_at + 1];
     if (metric == "time_us") {
       row.time_us = value;
     } else if (metric == "algbw_GBps" || metric == "busbw_GBps" || metric == "busbw_per_nic_GBps") {
@@ -350,7 +390,7 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
     }
     file.rows.push_back(std::move(row));
   }
-  if (!header_seen) fail(ErrorCode::kFormat, "{}: no header line '{}'", path, kHeader);
+  if (!header_seen) fail(ErrorCode::kFormat, "{}: no header line '{}'", path, kSingleNodeHeader);
   if (file.rows.empty()) fail(ErrorCode::kFormat, "{}: no rows", path);
   return file;
 }

@@ -39,12 +39,14 @@ struct MeasuredRow {
   Collective collective = Collective::kAllReduce;
   int64_t bytes = 0;
   DataType dtype = DataType::kF32;
-  std::string algorithm = "auto";  // NCCL_ALGO when the log shows it (simulator spelling: ring, nvls, ...)
-  std::string protocol = "auto";   // NCCL_PROTO when the log shows it (LL, LL128, Simple)
-  int gpus = 0;                    // ranks that ran it
-  int nodes = 0;                   // nodes they ran on; 0: the log does not say
-  double time_us = 0;              // measured (out-of-place); from busbw / algbw when only they are given
-  std::string system;              // CSV rows: the system column ("8xH100-SXM"); empty for logs
+  std::string algorithm = "auto";       // NCCL_ALGO when the log shows it (simulator spelling: ring, nvls, ...)
+  std::string protocol = "auto";        // NCCL_PROTO when the log shows it (LL, LL128, Simple)
+  int gpus = 0;                         // ranks that ran it
+  int nodes = 0;                        // nodes they ran on; 0: the log does not say
+  double time_us = 0;                   // measured (out-of-place); from busbw / algbw when only they are given
+  std::string system;                   // CSV rows: the system column ("8xH100-SXM"); empty for logs
+  std::optional<double> nics_per_node;  // multi-node CSV rows: the system's NICs, when stated
+  std::optional<double> nic_gbps;       // and their line rate in Gb/s
 };
 
 struct MeasurementFile {
@@ -61,9 +63,11 @@ struct MeasurementFile {
 MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& path,
                                      std::optional<Collective> collective = std::nullopt);
 
-// Reads the published-rows CSV (header "id,system,gpus,nodes,collective,algorithm,size_bytes,
-// metric,value_low,value_high,source"; metric time_us, algbw_GBps, busbw_GBps or busbw_per_nic_GBps;
-// the value is the middle of low..high).
+// Reads a published-rows CSV: bench/data/h100_calibration.csv's format (header "id,system,gpus,
+// nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source") or
+// multinode_calibration.csv's (with gpus_per_node, nics_per_node, nic_gbps, fabric, protocol and
+// notes). Metric time_us, algbw_GBps, busbw_GBps or busbw_per_nic_GBps; the value is the middle of
+// low..high.
 MeasurementFile parse_reference_csv(std::string_view text, const std::string& path);
 
 // Reads `path`: a .csv as parse_reference_csv, anything else as parse_nccl_tests_log.

@@ -208,6 +208,23 @@ TEST(NcclTestsLog, ReadsThePublishedRowsCsv) {
             std::string::npos);
 }
 
+TEST(NcclTestsLog, ReadsTheMultiNodeRowsCsv) {
+  const std::string csv =
+      "id,system,gpus,nodes,gpus_per_node,nics_per_node,nic_gbps,fabric,collective,algorithm,protocol,size_bytes,"
+      "metric,value_low,value_high,source,notes\n"
+      "M3,8xH100 4x400G RoCE,40,5,8,4,400,RoCE,all_reduce,ring,auto,1073741824,busbw_GBps,190,190,x,a note, with a "
+      "comma\n"
+      "S1,DGX H100,8,1,8,-,-,NVLink4,all_reduce,auto,LL,8,time_us,13,14,y,\n";
+  const MeasurementFile file = parse_reference_csv(csv, "multi.csv");
+  ASSERT_EQ(file.rows.size(), 2u);
+  EXPECT_EQ(file.rows[0].nodes, 5);
+  EXPECT_EQ(file.rows[0].nics_per_node, 4.0);
+  EXPECT_EQ(file.rows[0].nic_gbps, 400.0);
+  EXPECT_EQ(file.rows[1].protocol, "LL");
+  EXPECT_FALSE(file.rows[1].nics_per_node.has_value());
+  EXPECT_DOUBLE_EQ(file.rows[1].time_us, 13.5);
+}
+
 // ---- Profiles ----
 
 TEST(CalibrationProfile, WritesAndReadsBack) {
