@@ -216,6 +216,22 @@ MeasuredRow read_row(std::string_view line, const std::string& where) {
   return row;
 }
 
+// mpirun --tag-output prefixes every line with "[JOB,RANK]<stdout>:"; srun --label with "RANK: ".
+std::string_view without_launcher_tag(std::string_view line) {
+  if (line.starts_with('[')) {
+    for (const std::string_view tag : {std::string_view("]<stdout>:"), std::string_view("]<stderr>:")}) {
+      const size_t at = line.find(tag);
+      if (at != std::string_view::npos && at < 24) return trim(line.substr(at + tag.size()));
+    }
+  }
+  const size_t colon = line.find(": ");
+  if (colon != std::string_view::npos && colon > 0 && colon < 8 &&
+      line.substr(0, colon).find_first_not_of("0123456789") == std::string_view::npos) {
+    return trim(line.substr(colon + 2));
+  }
+  return line;
+}
+
 std::optional<Collective> collective_from_file_name(const std::string& path) {
   const std::string stem = std::filesystem::path(path).filename().string();
   for (const char* name : {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv"}) {
@@ -238,10 +254,11 @@ MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& p
   while (begin < text.size()) {
     size_t end = text.find('\n', begin);
     if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = trim(text.substr(begin, end - begin));
+    std::string_view line = trim(text.substr(begin, end - begin));
     begin = end + 1;
     ++line_number;
     const std::string where = fmt::format("{}:{}", path, line_number);
+    line = without_launcher_tag(line);
     if (line.empty()) continue;
     if (line.front() == '#') {
       read_comment(line, state, file, where);

@@ -3,7 +3,8 @@
 // tables `tandem bench` prints on every backend) and the project's published-rows CSV
 // (bench/data/h100_calibration.csv), read into one list of timed rows.
 //
-// A log is read strictly: every table row must have nccl-tests' 13 columns with numbers where
+// Lines of `mpirun --tag-output` ("[1,0]<stdout>:") and `srun --label` ("0: ") are read without
+// their tag. A log is read strictly: every table row must have nccl-tests' 13 columns with numbers where
 // numbers belong, and any other line must be a comment (#...), an NCCL line (NCCL INFO/WARN,
 // "NCCL version") or blank. The first malformed line ends the read with Error(kFormat)
 // "FILE:LINE: what is wrong".

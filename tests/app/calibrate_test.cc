@@ -121,6 +121,26 @@ TEST(NcclTestsLog, ReadsAnNcclTestsLog) {
   EXPECT_DOUBLE_EQ(file.rows[1].time_us, 98.70);
 }
 
+TEST(NcclTestsLog, ReadsLinesTaggedByTheLauncher) {
+  std::string tagged;
+  size_t begin = 0;
+  const std::string text = kNcclTestsLog;
+  while (begin < text.size()) {
+    const size_t end = text.find('\n', begin);
+    tagged += "[1,0]<stdout>:" + text.substr(begin, end - begin) + "\n";
+    begin = end + 1;
+  }
+  const MeasurementFile file = parse_nccl_tests_log(tagged, "ar.log");
+  EXPECT_EQ(file.nranks, 4);
+  ASSERT_EQ(file.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(file.rows[1].time_us, 98.70);
+  EXPECT_EQ(parse_nccl_tests_log("0: # nThread 1 nGpus 2\n0:            8             2     float     sum      -1    "
+                                 "10.00    0.00    0.00      0    10.00    0.00    0.00      0\n",
+                                 "x.log", Collective::kAllReduce)
+                .rows.size(),
+            1u);
+}
+
 TEST(NcclTestsLog, ReadsTheTableTandemBenchPrints) {
   // tandem bench's own table: the rows through format_row, the header as run_sim_bench prints it.
   std::string log =
