@@ -292,10 +292,10 @@ std::string today_utc() {
   return fmt::format("{:04}-{:02}-{:02}", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday);
 }
 
-bool matches_hold_out(const CalibrationRequest& request, const MeasuredRow& row, const std::string& file) {
-  for (const std::string& h : request.hold_out) {
+// Whether `row` (of `file`) is one of `names`: its label, its file, or (a CSV row) its id alone.
+bool held_out_by(const std::vector<std::string>& names, const MeasuredRow& row, const std::string& file) {
+  for (const std::string& h : names) {
     if (h == row.label || h == file) return true;
-    // A CSV row by its id alone ("2c"), a log row by "FILE:LINE".
     const size_t hash = row.label.rfind('#');
     if (hash != std::string::npos && row.label.substr(hash + 1) == h) return true;
   }
@@ -326,7 +326,7 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
     }
     int used = 0;
     for (const MeasuredRow& row : file.rows) {
-      FitRow fit{row, matches_hold_out(request, row, file.path), per_node};
+      FitRow fit{row, held_out_by(request.hold_out, row, file.path), per_node};
       if (file.nranks == 0) {
         // A published row: its own system and GPU count.
         const std::string preset = preset_of_system(row.system);
@@ -364,13 +364,14 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
   }
   const auto fitted_count = std::count_if(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; });
   if (fitted_count == 0) fail(ErrorCode::kInvalidArgument, "no rows to fit (every row was skipped or held out)");
+  // A --hold-out name that matches nothing is a typo, not a wish.
   for (const std::string& h : request.hold_out) {
-    bool found = false;
-    for (const FitRow& r : rows)
-      found = found || matches_hold_out({.hold_out = {h}}, r.row, "") ||
-              std::any_of(request.files.begin(), request.files.end(),
-                          [&](const MeasurementFile& f) { return f.path == h; });
-    if (!found) fail(ErrorCode::kInvalidArgument, "--hold-out {}: no row or file of that name", h);
+    const bool a_file =
+        std::any_of(request.files.begin(), request.files.end(), [&](const MeasurementFile& f) { return f.path == h; });
+    const bool a_row =
+        std::any_of(rows.begin(), rows.end(), [&](const FitRow& r) { return held_out_by({h}, r.row, ""); });
+    if (!a_file && !a_row)
+      fail(ErrorCode::kInvalidArgument, "--hold-out {}: no row (not skipped) or file of that name", h);
   }
 
   // The parameters to fit, in log space.
