@@ -144,14 +144,15 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     const bool half_ring = shape.regular && core == Algorithm::kRing &&
                            (collective == Collective::kAllGather || collective == Collective::kReduceScatter);
     const Collective simulated = half_ring ? Collective::kAllReduce : collective;
-    const int64_t count = half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype))
-                                    : nccl_tests_counts(collective, bytes, dtype, n).count;
+    const int64_t count =
+        half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype)) : nccl_tests_counts(collective, bytes, dtype, n).count;
     const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
     // NCCL's channels for ring and tree (every NIC of a node carries a share across nodes).
     const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;
     const Schedule& schedule =
-        shape.regular ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), !op_by_op, channels)
-                      : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
+        shape.regular
+            ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), !op_by_op, channels)
+            : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
     SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
     request.concurrent.assign(instances.begin() + 1, instances.end());
     request.analytic = explicit_schedules_ && !op_by_op;

@@ -20,12 +20,9 @@ models::NcclAlgorithm nccl(Algorithm algorithm, models::NcclProtocol protocol) {
 
 double protocol_wire_factor(models::NcclProtocol protocol) {
   switch (protocol) {
-    case models::NcclProtocol::kLL:
-      return 2.0;  // ncclLLFifoLine: 4 B data + 4 B flag per 8 B
-    case models::NcclProtocol::kLL128:
-      return 128.0 / 120.0;  // 120 B of data per 128 B line
-    case models::NcclProtocol::kSimple:
-      return 1.0;
+    case models::NcclProtocol::kLL: return 2.0;               // ncclLLFifoLine: 4 B data + 4 B flag per 8 B
+    case models::NcclProtocol::kLL128: return 128.0 / 120.0;  // 120 B of data per 128 B line
+    case models::NcclProtocol::kSimple: return 1.0;
   }
   return 1.0;
 }

@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include "core/algorithms.h"
+#include "core/schedule_dag.h"
 #include "core/error.h"
-#include "core/faults.h"
 #include "core/fifo.h"
 #include "core/host_memory.h"
-#include "core/schedule_dag.h"
+#include "core/faults.h"
 #include "sim/protocol.h"
 #include "sim/ring_lane.h"
 
@@ -103,9 +103,8 @@ std::atomic<bool> g_platform_built{false};
 // full zone does (2 GB of route table at 16,384 hosts).
 class TopologyZone : public routing::NetZoneImpl {
  public:
-  using RouteFn =
-      std::function<void(int src_host, int dst_host, std::vector<simgrid::kernel::resource::StandardLinkImpl*>&,
-                         double& latency_s, bool& network)>;
+  using RouteFn = std::function<void(int src_host, int dst_host, std::vector<simgrid::kernel::resource::StandardLinkImpl*>&,
+                                     double& latency_s, bool& network)>;
   TopologyZone(const std::string& name, RouteFn route) : routing::NetZoneImpl(name), route_(std::move(route)) {}
 
   void register_host(const routing::NetPoint* point, int host_index) {
@@ -218,11 +217,11 @@ struct RankState {
 };
 struct Connection {
   int from = 0, to = 0;
-  uint64_t messages = 0;        // over all tiles
-  Fifo<uint64_t> queue;         // bytes of the messages waiting to go
-  Fifo<double> send_slowdowns;  // their SimRequest::send_slowdown (when set)
-  Fifo<double> arrivals;        // when moved messages reach the receiver
-  double latency_s = 0;         // route + protocol latency of each message
+  uint64_t messages = 0;              // over all tiles
+  Fifo<uint64_t> queue;               // bytes of the messages waiting to go
+  Fifo<double> send_slowdowns;        // their SimRequest::send_slowdown (when set)
+  Fifo<double> arrivals;              // when moved messages reach the receiver
+  double latency_s = 0;               // route + protocol latency of each message
   sg4::SemaphorePtr queued = sg4::Semaphore::create(0);
   sg4::SemaphorePtr moved = sg4::Semaphore::create(0);
 
@@ -299,12 +298,9 @@ struct Simulator::Impl {
 
   double link_efficiency(models::LinkKind kind) const {
     switch (kind) {
-      case models::LinkKind::kNvLink:
-        return model.nvlink_efficiency;
-      case models::LinkKind::kPcie:
-        return model.pcie_efficiency;
-      case models::LinkKind::kNetwork:
-        return model.network_efficiency;
+      case models::LinkKind::kNvLink: return model.nvlink_efficiency;
+      case models::LinkKind::kPcie: return model.pcie_efficiency;
+      case models::LinkKind::kNetwork: return model.network_efficiency;
     }
     return 1.0;
   }
@@ -423,9 +419,8 @@ Simulator::Simulator(const models::Topology& topology, const models::ClusterSpec
   require_host_memory(static_cast<double>(topology.gpu_count()) * kPlatformBytesPerGpu,
                       fmt::format("a simulated platform of {} GPUs", topology.gpu_count()), "; use fewer nodes");
   if (g_platform_built.exchange(true)) {
-    fail(ErrorCode::kBackend,
-         "SimGrid allows one simulated platform per process; run further clusters with "
-         "run_sweep (one child process each)");
+    fail(ErrorCode::kBackend, "SimGrid allows one simulated platform per process; run further clusters with "
+                              "run_sweep (one child process each)");
   }
   Impl& s = *impl_;
   // SimGrid's own logging stays quiet unless TANDEM_SIMGRID_LOG asks for more (a --log value,
@@ -625,8 +620,8 @@ class Snapshot {
 // replayed once, and a lane's positions once per period of its hops (sim/ring_lane.h).
 double Simulator::Impl::run_compressed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                        const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
-                                       uint32_t tiles, double wire, const std::function<double(int, int)>& hop_latency,
-                                       SimResult& result) {
+                                       uint32_t tiles, double wire,
+                                       const std::function<double(int, int)>& hop_latency, SimResult& result) {
   const int n = schedule.nranks;
   const auto& lanes = schedule.ranks[0].lanes;
   // One representative round: every lane's flow from every position, largest step size.
@@ -799,8 +794,8 @@ ReplayProgram flatten_replay(const Schedule& schedule, const Dag& dag, const std
 // the same round (validate()'s rounds): PAT's steps, each one shift of every rank, run one after
 // the other, so a step's flows contend with each other and not with the other steps'.
 double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
-                                     const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles,
-                                     double wire, const std::function<double(int, int)>& hop_latency,
+                                     const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
+                                     uint32_t tiles, double wire, const std::function<double(int, int)>& hop_latency,
                                      double base_latency, SimResult& result, bool contention_by_round) {
   // Ops numbered, each receive's matching send and one topological order: the graph validate()
   // builds (core/schedule_dag.h).
@@ -866,15 +861,9 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
             arrival[step.id] = free[step.link] + latency[step.link];
             break;
           case OpKind::kRecv:
-          case OpKind::kRecvReduce:
-            end = std::max(ready, arrival[step.link]);
-            break;
-          case OpKind::kCopy:
-            end = ready + 2.0 * bytes / hbm;
-            break;
-          case OpKind::kReduce:
-            end = ready + 3.0 * bytes / hbm;
-            break;
+          case OpKind::kRecvReduce: end = std::max(ready, arrival[step.link]); break;
+          case OpKind::kCopy: end = ready + 2.0 * bytes / hbm; break;
+          case OpKind::kReduce: end = ready + 3.0 * bytes / hbm; break;
         }
         done[step.id] = end;
         lane_end[step.lane_slot] = end;
@@ -946,12 +935,11 @@ SimResult Simulator::run(const SimRequest& request) {
   }
   const int groups = static_cast<int>(placements.size());
   const uint32_t tiles = std::max<uint32_t>(1, request.tiles);
-  const Sizer sizer{ChunkMap(request.spec.count, schedule.chunks_per_block, tiles),
-                    static_cast<int64_t>(size_bytes(request.spec.dtype)), schedule.chunks_per_block};
-  const double wire = s.model.protocol_effects
-                          ? protocol_wire_factor(request.protocol) /
-                                (schedule.algorithm == Algorithm::kTree ? s.model.tree_efficiency : 1.0)
-                          : 1.0;
+  const Sizer sizer{ChunkMap(request.spec.count, schedule.chunks_per_block, tiles), static_cast<int64_t>(size_bytes(request.spec.dtype)),
+                    schedule.chunks_per_block};
+  const double wire = s.model.protocol_effects ? protocol_wire_factor(request.protocol) /
+                                                     (schedule.algorithm == Algorithm::kTree ? s.model.tree_efficiency : 1.0)
+                                               : 1.0;
   const bool latencies = s.model.protocol_effects;
   auto hop_latency = [&](int a, int b) {
     return latencies ? s.model.hop_latency_s(request.protocol, schedule.algorithm,
@@ -1066,10 +1054,8 @@ void Simulator::Impl::add_connections(OpByOpRun& run) const {
           for (uint32_t t = 0; t < run.tiles; ++t) {
             const double bytes = static_cast<double>(run.sizer.bytes(op.src, t)) * run.wire;
             if (bytes > static_cast<double>(UINT32_MAX)) {
-              fail(ErrorCode::kUnsupported,
-                   "the packet (ns-3) model carries messages of at most 4 GiB; this "
-                   "schedule sends {:.0f} bytes at once (a smaller size, or --network fluid)",
-                   bytes);
+              fail(ErrorCode::kUnsupported, "the packet (ns-3) model carries messages of at most 4 GiB; this "
+                   "schedule sends {:.0f} bytes at once (a smaller size, or --network fluid)", bytes);
             }
           }
         }
@@ -1105,23 +1091,22 @@ void Simulator::Impl::start_connection_actors(OpByOpRun& run) {
     const bool slowed_sends = static_cast<bool>(run.request.send_slowdown);
     sg4::Actor::create(fmt::format("c{}-{}", c->from, c->to), from,
                        [c, from, to, latency, packet, slowdown, slowed_sends] {
-                         for (uint64_t m = 0; m < c->messages; ++m) {
-                           c->queued->acquire();
-                           const uint64_t bytes = c->queue.pop_front();
-                           const double began = sg4::Engine::get_clock();
-                           // ns-3 carries a message as one TCP flow (at most 4 GiB; an empty one never completes).
-                           if (!packet || bytes > 0) sg4::Comm::sendto(from, to, bytes);
-                           if (slowdown != 1.0)
-                             sg4::this_actor::sleep_for((slowdown - 1.0) * (sg4::Engine::get_clock() - began));
-                           if (slowed_sends) {
-                             const double factor = c->send_slowdowns.pop_front();
-                             const double spent = std::max(sg4::Engine::get_clock() - began, kMinSlowedTransfer_s);
-                             if (factor > 1.0) sg4::this_actor::sleep_for((factor - 1.0) * spent);
-                           }
-                           c->arrivals.push_back(sg4::Engine::get_clock() + latency);
-                           c->moved->release();
-                         }
-                       });
+      for (uint64_t m = 0; m < c->messages; ++m) {
+        c->queued->acquire();
+        const uint64_t bytes = c->queue.pop_front();
+        const double began = sg4::Engine::get_clock();
+        // ns-3 carries a message as one TCP flow (at most 4 GiB; an empty one never completes).
+        if (!packet || bytes > 0) sg4::Comm::sendto(from, to, bytes);
+        if (slowdown != 1.0) sg4::this_actor::sleep_for((slowdown - 1.0) * (sg4::Engine::get_clock() - began));
+        if (slowed_sends) {
+          const double factor = c->send_slowdowns.pop_front();
+          const double spent = std::max(sg4::Engine::get_clock() - began, kMinSlowedTransfer_s);
+          if (factor > 1.0) sg4::this_actor::sleep_for((factor - 1.0) * spent);
+        }
+        c->arrivals.push_back(sg4::Engine::get_clock() + latency);
+        c->moved->release();
+      }
+    });
   }
 }
 
@@ -1161,8 +1146,7 @@ void Simulator::Impl::start_lane_actors(OpByOpRun& run) {
                 Connection& c = run.connections.at({r, run.peer_of(r, op.peer), l});
                 c.queue.push_back(static_cast<uint64_t>(static_cast<double>(run.sizer.bytes(op.src, t)) * run.wire));
                 if (run.request.send_slowdown) {
-                  const int64_t op_index =
-                      static_cast<int64_t>(t) * ops_per_tile + lane_offset + static_cast<int64_t>(i);
+                  const int64_t op_index = static_cast<int64_t>(t) * ops_per_tile + lane_offset + static_cast<int64_t>(i);
                   c.send_slowdowns.push_back(run.request.send_slowdown(r, op_index));
                 }
                 c.queued->release();
@@ -1195,8 +1179,7 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
     fail(ErrorCode::kUnsupported, "nvls: {} has no NVLink SHARP (NVSwitch multicast)", s.cluster.gpu.name);
   }
   if (gpus.size() < 2) fail(ErrorCode::kUnsupported, "nvls needs at least 2 GPUs");
-  if (s.zone == nullptr)
-    fail(ErrorCode::kUnsupported, "nvls is a fluid-model simulation; the packet model has no NVSwitch reduction");
+  if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "nvls is a fluid-model simulation; the packet model has no NVSwitch reduction");
   const int node = s.topology.graph()[s.topology.gpu_vertex(gpus[0])].node;
   for (int g : gpus) {
     if (s.topology.graph()[s.topology.gpu_vertex(g)].node != node) {
@@ -1214,8 +1197,7 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
     for (int g : gpus) {
       sg4::Host* gpu = s.gpu_hosts[static_cast<size_t>(g)];
       // Up: the switch reads the GPU's whole buffer (every slice's multimem load-reduce).
-      comms.push_back(
-          sg4::Comm::sendto_async(gpu, nvswitch, static_cast<uint64_t>(static_cast<double>(bytes) * scale)));
+      comms.push_back(sg4::Comm::sendto_async(gpu, nvswitch, static_cast<uint64_t>(static_cast<double>(bytes) * scale)));
       // Down: the multicast store of every reduced slice, plus the GPU's own slice's result.
       comms.push_back(sg4::Comm::sendto_async(
           nvswitch, gpu, static_cast<uint64_t>(static_cast<double>(bytes) * (1.0 + 1.0 / n) * scale)));
@@ -1256,9 +1238,7 @@ SimResult Simulator::run_nvls_tree_all_reduce(int64_t bytes, const std::vector<i
   // multimem load-reduce) and down (every reduced slice multicast, plus its own result), and each
   // tree edge's half slice both ways along its route (PCIe, NIC, leaf, maybe spine).
   std::unordered_map<uint64_t, double> load;  // (link << 1 | forward) -> bytes
-  auto add = [&](uint32_t link, bool forward, double amount) {
-    load[(uint64_t{link} << 1) | (forward ? 1 : 0)] += amount;
-  };
+  auto add = [&](uint32_t link, bool forward, double amount) { load[(uint64_t{link} << 1) | (forward ? 1 : 0)] += amount; };
   for (int g : gpus) {
     const uint32_t link = s.nvlink_of_gpu.at(static_cast<size_t>(g));
     const bool gpu_first = s.topology.endpoints(link).first == s.topology.gpu_vertex(g);
@@ -1273,17 +1253,14 @@ SimResult Simulator::run_nvls_tree_all_reduce(int64_t bytes, const std::vector<i
       for (int h = 0; h < per_node; ++h) {
         const int child_gpu = gpus[static_cast<size_t>(v * per_node + h)];
         const int parent_gpu = gpus[static_cast<size_t>(parent * per_node + h)];
-        for (const models::Hop& hop : s.topology.route(child_gpu, parent_gpu).hops)
-          add(hop.link, hop.forward, half_slice);
-        for (const models::Hop& hop : s.topology.route(parent_gpu, child_gpu).hops)
-          add(hop.link, hop.forward, half_slice);
+        for (const models::Hop& hop : s.topology.route(child_gpu, parent_gpu).hops) add(hop.link, hop.forward, half_slice);
+        for (const models::Hop& hop : s.topology.route(parent_gpu, child_gpu).hops) add(hop.link, hop.forward, half_slice);
       }
     }
   }
   // The phases run at once and every link stays busy: the most loaded link sets the time.
   double seconds = 0;
-  for (const auto& [key, amount] : load)
-    seconds = std::max(seconds, amount / s.link_capacity(static_cast<uint32_t>(key >> 1)));
+  for (const auto& [key, amount] : load) seconds = std::max(seconds, amount / s.link_capacity(static_cast<uint32_t>(key >> 1)));
   int depth = 0;
   for (int span = 1; span < nodes; span *= 2) ++depth;
   SimResult result;
@@ -1595,10 +1572,8 @@ void packet_model_reexec(char** argv) {
   ::setenv("NS_ATTRIBUTE_DEFAULT", defaults.c_str(), 1);
   ::execv("/proc/self/exe", argv);
   // Only reached when exec failed: run on, window-bound.
-  std::fprintf(stderr,
-               "tandem: warning: could not restart with ns-3's packet-model defaults (%s); the packet "
-               "model will run with ns-3's own TCP buffers\n",
-               std::strerror(errno));
+  std::fprintf(stderr, "tandem: warning: could not restart with ns-3's packet-model defaults (%s); the packet "
+               "model will run with ns-3's own TCP buffers\n", std::strerror(errno));
 }
 
 }  // namespace tandem::sim

@@ -45,10 +45,10 @@ struct NetworkModel {
   Fidelity fidelity = Fidelity::kFluid;
   // Share of a link's line rate that NCCL's kernels reach, per link kind (documented in
   // docs/simulator.md with the measurements they come from). 1.0 everywhere = the ideal model.
-  double nvlink_efficiency = 0.824;  // 370.8 / 450 GB/s: NCCL's own NVLink model, ring busbw 365-370
+  double nvlink_efficiency = 0.824;   // 370.8 / 450 GB/s: NCCL's own NVLink model, ring busbw 365-370
   double pcie_efficiency = 1.0;
-  double network_efficiency = 0.94;  // ConnectX-7: 46-48 GB/s of 50
-  double nvls_efficiency = 0.686;    // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
+  double network_efficiency = 0.94;   // ConnectX-7: 46-48 GB/s of 50
+  double nvls_efficiency = 0.686;     // NVLink SHARP all_reduce: ~309 GB/s per GPU downlink (fit, 4-8 GPUs)
   // NCCL's tree kernel moves a link's bytes slower than a ring does: NCCL 2.28 tuning.cc scales
   // tree all_reduce bandwidth by 0.92, and by 0.85 more for the TREE pattern (all of a channel's
   // NIC traffic through one GPU), which is what its search finds on H100 nodes. Applied to every
@@ -105,9 +105,9 @@ const NetworkParameter* find_network_parameter(std::string_view name);
 struct SimRequest {
   const Schedule* schedule = nullptr;
   CollectiveSpec spec;
-  std::vector<int> gpu_of_rank;  // empty: rank r on GPU r
+  std::vector<int> gpu_of_rank;    // empty: rank r on GPU r
   models::NcclProtocol protocol = models::NcclProtocol::kSimple;
-  uint32_t tiles = 1;  // pipelining depth (see core/executor.h)
+  uint32_t tiles = 1;              // pipelining depth (see core/executor.h)
   // Further placements that run the same schedule at the same time, on GPUs of their own (every
   // TP or DP group of a training job at once), so that groups whose routes share a link share it.
   // Each lies on the nodes as gpu_of_rank does (the same GPUs per node): protocol hop latencies
@@ -129,9 +129,9 @@ struct SimRequest {
 
 struct SimResult {
   double seconds = 0;
-  uint64_t transfers = 0;            // point-to-point transfers the schedule moves
+  uint64_t transfers = 0;          // point-to-point transfers the schedule moves
   uint64_t simulated_transfers = 0;  // comms SimGrid actually simulated (fewer when compressed)
-  bool compressed = false;           // symmetric rounds simulated once each (see Simulator::run)
+  bool compressed = false;         // symmetric rounds simulated once each (see Simulator::run)
 };
 
 // Point-to-point traffic as NCCL runs it (sim/p2p.h): all_to_all (each rank sends bytes / n to

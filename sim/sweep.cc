@@ -152,6 +152,7 @@ void from_json(const json& rows, std::vector<SweepPointResult>& results) {
 
 }  // namespace
 
+
 namespace {
 
 // The line of a dead child's stderr that says why: SimGrid's CRITICAL assertion, or the last line.

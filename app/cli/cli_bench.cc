@@ -32,14 +32,14 @@
 #include "app/report/nccl_tests_table.h"
 #include "app/report/trace.h"
 #include "app/run/backends.h"
+#include "core/data_check.h"
+#include "core/host_memory.h"
+#include "core/run_memory.h"
 #include "backend/host/host_executor.h"
 #include "backend/launch/launch.h"
 #include "core/algorithms.h"
 #include "core/communicator.h"
-#include "core/data_check.h"
 #include "core/error.h"
-#include "core/host_memory.h"
-#include "core/run_memory.h"
 #include "sim/sweep.h"
 #include "sim/tuner.h"
 
@@ -565,14 +565,12 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
   command->add_option("-r,--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
-  command
-      ->add_option("--ranks-per-node", options->ranks_per_node,
-                   "ranks per node (hierarchical); default: 1, a flat layout")
+  command->add_option("--ranks-per-node", options->ranks_per_node,
+                      "ranks per node (hierarchical); default: 1, a flat layout")
       ->check(CLI::Range(1, kMaxBenchRanks));
-  command
-      ->add_option("--trace", options->trace,
-                   "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
-                   "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)")
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
+                      "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)")
       ->check(output_file_path())
       ->type_name("FILE");
   command

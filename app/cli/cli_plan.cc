@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "app/common/common.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
-#include "app/common/common.h"
 #include "app/plan/plan.h"
 #include "backend/launch/launch.h"
 #include "core/error.h"

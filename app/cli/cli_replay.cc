@@ -12,8 +12,8 @@
 
 #include <unistd.h>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "app/calibrate/calibration.h"
 #include "app/cli/cli_cluster.h"
@@ -200,10 +200,9 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder")
       ->check(output_folder_path())
       ->type_name("DIR");
-  command
-      ->add_option("--trace", options->trace,
-                   "write a Chrome / Perfetto trace (JSON) of the replay: a track per rank, a slice per op, the "
-                   "divergence and recovery as instant events (docs/traces.md)")
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the replay: a track per rank, a slice per op, the "
+                      "divergence and recovery as instant events (docs/traces.md)")
       ->type_name("FILE");
   command->footer(kReplayFooter);
   command->callback([options, command, &status] {

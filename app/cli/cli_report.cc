@@ -9,9 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "app/common/common.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
-#include "app/common/common.h"
 #include "app/report/report_page.h"
 #include "core/error.h"
 

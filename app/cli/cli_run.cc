@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "app/run/backends.h"
+#include "app/common/common.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
-#include "app/common/common.h"
-#include "app/run/backends.h"
 #include "app/scenario/scenario.h"
 #include "app/scenario/workload_kind.h"
 #include "core/error.h"
@@ -106,11 +106,10 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
       ->check(output_folder_path())
       ->type_name("DIR");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
-  command
-      ->add_option("--trace", options->trace,
-                   "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
-                   "rank with faults and recovery actions as instant events, sweeps a track per collective and "
-                   "algorithm, training steps a track per stream of the step (docs/traces.md)")
+  command->add_option("--trace", options->trace,
+                      "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
+                      "rank with faults and recovery actions as instant events, sweeps a track per collective and "
+                      "algorithm, training steps a track per stream of the step (docs/traces.md)")
       ->type_name("FILE");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");

@@ -15,11 +15,11 @@
 #include <system_error>
 #include <vector>
 
-#include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
-#include "app/cli/commands.h"
 #include "app/common/common.h"
+#include "app/cli/commands.h"
 #include "app/scenario/scenario.h"
 #include "core/child_processes.h"
 #include "core/error.h"

@@ -301,7 +301,10 @@ std::vector<PlanPoint> plan_points(const Plan& plan) {
 
 // ---- running -----------------------------------------------------------------------------------
 
-namespace {}  // namespace
+namespace {
+
+
+}  // namespace
 
 std::string job_outcome_json(const JobOutcome& outcome) {
   return json{{"ok", outcome.ok},

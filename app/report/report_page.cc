@@ -183,10 +183,9 @@ std::string loop_timeline(const json& results, const std::vector<int>& culprits)
   // The time axis.
   for (int i = 0; i <= 5; ++i) {
     const double t = total * i / 5;
-    svg += fmt::format(
-        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#8a94a3\"/>"
-        "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"{5}\">{4} ms</text>\n",
-        x(t), bottom, bottom + 5, bottom + 18, num(t * 1e3, 2), i == 5 ? "end" : "middle");
+    svg += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#8a94a3\"/>"
+                       "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"{5}\">{4} ms</text>\n",
+                       x(t), bottom, bottom + 5, bottom + 18, num(t * 1e3, 2), i == 5 ? "end" : "middle");
   }
   svg += "</svg>\n";
   const std::string legend = fmt::format(
@@ -200,10 +199,9 @@ std::string loop_timeline(const json& results, const std::vector<int>& culprits)
 }
 
 std::string loop_table(const json& results, const json* compare) {
-  std::string out =
-      "<section><h2>Collectives</h2><table id=\"collectives\"><tr><th>iteration</th><th>outcome</th>"
-      "<th>attempts</th><th class=\"num\">time (us)</th><th class=\"num\">fault-free (us)</th>"
-      "<th class=\"num\">cost (us)</th>";
+  std::string out = "<section><h2>Collectives</h2><table id=\"collectives\"><tr><th>iteration</th><th>outcome</th>"
+                    "<th>attempts</th><th class=\"num\">time (us)</th><th class=\"num\">fault-free (us)</th>"
+                    "<th class=\"num\">cost (us)</th>";
   if (compare) out += "<th class=\"num\">other run (us)</th>";
   out += "<th>detail</th></tr>\n";
   const json& iterations = need(results, "iterations", "collective loop");
@@ -211,14 +209,11 @@ std::string loop_table(const json& results, const json* compare) {
     const json& it = iterations[i];
     const std::string outcome = text_of(it, "outcome");
     const double seconds = it.value("seconds", 0.0), free = it.value("fault_free_seconds", 0.0);
-    out += fmt::format(
-        "<tr class=\"iteration {}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}"
-        "</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
-        outcome == "completed" ? "ok"
-        : outcome == "aborted" ? "aborted"
-                               : "recovered",
-        it.value("iteration", 0), html_escape(outcome), it.value("attempts", 0), num(seconds * 1e6), num(free * 1e6),
-        num(std::max(0.0, seconds - free) * 1e6));
+    out += fmt::format("<tr class=\"iteration {}\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}"
+                       "</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
+                       outcome == "completed" ? "ok" : outcome == "aborted" ? "aborted" : "recovered",
+                       it.value("iteration", 0), html_escape(outcome), it.value("attempts", 0), num(seconds * 1e6),
+                       num(free * 1e6), num(std::max(0.0, seconds - free) * 1e6));
     if (compare) {
       const json& other = compare->at("iterations");
       out += fmt::format("<td class=\"num\">{}</td>",
@@ -237,34 +232,29 @@ std::string compare_plot(const std::vector<std::pair<std::string, std::pair<doub
   if (top <= 0) top = 1;
   const int width = 1120, height = 260, left = 70, bottom = 220, plot_h = 190;
   const double slot = (width - left - 20.0) / std::max<size_t>(1, bars.size());
-  std::string svg = fmt::format(
-      "<svg id=\"comparison\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\">\n",
-      width, height, width, height);
+  std::string svg = fmt::format("<svg id=\"comparison\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                "viewBox=\"0 0 {} {}\">\n",
+                                width, height, width, height);
   for (size_t i = 0; i < bars.size(); ++i) {
     const double x0 = left + i * slot;
     const auto& [a, b] = bars[i].second;
     const double ha = a / top * plot_h, hb = b / top * plot_h, w = std::max(2.0, slot * 0.35);
-    svg += fmt::format(
-        "<rect class=\"bar mine\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
-        "fill=\"{}\"><title>{}: {} {}</title></rect>",
-        x0 + slot * 0.12, bottom - ha, w, ha, kCompleted, html_escape(mine), num(a), unit);
-    svg += fmt::format(
-        "<rect class=\"bar theirs\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
-        "fill=\"{}\"><title>{}: {} {}</title></rect>",
-        x0 + slot * 0.12 + w, bottom - hb, w, hb, kCompare, html_escape(theirs), num(b), unit);
+    svg += fmt::format("<rect class=\"bar mine\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+                       "fill=\"{}\"><title>{}: {} {}</title></rect>",
+                       x0 + slot * 0.12, bottom - ha, w, ha, kCompleted, html_escape(mine), num(a), unit);
+    svg += fmt::format("<rect class=\"bar theirs\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+                       "fill=\"{}\"><title>{}: {} {}</title></rect>",
+                       x0 + slot * 0.12 + w, bottom - hb, w, hb, kCompare, html_escape(theirs), num(b), unit);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x0 + slot / 2, bottom + 16,
                        html_escape(bars[i].first));
   }
-  svg += fmt::format(
-      "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/>"
-      "<text x=\"4\" y=\"{3}\">{4} {5}</text><text x=\"4\" y=\"{1}\">0</text></svg>\n",
-      left, bottom, width - 10, bottom - plot_h + 4, num(top), html_escape(unit));
-  return fmt::format(
-      "<section><h2>Prediction vs measurement</h2><p class=\"legend\"><span><i class=\"swatch\" "
-      "style=\"background:{}\"></i>{}</span><span><i class=\"swatch\" style=\"background:{}\"></i>{}"
-      "</span></p>{}</section>\n",
-      kCompleted, html_escape(mine), kCompare, html_escape(theirs), svg);
+  svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/>"
+                     "<text x=\"4\" y=\"{3}\">{4} {5}</text><text x=\"4\" y=\"{1}\">0</text></svg>\n",
+                     left, bottom, width - 10, bottom - plot_h + 4, num(top), html_escape(unit));
+  return fmt::format("<section><h2>Prediction vs measurement</h2><p class=\"legend\"><span><i class=\"swatch\" "
+                     "style=\"background:{}\"></i>{}</span><span><i class=\"swatch\" style=\"background:{}\"></i>{}"
+                     "</span></p>{}</section>\n",
+                     kCompleted, html_escape(mine), kCompare, html_escape(theirs), svg);
 }
 
 std::string loop_page(const json& results, const std::optional<json>& compare) {
@@ -276,17 +266,17 @@ std::string loop_page(const json& results, const std::optional<json>& compare) {
   const std::string name = text_of(results, "scenario", "scenario");
   std::string body = "<section><h2>Outcome" +
                      verdict_badge(expectations_pass, expectations_pass ? "expectations PASS" : "expectations FAIL") +
-                     badge(!aborted, aborted ? "the loop ABORTED" : "the loop completed") + "</h2><dl>";
+                     badge(!aborted, aborted ? "the loop ABORTED" : "the loop completed") +
+                     "</h2><dl>";
   auto row = [&](const std::string& key, const std::string& value) {
     if (!value.empty()) body += fmt::format("<dt>{}</dt><dd>{}</dd>", html_escape(key), html_escape(value));
   };
   row("backend", text_of(results, "backend"));
   row("workload", text_of(results, "workload"));
   row("recovery", text_of(results, "recovery"));
-  row("total",
-      fmt::format("{} us (fault-free {} us; faults cost {} us)", num(results.value("total_seconds", 0.0) * 1e6),
-                  num(results.value("fault_free_seconds", 0.0) * 1e6),
-                  num((results.value("total_seconds", 0.0) - results.value("fault_free_seconds", 0.0)) * 1e6)));
+  row("total", fmt::format("{} us (fault-free {} us; faults cost {} us)", num(results.value("total_seconds", 0.0) * 1e6),
+                           num(results.value("fault_free_seconds", 0.0) * 1e6),
+                           num((results.value("total_seconds", 0.0) - results.value("fault_free_seconds", 0.0)) * 1e6)));
   for (const json& f : results.value("faults", json::array())) row("fault", f.get<std::string>());
   for (const json& d : results.value("dump_reasons", json::array())) row("dumps", d.get<std::string>());
   if (results.contains("analysis")) {
@@ -302,8 +292,7 @@ std::string loop_page(const json& results, const std::optional<json>& compare) {
     const json& mine = results.at("iterations");
     const json& theirs = other->at("iterations");
     for (size_t i = 0; i < std::min(mine.size(), theirs.size()); ++i) {
-      bars.push_back(
-          {fmt::format("#{}", i), {mine[i].value("seconds", 0.0) * 1e6, theirs[i].value("seconds", 0.0) * 1e6}});
+      bars.push_back({fmt::format("#{}", i), {mine[i].value("seconds", 0.0) * 1e6, theirs[i].value("seconds", 0.0) * 1e6}});
     }
     body += compare_plot(bars, fmt::format("this run ({})", text_of(results, "backend")),
                          fmt::format("other run ({})", text_of(*other, "backend")), "us");
@@ -352,46 +341,43 @@ std::string sweep_page(const json& results, const std::optional<json>& compare) 
     auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
     auto py = [&](double bw) { return bottom - bw / std::max(ymax, 1e-9) * plot_h; };
     const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d"};
-    std::string svg = fmt::format(
-        "<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-        "viewBox=\"0 0 {} {}\">\n",
-        width, height, width, height);
+    std::string svg = fmt::format("<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                  "viewBox=\"0 0 {} {}\">\n",
+                                  width, height, width, height);
     std::string legend;
     size_t i = 0;
     for (const auto& [key, line] : lines) {
       const char* colour = palette[i++ % 7];
       std::string path;
       for (const auto& [size, bw] : line.xy) path += fmt::format("{:.1f},{:.1f} ", px(size), py(bw));
-      svg += fmt::format(
-          "<polyline class=\"series{}\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}>"
-          "<title>{}</title></polyline>\n",
-          line.other ? " other" : "", path, colour, line.other ? " stroke-dasharray=\"6 4\"" : "", html_escape(key));
-      legend +=
-          fmt::format("<span><i class=\"swatch\" style=\"background:{}\"></i>{}</span>", colour, html_escape(key));
+      svg += fmt::format("<polyline class=\"series{}\" points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}>"
+                         "<title>{}</title></polyline>\n",
+                         line.other ? " other" : "", path, colour, line.other ? " stroke-dasharray=\"6 4\"" : "",
+                         html_escape(key));
+      legend += fmt::format("<span><i class=\"swatch\" style=\"background:{}\"></i>{}</span>", colour, html_escape(key));
     }
-    svg += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/><text x=\"{3}\" "
-        "y=\"{4}\" text-anchor=\"end\">size (bytes, log scale) {5} .. {6}</text><text x=\"4\" y=\"24\">"
-        "{7} GB/s</text><text x=\"4\" y=\"{1}\">0</text></svg>\n",
-        left, bottom, left + plot_w, left + plot_w, bottom + 24, num(xmin, 0), num(xmax, 0), num(ymax));
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/><text x=\"{3}\" "
+                       "y=\"{4}\" text-anchor=\"end\">size (bytes, log scale) {5} .. {6}</text><text x=\"4\" y=\"24\">"
+                       "{7} GB/s</text><text x=\"4\" y=\"{1}\">0</text></svg>\n",
+                       left, bottom, left + plot_w, left + plot_w, bottom + 24, num(xmin, 0), num(xmax, 0),
+                       num(ymax));
     body += "<section><h2>Bus bandwidth against size" +
-            std::string(compare ? " (prediction vs measurement: the other run dashed)" : "") +
-            "</h2><p class=\"legend\">" + legend + "</p>" + svg + "</section>\n";
+            std::string(compare ? " (prediction vs measurement: the other run dashed)" : "") + "</h2><p class=\"legend\">" +
+            legend + "</p>" + svg + "</section>\n";
   }
   std::string rows;
   for (const json& p : points) {
-    rows += fmt::format(
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-        "<td class=\"num\">{}</td><td>{}</td></tr>\n",
-        html_escape(text_of(p, "variant")), html_escape(text_of(p, "collective")),
-        html_escape(text_of(p, "algorithm_used", text_of(p, "algorithm"))), p.value("size_bytes", int64_t{0}),
-        num(p.value("time_us", 0.0)), num(p.value("busbw_GBps", 0.0)), html_escape(text_of(p, "status")));
+    rows += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                        "<td class=\"num\">{}</td><td>{}</td></tr>\n",
+                        html_escape(text_of(p, "variant")), html_escape(text_of(p, "collective")),
+                        html_escape(text_of(p, "algorithm_used", text_of(p, "algorithm"))),
+                        p.value("size_bytes", int64_t{0}), num(p.value("time_us", 0.0)), num(p.value("busbw_GBps", 0.0)),
+                        html_escape(text_of(p, "status")));
   }
-  body +=
-      "<section><h2>Points</h2><table id=\"collectives\"><tr><th>variant</th><th>collective</th><th>algorithm"
-      "</th><th class=\"num\">size (B)</th><th class=\"num\">time (us)</th><th class=\"num\">busbw (GB/s)</th>"
-      "<th>status</th></tr>\n" +
-      rows + "</table></section>\n";
+  body += "<section><h2>Points</h2><table id=\"collectives\"><tr><th>variant</th><th>collective</th><th>algorithm"
+          "</th><th class=\"num\">size (B)</th><th class=\"num\">time (us)</th><th class=\"num\">busbw (GB/s)</th>"
+          "<th>status</th></tr>\n" +
+          rows + "</table></section>\n";
   body += expectations_section(results);
   return page("tandem report: " + text_of(scenario, "name", "sweep"), text_of(scenario, "description"), body);
 }
@@ -410,25 +396,22 @@ std::string training_page(const json& results) {
     for (const json& layout : variant.value("layouts", json::array())) {
       const std::string variant_name = html_escape(text_of(variant, "variant", text_of(variant, "name")));
       if (!layout.value("ok", true)) {  // does not fit or does not split: the reason instead of numbers
-        rows += fmt::format(
-            "<tr class=\"does-not-run\"><td>{}</td><td>{}</td><td>does not run</td><td colspan=\"5\">"
-            "{}</td></tr>\n",
-            variant_name, html_escape(text_of(layout, "layout")), html_escape(text_of(layout, "error")));
+        rows += fmt::format("<tr class=\"does-not-run\"><td>{}</td><td>{}</td><td>does not run</td><td colspan=\"5\">"
+                            "{}</td></tr>\n",
+                            variant_name, html_escape(text_of(layout, "layout")), html_escape(text_of(layout, "error")));
         continue;
       }
-      rows += fmt::format(
-          "<tr><td>{}</td><td>{}</td><td>runs</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
-          "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
-          variant_name, html_escape(text_of(layout, "layout")), num(layout.value("step_s", 0.0), 2),
-          num(layout.value("compute_s", 0.0), 2), num(layout.value("exposed_comm_s", 0.0), 3),
-          num(layout.value("bubble_s", 0.0), 3), num(100 * layout.value("achieved_mfu", 0.0), 1));
+      rows += fmt::format("<tr><td>{}</td><td>{}</td><td>runs</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                          "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+                          variant_name, html_escape(text_of(layout, "layout")), num(layout.value("step_s", 0.0), 2),
+                          num(layout.value("compute_s", 0.0), 2), num(layout.value("exposed_comm_s", 0.0), 3),
+                          num(layout.value("bubble_s", 0.0), 3), num(100 * layout.value("achieved_mfu", 0.0), 1));
     }
   }
-  body +=
-      "<section><h2>Step per layout</h2><table id=\"collectives\"><tr><th>variant</th><th>layout</th><th>status"
-      "</th><th class=\"num\">step (s)</th><th class=\"num\">compute (s)</th><th class=\"num\">exposed comm (s)"
-      "</th><th class=\"num\">bubble (s)</th><th class=\"num\">MFU (%)</th></tr>\n" +
-      rows + "</table></section>\n";
+  body += "<section><h2>Step per layout</h2><table id=\"collectives\"><tr><th>variant</th><th>layout</th><th>status"
+          "</th><th class=\"num\">step (s)</th><th class=\"num\">compute (s)</th><th class=\"num\">exposed comm (s)"
+          "</th><th class=\"num\">bubble (s)</th><th class=\"num\">MFU (%)</th></tr>\n" +
+          rows + "</table></section>\n";
   body += expectations_section(results);
   return page("tandem report: " + text_of(scenario, "name", "training"), text_of(scenario, "description"), body);
 }
@@ -440,23 +423,12 @@ std::string html_escape(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
     }
   }
   return out;
@@ -475,66 +447,41 @@ struct FieldRule {
 // The fields the page reads, as tandem run writes them (app/scenario/scenario_report.cc): top level,
 // and inside each element of the arrays of objects.
 constexpr FieldRule kTopRules[] = {
-    {"passed", Kind::kBool},      {"aborted", Kind::kBool},         {"backend", Kind::kString},
-    {"ranks", Kind::kInt},        {"total_seconds", Kind::kNumber}, {"fault_free_seconds", Kind::kNumber},
-    {"analysis", Kind::kObject},  {"faults", Kind::kStrings},       {"dump_reasons", Kind::kStrings},
-    {"slices", Kind::kSlices},    {"iterations", Kind::kObjects},   {"points", Kind::kObjects},
-    {"variants", Kind::kObjects}, {"expectations", Kind::kObjects},
+    {"passed", Kind::kBool},          {"aborted", Kind::kBool},       {"backend", Kind::kString},
+    {"ranks", Kind::kInt},            {"total_seconds", Kind::kNumber}, {"fault_free_seconds", Kind::kNumber},
+    {"analysis", Kind::kObject},
+    {"faults", Kind::kStrings},       {"dump_reasons", Kind::kStrings}, {"slices", Kind::kSlices},
+    {"iterations", Kind::kObjects},   {"points", Kind::kObjects},     {"variants", Kind::kObjects},
+    {"expectations", Kind::kObjects},
 };
 constexpr FieldRule kElementRules[] = {
     // iterations
-    {"iteration", Kind::kInt},
-    {"outcome", Kind::kString},
-    {"start_s", Kind::kNumber},
-    {"seconds", Kind::kNumber},
-    {"fault_free_seconds", Kind::kNumber},
-    {"attempts", Kind::kInt},
-    {"faults", Kind::kInts},
+    {"iteration", Kind::kInt}, {"outcome", Kind::kString}, {"start_s", Kind::kNumber}, {"seconds", Kind::kNumber},
+    {"fault_free_seconds", Kind::kNumber}, {"attempts", Kind::kInt}, {"faults", Kind::kInts},
     // points
-    {"status", Kind::kString},
-    {"variant", Kind::kString},
-    {"collective", Kind::kString},
-    {"algorithm", Kind::kString},
-    {"size_bytes", Kind::kInt},
-    {"time_us", Kind::kNumber},
+    {"status", Kind::kString}, {"variant", Kind::kString}, {"collective", Kind::kString},
+    {"algorithm", Kind::kString}, {"size_bytes", Kind::kInt}, {"time_us", Kind::kNumber},
     {"busbw_GBps", Kind::kNumber},
     // variants and their layouts
-    {"layouts", Kind::kObjects},
-    {"ok", Kind::kBool},
-    {"layout", Kind::kString},
-    {"step_s", Kind::kNumber},
-    {"compute_s", Kind::kNumber},
-    {"exposed_comm_s", Kind::kNumber},
-    {"bubble_s", Kind::kNumber},
+    {"layouts", Kind::kObjects}, {"ok", Kind::kBool}, {"layout", Kind::kString}, {"step_s", Kind::kNumber},
+    {"compute_s", Kind::kNumber}, {"exposed_comm_s", Kind::kNumber}, {"bubble_s", Kind::kNumber},
     {"achieved_mfu", Kind::kNumber},
     // expectations
-    {"pass", Kind::kBool},
-    {"verdict", Kind::kString},
-    {"line", Kind::kString},
-    {"detail", Kind::kString},
+    {"pass", Kind::kBool}, {"verdict", Kind::kString}, {"line", Kind::kString}, {"detail", Kind::kString},
 };
 constexpr FieldRule kAnalysisRules[] = {{"culprit_ranks", Kind::kInts}, {"verdict", Kind::kString}};
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::kBool:
-      return "true or false";
-    case Kind::kInt:
-      return "an integer";
-    case Kind::kNumber:
-      return "a number";
-    case Kind::kString:
-      return "a string";
-    case Kind::kObject:
-      return "an object";
-    case Kind::kObjects:
-      return "a list of objects";
-    case Kind::kStrings:
-      return "a list of strings";
-    case Kind::kInts:
-      return "a list of integers";
-    case Kind::kSlices:
-      return "a list of [rank, iteration, attempt, start_s, end_s, ok]";
+    case Kind::kBool: return "true or false";
+    case Kind::kInt: return "an integer";
+    case Kind::kNumber: return "a number";
+    case Kind::kString: return "a string";
+    case Kind::kObject: return "an object";
+    case Kind::kObjects: return "a list of objects";
+    case Kind::kStrings: return "a list of strings";
+    case Kind::kInts: return "a list of integers";
+    case Kind::kSlices: return "a list of [rank, iteration, attempt, start_s, end_s, ok]";
   }
   return "?";
 }
@@ -547,22 +494,14 @@ bool fits_int(const json& v) {
 bool has_kind(const json& v, Kind kind) {
   const auto all = [&](auto&& each) { return v.is_array() && std::all_of(v.begin(), v.end(), each); };
   switch (kind) {
-    case Kind::kBool:
-      return v.is_boolean();
-    case Kind::kInt:
-      return v.is_number_integer();
-    case Kind::kNumber:
-      return v.is_number();
-    case Kind::kString:
-      return v.is_string();
-    case Kind::kObject:
-      return v.is_object();
-    case Kind::kObjects:
-      return all([](const json& e) { return e.is_object(); });
-    case Kind::kStrings:
-      return all([](const json& e) { return e.is_string(); });
-    case Kind::kInts:
-      return all(fits_int);
+    case Kind::kBool: return v.is_boolean();
+    case Kind::kInt: return v.is_number_integer();
+    case Kind::kNumber: return v.is_number();
+    case Kind::kString: return v.is_string();
+    case Kind::kObject: return v.is_object();
+    case Kind::kObjects: return all([](const json& e) { return e.is_object(); });
+    case Kind::kStrings: return all([](const json& e) { return e.is_string(); });
+    case Kind::kInts: return all(fits_int);
     case Kind::kSlices:
       return all([](const json& s) {
         return s.is_array() && s.size() == 6 && fits_int(s[0]) && fits_int(s[1]) && fits_int(s[2]) &&

@@ -131,9 +131,9 @@ struct StartupConfig {
 // workload: {type: startup}: the job's start-up (sim/startup.h) under each lever set, on every
 // variant (docs/startup.md).
 struct StartupWorkload {
-  int gpus = 0;                        // 0: every GPU of the variant's cluster
-  models::ParallelLayout layout;       // its process groups (tp, cp, ep, pp; dp is the rest)
-  std::vector<StartupConfig> configs;  // the first is the baseline
+  int gpus = 0;                             // 0: every GPU of the variant's cluster
+  models::ParallelLayout layout;            // its process groups (tp, cp, ep, pp; dp is the rest)
+  std::vector<StartupConfig> configs;       // the first is the baseline
   const StartupConfig* find_config(std::string_view config_name) const;
 };
 
@@ -227,12 +227,12 @@ struct Scenario {
   std::optional<CalibrationProfile> calibration;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;                   // collective-sweep
-  std::vector<LoopExpectation> loop_expectations;          // collective-loop
+  std::vector<Expectation> expectations;           // collective-sweep
+  std::vector<LoopExpectation> loop_expectations;  // collective-loop
   std::vector<TrainingExpectation> training_expectations;  // training
   std::vector<StartupExpectation> startup_expectations;    // startup
-  FaultPlan faults;                                        // `faults:` and `fault_seed:`
-  std::vector<SourceMark> fault_marks;                     // where each fault is, for messages
+  FaultPlan faults;                                // `faults:` and `fault_seed:`
+  std::vector<SourceMark> fault_marks;             // where each fault is, for messages
   RecoveryPolicy recovery;
 
   const ClusterVariant* find_variant(std::string_view variant_name) const;

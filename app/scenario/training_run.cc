@@ -153,10 +153,10 @@ std::string describe(const TrainingExpectation& e) {
 
 std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                          const std::vector<models::TrainingConfig>& configs) {
-  std::string out = fmt::format(
-      "{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>10}\n",
-      "layout", "tp", "pp", "vp", "cp", "ep", "dp", "micro", "recompute", "memory/GPU", "step (s)", "compute",
-      "exposed", "bubble", "MFU", "TFLOP/s", "tok/s/GPU");
+  std::string out =
+      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>10}\n",
+                  "layout", "tp", "pp", "vp", "cp", "ep", "dp", "micro", "recompute", "memory/GPU", "step (s)",
+                  "compute", "exposed", "bubble", "MFU", "TFLOP/s", "tok/s/GPU");
   for (size_t l = 0; l < steps.size(); ++l) {
     const sim::TrainingStepResult& s = steps[l];
     const models::TrainingConfig& c = configs[l];
@@ -164,7 +164,8 @@ std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
         s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch) : std::string("-");
     out += fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp,
                        c.layout.pp, c.layout.vp, c.layout.cp, c.layout.ep,
-                       s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro, models::name(c.recompute),
+                       s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro,
+                       models::name(c.recompute),
                        s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
     if (s.ok) {
       out += fmt::format("{:>9} {:>9} {:>9} {:>8} {:>7} {:>7.0f} {:>10.0f}\n", format_seconds(s.step_s),
@@ -313,11 +314,12 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
       const models::TrainingConfig& c = results.configs[v][l];
       out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
                          gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, c.layout.vp, c.layout.cp,
-                         c.layout.ep, s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute),
-                         s.ok, s.memory.total_bytes() / 1e9);
+                         c.layout.ep,
+                         s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute), s.ok,
+                         s.memory.total_bytes() / 1e9);
       if (s.ok) {
-        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s, s.exposed_comm_s,
-                           s.bubble_s, s.achieved_mfu, s.model_tflops_per_gpu, s.tokens_per_s_per_gpu);
+        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s,
+                           s.exposed_comm_s, s.bubble_s, s.achieved_mfu, s.model_tflops_per_gpu, s.tokens_per_s_per_gpu);
       } else {
         out += ",,,,,,,";
       }
