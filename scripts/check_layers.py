@@ -30,8 +30,8 @@ LAYERS = {
     "app": ["core", "models", "sim", "backend", "app"],
     # app's rooms: only the command line (app/cli) includes the command line.
     **{f"app/{room}": ["core", "models", "sim", "backend", "app/common", "app/run", "app/scenario", "app/report",
-                       "app/replay", "app/plan"]
-       for room in ("common", "run", "scenario", "report", "replay", "plan")},
+                       "app/replay", "app/plan", "app/calibrate"]
+       for room in ("common", "run", "scenario", "report", "replay", "plan", "calibrate")},
 }
 # Folders whose sources are not checked (they sit on top of everything).
 UNCHECKED = ("bench", "tests", "fuzz", "build", "notebooks", "out", ".git")

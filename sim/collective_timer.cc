@@ -158,7 +158,7 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
     request.analytic = explicit_schedules_ && !op_by_op;
     result = simulator_.run(request);
     if (half_ring) {
-      const double base = network_.protocol_effects ? protocol_base_latency_s(choice.protocol, core) : 0.0;
+      const double base = network_.base_latency_s(choice.protocol, core);
       result.seconds = base + (result.seconds - base) / 2;
     }
   }

@@ -45,12 +45,13 @@ double nvls_latency_s() {
 // CollNet Direct's serialisation per local GPU (tuning.cc: "(ppn-1)*0.4").
 constexpr double kCollNetDirectArityLatency_us = 0.4;
 
-double collnet_latency_s(bool chain, int per_node) {
+double collnet_latency_s(bool chain, int per_node, double nvlink_scale, double net_scale) {
   const auto algorithm = chain ? models::NcclAlgorithm::kCollNetChain : models::NcclAlgorithm::kCollNetDirect;
   const double intra =
-      models::nccl_hop_latency_us(models::NcclLinkClass::kNvLink, algorithm, models::NcclProtocol::kSimple);
+      models::nccl_hop_latency_us(models::NcclLinkClass::kNvLink, algorithm, models::NcclProtocol::kSimple) *
+      nvlink_scale;
   const double inter =
-      models::nccl_hop_latency_us(models::NcclLinkClass::kNet, algorithm, models::NcclProtocol::kSimple);
+      models::nccl_hop_latency_us(models::NcclLinkClass::kNet, algorithm, models::NcclProtocol::kSimple) * net_scale;
   const double ppn = per_node;
   const double us = chain ? 2 * (ppn - 1) * intra + inter
                           : 2 * (std::min(1.0, ppn - 1) * intra + (ppn - 1) * kCollNetDirectArityLatency_us) + inter;

@@ -22,8 +22,8 @@ double nvls_latency_s();
 
 // CollNet all_reduce's latency on `per_node` GPUs a node (NCCL's model, tuning.cc): Direct
 // 2 (min(1, ppn - 1) intraLat + (ppn - 1) x 0.4 us) + interLat, Chain 2 (ppn - 1) intraLat +
-// interLat, with CollNet's NVLink and NET hwLat; no base latency. s.
-double collnet_latency_s(bool chain, int per_node);
+// interLat, with CollNet's NVLink and NET hwLat (times the scales, 1 = NCCL's); no base latency. s.
+double collnet_latency_s(bool chain, int per_node, double nvlink_scale = 1.0, double net_scale = 1.0);
 
 // NVLS Tree's latency per tree level over the network (NCCL's NET hwLat for NVLS_TREE), s.
 double nvls_tree_network_hop_latency_s();

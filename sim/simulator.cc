@@ -54,6 +54,46 @@ NetworkModel NetworkModel::ideal() {
   return model;
 }
 
+double NetworkModel::base_latency_s(models::NcclProtocol protocol, Algorithm algorithm) const {
+  return protocol_effects ? protocol_base_latency_s(protocol, algorithm) * base_latency_scale : 0.0;
+}
+
+double NetworkModel::hop_latency_s(models::NcclProtocol protocol, Algorithm algorithm, bool network_hop) const {
+  if (!protocol_effects) return 0.0;
+  return protocol_hop_latency_s(protocol, algorithm, network_hop) *
+         (network_hop ? net_hop_latency_scale : nvlink_hop_latency_scale);
+}
+
+const std::vector<NetworkParameter>& network_parameters() {
+  static const std::vector<NetworkParameter> parameters = {
+      {"nvlink_efficiency", &NetworkModel::nvlink_efficiency, kMinEfficiency, kMaxEfficiency,
+       "a share of the NVLink line rate"},
+      {"pcie_efficiency", &NetworkModel::pcie_efficiency, kMinEfficiency, kMaxEfficiency,
+       "a share of the PCIe line rate"},
+      {"network_efficiency", &NetworkModel::network_efficiency, kMinEfficiency, kMaxEfficiency,
+       "a share of the NIC line rate"},
+      {"nvls_efficiency", &NetworkModel::nvls_efficiency, kMinEfficiency, kMaxEfficiency,
+       "a share of the NVLink line rate"},
+      {"tree_efficiency", &NetworkModel::tree_efficiency, kMinEfficiency, kMaxEfficiency, "a share of a ring's rate"},
+      {"base_latency_scale", &NetworkModel::base_latency_scale, kMinLatencyScale, kMaxLatencyScale,
+       "a multiple of NCCL's baseLat"},
+      {"nvlink_hop_latency_scale", &NetworkModel::nvlink_hop_latency_scale, kMinLatencyScale, kMaxLatencyScale,
+       "a multiple of NCCL's NVLink hwLat"},
+      {"net_hop_latency_scale", &NetworkModel::net_hop_latency_scale, kMinLatencyScale, kMaxLatencyScale,
+       "a multiple of NCCL's NET hwLat"},
+      {"p2p_channel_scale", &NetworkModel::p2p_channel_scale, kMinChannelScale, kMaxChannelScale,
+       "a multiple of NCCL's per-CTA p2p rate"},
+  };
+  return parameters;
+}
+
+const NetworkParameter* find_network_parameter(std::string_view name) {
+  for (const NetworkParameter& parameter : network_parameters()) {
+    if (parameter.name == name) return &parameter;
+  }
+  return nullptr;
+}
+
 namespace {
 
 std::atomic<bool> g_platform_built{false};
@@ -902,11 +942,11 @@ SimResult Simulator::run(const SimRequest& request) {
                                                : 1.0;
   const bool latencies = s.model.protocol_effects;
   auto hop_latency = [&](int a, int b) {
-    return latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm,
-                                              s.network_hop(gpu_of_rank[a], gpu_of_rank[b]))
+    return latencies ? s.model.hop_latency_s(request.protocol, schedule.algorithm,
+                                             s.network_hop(gpu_of_rank[a], gpu_of_rank[b]))
                      : 0.0;
   };
-  const double base_latency = latencies ? protocol_base_latency_s(request.protocol, schedule.algorithm) : 0.0;
+  const double base_latency = latencies ? s.model.base_latency_s(request.protocol, schedule.algorithm) : 0.0;
 
   SimResult result;
   result.transfers = count_transfers(schedule, tiles, groups);
@@ -951,8 +991,8 @@ double Simulator::Impl::run_op_by_op(const Schedule& schedule, const SimRequest&
   const double start = sg4::Engine::get_clock();
   // NCCL's per-hop protocol latency rides on every message (the larger of it and the route's).
   const bool latencies = model.protocol_effects;
-  const double extra_nvlink = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
-  const double extra_network = latencies ? protocol_hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
+  const double extra_nvlink = latencies ? model.hop_latency_s(request.protocol, schedule.algorithm, false) : 0.0;
+  const double extra_network = latencies ? model.hop_latency_s(request.protocol, schedule.algorithm, true) : 0.0;
   if (zone != nullptr) {
     zone->extra_nvlink_s = extra_nvlink;
     zone->extra_network_s = extra_network;
@@ -1149,7 +1189,7 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
   const double n = static_cast<double>(gpus.size());
   // The links run at nvlink_efficiency; NVLS reaches nvls_efficiency of the line rate instead.
   const double scale = s.model.nvlink_efficiency / s.model.nvls_efficiency;
-  const double latency = s.model.protocol_effects ? nvls_latency_s() : 0.0;
+  const double latency = s.model.protocol_effects ? nvls_latency_s() * s.model.nvlink_hop_latency_scale : 0.0;
   const double start = sg4::Engine::get_clock();
   sg4::Actor::create("nvls", s.switch_hosts[static_cast<size_t>(node)], [&] {
     std::vector<sg4::CommPtr> comms;
@@ -1224,8 +1264,10 @@ SimResult Simulator::run_nvls_tree_all_reduce(int64_t bytes, const std::vector<i
   int depth = 0;
   for (int span = 1; span < nodes; span *= 2) ++depth;
   SimResult result;
-  const double latency =
-      s.model.protocol_effects ? nvls_latency_s() + 2.0 * depth * nvls_tree_network_hop_latency_s() : 0.0;
+  const double latency = s.model.protocol_effects
+                             ? nvls_latency_s() * s.model.nvlink_hop_latency_scale +
+                                   2.0 * depth * nvls_tree_network_hop_latency_s() * s.model.net_hop_latency_scale
+                             : 0.0;
   result.seconds = seconds + latency;
   result.transfers = result.simulated_transfers = load.size();
   result.compressed = true;
@@ -1321,7 +1363,10 @@ SimResult Simulator::run_collnet_all_reduce(int64_t bytes, const std::vector<int
     seconds = std::max(seconds, amount / s.link_capacity(static_cast<uint32_t>(key >> 1)));
   }
   SimResult result;
-  result.seconds = seconds + (s.model.protocol_effects ? collnet_latency_s(chain, per_node) : 0.0);
+  result.seconds =
+      seconds + (s.model.protocol_effects ? collnet_latency_s(chain, per_node, s.model.nvlink_hop_latency_scale,
+                                                              s.model.net_hop_latency_scale)
+                                          : 0.0);
   result.transfers = result.simulated_transfers = load.size();
   result.compressed = true;
   return result;
@@ -1380,7 +1425,9 @@ SimResult Simulator::run_p2p(const P2pRequest& request) {
   // Per GPU and channel, seconds of copying for the sending and the receiving side.
   const auto channels = static_cast<size_t>(plan.channels);
   std::vector<double> channel_seconds(static_cast<size_t>(gpu_count) * channels * 2, 0.0);
-  auto rate_of = [&](int gpu) { return plan.channel_Bps / s.gpu_slowdown[static_cast<size_t>(gpu)]; };
+  auto rate_of = [&](int gpu) {
+    return plan.channel_Bps * s.model.p2p_channel_scale / s.gpu_slowdown[static_cast<size_t>(gpu)];
+  };
   // Bytes per route leg, (from GPU, to GPU) -> bytes.
   std::unordered_map<uint64_t, double> leg_bytes;
   auto leg = [&](int from, int to, double bytes) {
@@ -1442,8 +1489,8 @@ SimResult Simulator::run_p2p(const P2pRequest& request) {
   double latency = 0;
   if (s.model.protocol_effects) {
     const models::NcclProtocol protocol = ll ? models::NcclProtocol::kLL : models::NcclProtocol::kSimple;
-    latency = protocol_base_latency_s(protocol, Algorithm::kDirect) +
-              static_cast<double>(epochs) * protocol_hop_latency_s(protocol, Algorithm::kDirect, plan.nodes > 1);
+    latency = s.model.base_latency_s(protocol, Algorithm::kDirect) +
+              static_cast<double>(epochs) * s.model.hop_latency_s(protocol, Algorithm::kDirect, plan.nodes > 1);
   }
   result.seconds = seconds + latency;
   result.transfers = transfers;

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/schedule.h"
@@ -22,6 +23,7 @@
 #include "models/nccl_protocol.h"
 #include "models/topology.h"
 #include "sim/p2p.h"
+#include "sim/protocol.h"
 
 namespace tandem::sim {
 
@@ -52,10 +54,51 @@ struct NetworkModel {
   // NIC traffic through one GPU), which is what its search finds on H100 nodes. Applied to every
   // tree message (not fit to a measurement: the 4-NIC tree row M4 checks it).
   double tree_efficiency = 0.92 * 0.85;
-  bool protocol_effects = true;       // NCCL's per-hop / base latencies and payload efficiency (false: alpha-beta)
+  // Multipliers on NCCL's compiled-in latency tables (models/cost_model.h), 1 = NCCL's numbers:
+  // baseLat (the launch cost of a collective), hwLat of a hop inside a node (NVLink, NVLS) and of a
+  // hop across nodes (NET). `tandem calibrate` fits them to a cluster's own logs (docs/calibrate.md).
+  double base_latency_scale = 1.0;
+  double nvlink_hop_latency_scale = 1.0;
+  double net_hop_latency_scale = 1.0;
+  // Multiplier on what one channel (one CTA) of NCCL's point-to-point path moves a second
+  // (sim/p2p.h P2pPlan::channel_Bps): all_to_all and send_recv.
+  double p2p_channel_scale = 1.0;
+  bool protocol_effects = true;  // NCCL's per-hop / base latencies and payload efficiency (false: alpha-beta)
 
-  static NetworkModel ideal();        // efficiencies 1, no protocol latencies: alpha-beta exact
+  static NetworkModel ideal();  // efficiencies 1, no protocol latencies: alpha-beta exact
+
+  // NCCL's base latency / hop latency for a protocol and algorithm with the scales above applied;
+  // 0 without protocol_effects. s.
+  double base_latency_s(models::NcclProtocol protocol, Algorithm algorithm) const;
+  double hop_latency_s(models::NcclProtocol protocol, Algorithm algorithm, bool network_hop) const;
 };
+
+// One fittable parameter of NetworkModel: its name (as profiles and `tandem calibrate` print it),
+// the member it sets, and the bounds physics allows, with the reason for them.
+struct NetworkParameter {
+  std::string_view name;
+  double NetworkModel::*field;
+  double lower;
+  double upper;
+  std::string_view bounds_reason;
+};
+// Efficiencies: below 0.3 a link would be a misconfiguration (a PCIe fallback, a down-trained
+// link), not an efficiency; above 1.0 a link would move more than its line rate.
+inline constexpr double kMinEfficiency = 0.3;
+inline constexpr double kMaxEfficiency = 1.0;
+// Latency scales: NCCL's tables are measured on real systems; a factor 4 faster than them is below
+// one kernel launch, 8 slower is a cluster with something wrong (a proxy thread starved, ...).
+inline constexpr double kMinLatencyScale = 0.25;
+inline constexpr double kMaxLatencyScale = 8.0;
+// The p2p channel rate: half to twice NCCL's per-CTA copy rate (a CTA cannot outrun its SM's copy
+// engine bandwidth by more, and below half NCCL would pick more channels).
+inline constexpr double kMinChannelScale = 0.5;
+inline constexpr double kMaxChannelScale = 2.0;
+
+// Every fittable parameter, in a fixed order (the order profiles list them in).
+const std::vector<NetworkParameter>& network_parameters();
+// The parameter called `name`; nullptr when there is none.
+const NetworkParameter* find_network_parameter(std::string_view name);
 
 // What to run: a checked schedule (explicit or rank-symmetric) for `spec` (count and dtype give
 // the bytes), with rank r on GPU gpu_of_rank[r] of the topology.

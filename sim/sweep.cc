@@ -100,8 +100,7 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
         SimRequest run{&it->second, run_spec, gpu_of_rank, choice.protocol, choice.tiles};
         sim = simulator.run(run);
         if (half_ring) {
-          const double base =
-              request.network.protocol_effects ? protocol_base_latency_s(choice.protocol, algorithm) : 0.0;
+          const double base = request.network.base_latency_s(choice.protocol, algorithm);
           sim.seconds = base + (sim.seconds - base) / 2;
         }
       }

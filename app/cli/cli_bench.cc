@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include "app/calibrate/calibration.h"
 #include "app/cli/cli_cluster.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
@@ -70,7 +71,8 @@ struct BenchOptions {
   std::string network = "fluid";
   bool node_major = false;  // sim: ring in rank order instead of rail-aligned
   ClusterOptions cluster;
-  std::string trace;  // empty: no trace
+  std::string trace;        // empty: no trace
+  std::string calibration;  // sim: a calibration profile (docs/calibrate.md); empty: the defaults
 };
 
 // `--trace FILE`: the sweep as a Chrome / Perfetto trace.
@@ -165,6 +167,14 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   } else {
     request.network.fidelity = sim::parse_fidelity(options.network);
   }
+  std::optional<CalibrationProfile> profile;
+  if (!options.calibration.empty()) {
+    if (options.network == "ideal")
+      fail(ErrorCode::kInvalidArgument, "--calibration does not apply to --network ideal");
+    profile = read_profile(options.calibration);
+    check_profile_cluster(*profile, request.cluster);
+    request.network = apply_profile(*profile, request.network);
+  }
   request.channels = options.channels;
   const int nranks = request.cluster.nodes * request.gpus_per_node;
   options.nranks = nranks;
@@ -193,6 +203,7 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   fmt::print("#\n# Cluster: {}\n", models::describe(request.cluster));
   fmt::print("# Backend: sim ({} network), {} GPUs per node, {} ring order, algorithm: {}\n#\n", options.network,
              request.gpus_per_node, request.rail_aligned ? "rail-aligned" : "node-major", options.algorithm);
+  if (profile) fmt::print("# Calibration: {}\n#\n", profile_summary(*profile));
   fmt::print("{}", format_column_header());
   std::fflush(stdout);
 
@@ -531,6 +542,9 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
       ->capture_default_str();
   command->add_flag("--node-major", options->node_major,
                     "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");
+  command->add_option("--calibration", options->calibration,
+                      "sim: apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the "
+                      "network model; its preset must be the cluster's");
   add_cluster_options(*command, options->cluster);
   command
       ->add_option("--algo", options->algorithm,
@@ -568,7 +582,7 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
   command->callback([options, command, &status] {
     // The simulator's own options mean nothing to a backend that runs the collective.
     if (options->backend != "sim") {
-      for (const char* flag : {"--network", "--node-major"}) {
+      for (const char* flag : {"--network", "--node-major", "--calibration"}) {
         if (command->count(flag) > 0) {
           fail(ErrorCode::kInvalidArgument, "{} applies to --backend sim only (this is --backend {})", flag,
                options->backend);

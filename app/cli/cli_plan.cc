@@ -29,6 +29,7 @@ struct PlanOptions {
   int jobs = 0;  // 0: one per core
   std::string shard;
   bool quiet = false;
+  std::string calibration;  // a calibration profile for every simulated cluster
 };
 
 // "i/N" -> (i, N).
@@ -56,8 +57,17 @@ std::string progress_bar(size_t done, size_t total, double left_s) {
 }
 
 void run_plan_command(const PlanOptions& options, CommandStatus& status) {
-  const Plan plan = load_plan(options.plan);
+  Plan plan = load_plan(options.plan);
+  if (!options.calibration.empty()) {
+    if (plan.network == NetworkChoice::kIdeal) {
+      fail(ErrorCode::kInvalidArgument, "--calibration does not apply to a plan with network: ideal");
+    }
+    plan.calibration = read_profile(options.calibration);
+  }
   const std::vector<PlanJob> jobs = plan_jobs(plan);
+  if (plan.calibration) {
+    for (const PlanJob& job : jobs) check_profile_cluster(*plan.calibration, job.cluster);
+  }
   PlanRunOptions run;
   run.jobs = options.jobs > 0 ? options.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (!options.shard.empty()) std::tie(run.shard_index, run.shard_count) = parse_shard(options.shard);
@@ -135,6 +145,9 @@ void add_plan_command(CLI::App& app, CommandStatus& status) {
       "GPU-hours per 1T tokens per point. Runs its clusters in parallel, in shards (--shard) or across MPI ranks "
       "(mpirun -np K tandem plan ...).");
   command->add_option("sweep", options->plan, "the sweep file (YAML, tandem_plan: 1)")->required();
+  command->add_option("--calibration", options->calibration,
+                      "apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to every simulated "
+                      "cluster; every preset of the sweep must be the profile's");
   command->add_option("--out", options->out_dir, "write plan.csv and plan.json into this folder")
       ->check(output_folder_path())
       ->type_name("DIR");

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "app/calibrate/calibration.h"
 #include "app/cli/cli_cluster.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
@@ -42,7 +43,8 @@ struct ReplayCliOptions {
   bool json = false;
   std::string out_dir;
   std::string trace;
-  int jobs = 0;  // 0: one per core
+  int jobs = 0;             // 0: one per core
+  std::string calibration;  // a calibration profile for the simulator; empty: the defaults
 };
 
 constexpr const char* kReplayFooter =
@@ -104,6 +106,12 @@ int run_replay(const ReplayCliOptions& options) {
     cluster.nodes = (ranks + replay_options.cluster.gpus_per_node - 1) / replay_options.cluster.gpus_per_node;
     replay_options.cluster = cluster_spec(cluster);
   }
+  std::optional<CalibrationProfile> profile;
+  if (!options.calibration.empty()) {
+    profile = read_profile(options.calibration);
+    check_profile_cluster(*profile, replay_options.cluster);
+    replay_options.network = apply_profile(*profile, replay_options.network);
+  }
   replay_options.recoveries = recoveries(options.recovery);
   if (!options.watchdog.empty()) replay_options.watchdog_s = parse_duration_s(options.watchdog, "--watchdog");
   if (options.gaps != "recorded" && options.gaps != "none") {
@@ -130,6 +138,7 @@ int run_replay(const ReplayCliOptions& options) {
   }
   progress.update("replay: writing the report");
   std::string report = options.json ? to_json(result).dump(2) + "\n" : format_text(result, options.ops);
+  if (profile && !options.json) report = fmt::format("# Calibration: {}\n", profile_summary(*profile)) + report;
   progress.clear();
   std::cout << report;
   if (!options.out_dir.empty()) {
@@ -185,6 +194,9 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
   command->add_flag("--json", options->json, "print the whole replay as JSON instead of the report");
+  command->add_option("--calibration", options->calibration,
+                      "apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the simulator's "
+                      "network model");
   command->add_option("--out", options->out_dir, "write replay.json and replay.csv (one row per op) into this folder")
       ->check(output_folder_path())
       ->type_name("DIR");

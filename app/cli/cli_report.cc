@@ -117,7 +117,9 @@ void add_report_command(CLI::App& app, CommandStatus& status) {
       "nothing loaded from the network, to open from disk or attach to an incident. Collective loops: the outcome, a "
       "timeline per rank with faults, recovery actions and the culprit marked, the per-iteration table. Sweeps: "
       "busbw against size. Training: the step per layout. Start-up: phases per lever set. Claims: each claim's "
-      "verdict. A folder tandem memory --out wrote: the settings side by side and memory over the trace.");
+      "verdict. A calibration (the folder tandem calibrate --out wrote): measured time against size with the default "
+      "and the calibrated prediction, every row and parameter. A folder tandem memory --out wrote: the settings side "
+      "by side and memory over the trace.");
   command
       ->add_option("run_dir", options->run_dir,
                    "the run's folder (holding results.json), or a tandem memory --out folder (memory.json)")

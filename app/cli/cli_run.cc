@@ -29,6 +29,7 @@ struct RunOptions {
   std::string trace;    // empty: no trace
   bool quiet = false;
   bool dump_on_exit = false;
+  std::string calibration;  // a profile that replaces the scenario's `calibration:`
 };
 
 ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
@@ -42,7 +43,16 @@ ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario)
 }
 
 void run_command(const RunOptions& options, CommandStatus& status) {
-  const Scenario scenario = load_scenario(options.scenario);
+  Scenario scenario = load_scenario(options.scenario);
+  if (!options.calibration.empty()) {
+    // --calibration replaces the scenario's `calibration:` key.
+    if (scenario.network == NetworkChoice::kIdeal) {
+      fail(ErrorCode::kInvalidArgument, "--calibration does not apply to a scenario with network: ideal");
+    }
+    scenario.calibration = read_profile(options.calibration);
+    for (const ClusterVariant& variant : scenario.variants)
+      check_profile_cluster(*scenario.calibration, variant.cluster);
+  }
   const ScenarioBackend backend = backend_for(options, scenario);
   check_output_file(options.trace, "--trace", options.out_dir);
   if (!options.out_dir.empty()) {
@@ -103,6 +113,9 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
       ->type_name("FILE");
   command->add_flag("--dump-on-exit", options->dump_on_exit,
                     "collective-loop: write every rank's flight-recorder dump at the end (also on a clean run)");
+  command->add_option("--calibration", options->calibration,
+                      "apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the simulator, "
+                      "in place of the scenario's `calibration:` key");
   command->callback([options, &status] { run_command(*options, status); });
 }
 

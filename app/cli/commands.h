@@ -47,4 +47,7 @@ void add_plan_command(CLI::App& app, CommandStatus& status);
 // other settings; exit 1 when its own settings do not rebuild its segments.
 void add_memory_command(CLI::App& app, CommandStatus& status);
 
+// tandem calibrate LOG...: fit the simulator's network model to nccl-tests logs; write a calibration profile.
+void add_calibrate_command(CLI::App& app, CommandStatus& status);
+
 }  // namespace tandem::app

@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   add_report_command(app, status);
   add_plan_command(app, status);
   add_memory_command(app, status);
+  add_calibrate_command(app, status);
 
   try {
     // A word that names no command: say so, with the commands (CLI11 says "A subcommand is required").

@@ -331,6 +331,7 @@ JobOutcome run_plan_job(const Plan& plan, const PlanJob& job) {
   sim::TrainingRequest request;
   request.cluster = job.cluster;
   request.network = network_model(plan.network);
+  if (plan.calibration) request.network = apply_profile(*plan.calibration, request.network);
   request.configs = job.configs;
   outcome.steps = sim::simulate_training(request, /*isolated=*/false);
   outcome.ok = true;
@@ -568,6 +569,7 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
       static_cast<size_t>(std::count_if(rows.begin(), rows.end(), [](const PlanRow& r) { return r.ok; }));
   out += fmt::format("tandem plan: {} ({})\n", plan.name, plan.file);
   if (!plan.description.empty()) out += plan.description + "\n";
+  if (plan.calibration) out += fmt::format("calibration: {}\n", profile_summary(*plan.calibration));
   const models::TrainingConfig& base = plan.workload.base;
   out += fmt::format("workload: {} ({:.2f} B parameters), seq_len {}, {}, {}\n", base.model.name,
                      static_cast<double>(base.model.parameters()) / 1e9, base.seq_len,

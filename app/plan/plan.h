@@ -54,6 +54,8 @@ struct Plan {
   std::string description;
   models::ClusterSpec cluster;  // the base the axes modify
   NetworkChoice network = NetworkChoice::kFluid;
+  // `tandem plan --calibration FILE`: applied to every simulated cluster (each must be of its preset).
+  std::optional<CalibrationProfile> calibration;
   // Axes (each non-empty): the product is swept.
   std::vector<std::string> presets;
   std::vector<int> gpus;

@@ -870,7 +870,119 @@ std::string memory_report_html(const json& memory, std::string_view over_time_cs
   return page("tandem report: memory snapshot", "PyTorch's caching allocator replayed (docs/memory.md)", body);
 }
 
+// ---- calibration (tandem calibrate --out DIR) ---------------------------------------------------
+
+// Measured time against size per collective, with the default and the calibrated prediction: the
+// measurement as dots, the default dashed, the calibration solid; then every row and parameter.
+std::string calibration_page(const json& results) {
+  const json& rows = need(results, "rows", "calibration");
+  const json& parameters = need(results, "parameters", "calibration");
+  std::string body = fmt::format(
+      "<section><h2>Fit</h2><dl><dt>cluster</dt><dd>{}</dd><dt>rows</dt><dd>{}</dd><dt>rms log error</dt>"
+      "<dd>{:.2f}% with the defaults, {:.2f}% calibrated (fitted rows)</dd></dl></section>\n",
+      html_escape(text_of(results, "cluster")), rows.size(), results.value("rms_log_error_before", 0.0) * 100,
+      results.value("rms_log_error_after", 0.0) * 100);
+  double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
+  std::map<std::string, std::vector<const json*>> by_collective;
+  for (const json& r : rows) {
+    by_collective[text_of(r, "collective")].push_back(&r);
+    xmin = std::min(xmin, r.value("size_bytes", 1.0));
+    xmax = std::max(xmax, r.value("size_bytes", 1.0));
+    for (const char* key : {"measured_us", "default_us", "calibrated_us"}) {
+      ymin = std::min(ymin, r.value(key, 1.0));
+      ymax = std::max(ymax, r.value(key, 1.0));
+    }
+  }
+  if (!rows.empty() && xmax > 0 && ymax > 0) {
+    const int width = 1120, height = 340, left = 70, bottom = 300, plot_w = 1000, plot_h = 270;
+    const double lx0 = std::log2(std::max(1.0, xmin)), lx1 = std::max(lx0 + 1, std::log2(std::max(1.0, xmax)));
+    const double ly0 = std::log10(std::max(1e-3, ymin)), ly1 = std::max(ly0 + 0.1, std::log10(ymax));
+    auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
+    auto py = [&](double us) { return bottom - (std::log10(std::max(1e-3, us)) - ly0) / (ly1 - ly0) * plot_h; };
+    const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"};
+    std::string svg = fmt::format(
+        "<svg id=\"calibration\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
+        "height=\"{}\" viewBox=\"0 0 {} {}\">\n",
+        width, height, width, height);
+    std::string legend;
+    size_t i = 0;
+    for (const auto& [collective, list] : by_collective) {
+      const char* colour = palette[i++ % 5];
+      std::vector<const json*> sorted = list;
+      std::sort(sorted.begin(), sorted.end(),
+                [](const json* a, const json* b) { return a->value("size_bytes", 0.0) < b->value("size_bytes", 0.0); });
+      std::string default_path, calibrated_path;
+      for (const json* r : sorted) {
+        const double x = px(r->value("size_bytes", 1.0));
+        default_path += fmt::format("{:.1f},{:.1f} ", x, py(r->value("default_us", 1.0)));
+        calibrated_path += fmt::format("{:.1f},{:.1f} ", x, py(r->value("calibrated_us", 1.0)));
+        svg += fmt::format(
+            "<circle class=\"measured\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{}: "
+            "measured {} us</title></circle>\n",
+            x, py(r->value("measured_us", 1.0)), colour, html_escape(text_of(*r, "label")),
+            num(r->value("measured_us", 0.0)));
+      }
+      svg += fmt::format(
+          "<polyline class=\"series default\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+          "stroke-width=\"1.5\" stroke-dasharray=\"6 4\"><title>{} default</title></polyline>\n",
+          default_path, colour, html_escape(collective));
+      svg += fmt::format(
+          "<polyline class=\"series calibrated\" points=\"{}\" fill=\"none\" stroke=\"{}\" "
+          "stroke-width=\"2\"><title>{} calibrated</title></polyline>\n",
+          calibrated_path, colour, html_escape(collective));
+      legend += fmt::format("<span><i class=\"swatch\" style=\"background:{}\"></i>{}</span>", colour,
+                            html_escape(collective));
+    }
+    svg += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#8a94a3\"/><text x=\"{3}\" "
+        "y=\"{4}\" text-anchor=\"end\">size (bytes, log scale) {5} .. {6}</text><text x=\"4\" "
+        "y=\"24\">{7} us</text><text x=\"4\" y=\"{1}\">{8} us</text></svg>\n",
+        left, bottom, left + plot_w, left + plot_w, bottom + 24, num(xmin, 0), num(xmax, 0), num(ymax), num(ymin));
+    body +=
+        "<section><h2>Time against size: measured (dots), default prediction (dashed), calibrated (solid)</h2>"
+        "<p class=\"legend\">" +
+        legend + "</p>" + svg + "</section>\n";
+  }
+  std::string table;
+  for (const json& r : rows) {
+    const double measured = r.value("measured_us", 0.0);
+    auto error = [&](const char* key) {
+      return measured > 0 ? fmt::format("{:+.1f}%", (r.value(key, 0.0) / measured - 1) * 100) : std::string("-");
+    };
+    table += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">{}</td><td>{}</td></tr>\n",
+        html_escape(text_of(r, "label")), html_escape(text_of(r, "collective")), r.value("size_bytes", int64_t{0}),
+        num(measured), num(r.value("default_us", 0.0)), num(r.value("calibrated_us", 0.0)), error("default_us"),
+        error("calibrated_us"), r.value("held_out", false) ? "held out" : "fitted");
+  }
+  body +=
+      "<section><h2>Rows</h2><table id=\"rows\"><tr><th>row</th><th>collective</th><th class=\"num\">size (B)"
+      "</th><th class=\"num\">measured (us)</th><th class=\"num\">default (us)</th><th class=\"num\">"
+      "calibrated (us)</th><th class=\"num\">error default</th><th class=\"num\">error calibrated</th>"
+      "<th>use</th></tr>\n" +
+      table + "</table></section>\n";
+  std::string params;
+  for (const json& p : parameters) {
+    const bool informed = p.value("informed", false);
+    params += fmt::format("<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+                          html_escape(text_of(p, "name")), num(p.value("default", 0.0), 4),
+                          informed ? num(p.value("value", 0.0), 4) : std::string("-"),
+                          informed ? "fitted" : "not informed by these logs");
+  }
+  body +=
+      "<section><h2>Parameters</h2><table id=\"parameters\"><tr><th>parameter</th><th class=\"num\">default"
+      "</th><th class=\"num\">fitted</th><th></th></tr>\n" +
+      params + "</table></section>\n";
+  return page("tandem calibrate: " + text_of(results, "preset"), "measured logs against the simulator", body);
+}
+
 std::string report_html(const json& results, const std::optional<json>& compare) {
+  if (results.is_object() && text_of(results, "kind") == "calibration") {
+    if (compare) fail(ErrorCode::kFormat, "a calibration's results.json already holds the measurement: no --compare");
+    return calibration_page(results);
+  }
   // Start-up and claims runs name their workload's type; the others are told apart by their fields.
   const json workload = results.is_object() ? results.value("workload", json()) : json();
   const std::string type = workload.is_object() ? text_of(workload, "type") : "";

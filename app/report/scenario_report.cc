@@ -268,6 +268,7 @@ std::string format_report(const Scenario& scenario, const ScenarioResults& resul
     out += fmt::format("backend: {}", name(results.backend));
     if (results.backend == ScenarioBackend::kSim) {
       out += fmt::format(" (network model: {})", name(scenario.network));
+      if (scenario.calibration) out += fmt::format("\ncalibration: {}", profile_summary(*scenario.calibration));
     } else {
       out += " (real data on CPU threads, one per rank: times are this machine's, not the cluster's)";
     }
@@ -338,6 +339,7 @@ nlohmann::json scenario_json(const Scenario& scenario) {
       {"description", scenario.description},
       {"backend", std::string(name(scenario.backend))},
       {"network", std::string(name(scenario.network))},
+      {"calibration", scenario.calibration ? profile_summary(*scenario.calibration) : std::string()},
       {"variants", variants},
       {"workload",
        {{"type", "collective-sweep"},

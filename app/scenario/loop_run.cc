@@ -75,7 +75,7 @@ struct LoopSetup {
 
   // Where the ranks sit, for the simulator.
   sim::SimPlacement placement() const {
-    return {&topology, scenario.variants[0].cluster, network_model(scenario.network), per_node, gpu_of_rank,
+    return {&topology, scenario.variants[0].cluster, network_model(scenario), per_node, gpu_of_rank,
             fault_links};
   }
 };

@@ -58,6 +58,11 @@ std::string_view name(NetworkChoice network) {
   return "?";
 }
 
+sim::NetworkModel network_model(const Scenario& scenario) {
+  const sim::NetworkModel model = network_model(scenario.network);
+  return scenario.calibration ? apply_profile(*scenario.calibration, model) : model;
+}
+
 sim::NetworkModel network_model(NetworkChoice network) {
   switch (network) {
     case NetworkChoice::kFluid:
@@ -102,9 +107,9 @@ std::string format_size(int64_t bytes) {
 namespace {
 
 // The keys each section accepts, in the order docs/scenarios.md lists them.
-constexpr std::array<std::string_view, 13> kTopKeys{
-    "tandem_scenario", "name",   "description", "cluster",  "variants", "backend", "network",
-    "workload",        "faults", "fault_seed",  "recovery", "outputs",  "expect"};
+constexpr std::array<std::string_view, 14> kTopKeys{
+    "tandem_scenario", "name",     "description", "cluster",    "variants", "backend", "network",
+    "calibration",     "workload", "faults",      "fault_seed", "recovery", "outputs", "expect"};
 // clang-format off
 constexpr std::array<std::string_view, 19> kClusterKeys{
     "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
@@ -1052,6 +1057,23 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
   if (const YAML::Node* network = top.find("network")) {
     const std::string text = reader.scalar(*network, "network");
     scenario.network = reader.at(*network, "network", [&] { return parse_network(text); });
+  }
+  if (const YAML::Node* calibration = top.find("calibration")) {
+    const std::string text = reader.text(*calibration, "calibration");
+    const std::filesystem::path relative =
+        std::filesystem::path(reader.file()).parent_path() / std::filesystem::path(text);
+    const std::string path = std::filesystem::path(text).is_absolute() ? text : relative.lexically_normal().string();
+    if (scenario.network == NetworkChoice::kIdeal) {
+      reader.fail_at(*calibration,
+                     "calibration does not apply to network: ideal (the alpha-beta model has no efficiencies)");
+    }
+    scenario.calibration = reader.at(*calibration, "calibration", [&] { return read_profile(path); });
+    for (const ClusterVariant& variant : scenario.variants) {
+      reader.at(*calibration, "calibration", [&] {
+        check_profile_cluster(*scenario.calibration, variant.cluster);
+        return 0;
+      });
+    }
   }
   scenario.workload = read_workload(reader, top, scenario.variants);
   read_faults(reader, top, scenario);

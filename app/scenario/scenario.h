@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "app/calibrate/calibration.h"
 #include "core/faults.h"
 #include "core/flight_recorder.h"
 #include "core/recovery.h"
@@ -62,6 +63,9 @@ ScenarioBackend parse_backend(std::string_view text);
 enum class NetworkChoice : uint8_t { kFluid, kPacket, kIdeal };
 std::string_view name(NetworkChoice network);
 sim::NetworkModel network_model(NetworkChoice network);
+struct Scenario;
+// The scenario's network model: its `network:` choice with its `calibration:` profile applied.
+sim::NetworkModel network_model(const Scenario& scenario);
 
 // A place in the scenario file, 1-based; 0 when unknown.
 struct SourceMark {
@@ -297,6 +301,9 @@ struct Scenario {
   std::vector<ClusterVariant> variants;  // variants[0] is the base cluster
   ScenarioBackend backend = ScenarioBackend::kSim;
   NetworkChoice network = NetworkChoice::kFluid;
+  // `calibration: FILE` (relative to the scenario file): a profile from `tandem calibrate` applied
+  // to the network model of every simulation (docs/calibrate.md).
+  std::optional<CalibrationProfile> calibration;
   Workload workload;
   Outputs outputs;
   std::vector<Expectation> expectations;                   // collective-sweep

@@ -196,7 +196,7 @@ sim::SweepRequest make_sweep_request(const Scenario& scenario, const ClusterVari
   sim::SweepRequest request;
   request.cluster = variant.cluster;
   request.gpus_per_node = sweep.gpus_per_node;
-  request.network = network_model(scenario.network);
+  request.network = network_model(scenario);
   for_each_point(sweep, [&](Collective collective, const std::string& algorithm, int64_t bytes) {
     if (!algorithm_applies(algorithm, collective)) return;
     sim::SweepPoint point;

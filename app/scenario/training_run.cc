@@ -48,7 +48,7 @@ TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, 
     const ClusterVariant& variant = scenario.variants[v];
     sim::TrainingRequest request;
     request.cluster = variant.cluster;
-    request.network = network_model(scenario.network);
+    request.network = network_model(scenario);
     request.keep_timeline = keep_timeline;
     for (size_t l = 0; l < training.layouts.size(); ++l) {
       request.configs.push_back(training.config_for(l, gpus_of(variant.cluster)));
@@ -228,6 +228,7 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
       out += description + "\n";
     }
     out += fmt::format("backend: sim (network model: {})\n", name(scenario.network));
+    if (scenario.calibration) out += fmt::format("calibration: {}\n", profile_summary(*scenario.calibration));
     const std::string batch = training.batch_per_gpu
                                   ? fmt::format("{:g} sequences per GPU", *training.batch_per_gpu)
                                   : fmt::format("global batch {} ({:.2f} M tokens per step)", base.global_batch,

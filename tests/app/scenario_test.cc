@@ -209,7 +209,7 @@ std::vector<Rejection> rejections() {
        "t.yaml:1:18: unsupported scenario format version '2' (this tandem reads version 1)"},
       {"unknown top-level key", minimal_plus("colour: blue\n"),
        "t.yaml:8:1: unknown key 'colour' in the scenario (expected: tandem_scenario, name, description, cluster, "
-       "variants, backend, network, workload, faults, fault_seed, recovery, outputs, expect)"},
+       "variants, backend, network, calibration, workload, faults, fault_seed, recovery, outputs, expect)"},
       {"duplicate key", minimal_plus("name: again\n"), "t.yaml:8:1: duplicate key 'name' in the scenario"},
       {"missing name", "tandem_scenario: 1\ncluster: {preset: dgx-h100}\n",
        "t.yaml:1:1: missing required key 'name' in the scenario"},

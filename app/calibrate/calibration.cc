@@ -1,0 +1,625 @@
+#include "app/calibrate/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "app/calibrate/least_squares.h"
+#include "app/common/common.h"
+#include "app/scenario/yaml_reader.h"
+#include "core/error.h"
+#include "sim/sweep.h"
+
+namespace tandem::app {
+
+using nlohmann::json;
+
+// ---- The profile ----
+
+std::string profile_yaml(const CalibrationProfile& profile) {
+  std::string out;
+  out += fmt::format("# tandem calibration profile (docs/calibrate.md). Apply with --calibration FILE or a\n");
+  out += fmt::format("# scenario's `calibration:` key.\n");
+  out += fmt::format("tandem-calibration: {}\n", kCalibrationProfileVersion);
+  out += "cluster:\n";
+  out += fmt::format("  preset: {}\n", profile.preset);
+  out += fmt::format("  nodes: {}\n", profile.nodes);
+  out += fmt::format("  gpus_per_node: {}\n", profile.gpus_per_node);
+  if (!profile.description.empty()) out += fmt::format("  description: \"{}\"\n", profile.description);
+  out += "parameters:\n";
+  for (const CalibrationProfile::Parameter& p : profile.parameters) {
+    std::string extra = p.informed ? "" : ", informed: false";
+    if (p.uncertainty > 0 && std::isfinite(p.uncertainty)) extra += fmt::format(", uncertainty: {:.4g}", p.uncertainty);
+    out += fmt::format("  {}: {{default: {}, value: {}{}}}\n", p.name, p.default_value, p.value, extra);
+  }
+  if (!profile.sources.empty()) {
+    out += "fit:\n";
+    out += fmt::format("  date: {}\n", profile.date);
+    out += "  sources:\n";
+    for (const CalibrationProfile::Source& s : profile.sources) {
+      out += fmt::format("    - {{file: \"{}\", rows: {}}}\n", s.file, s.rows);
+    }
+    out += fmt::format("  rows_fitted: {}\n", profile.rows_fitted);
+    out += fmt::format("  rows_held_out: {}\n", profile.rows_held_out);
+    out += fmt::format("  rms_log_error_before: {}\n", profile.rms_log_error_before);
+    out += fmt::format("  rms_log_error_after: {}\n", profile.rms_log_error_after);
+  }
+  return out;
+}
+
+CalibrationProfile parse_profile(std::string_view text, const std::string& path) {
+  const Reader reader(path, "calibration profile");
+  const YAML::Node root = load_one_document(reader, text);
+  if (!root) fail(ErrorCode::kFormat, "{}: an empty file is not a calibration profile", path);
+  const Mapping top(reader, root, "",
+                    std::array<std::string_view, 4>{"tandem-calibration", "cluster", "parameters", "fit"});
+  CalibrationProfile profile;
+  profile.path = path;
+  const YAML::Node& version = top.require("tandem-calibration");
+  if (reader.scalar(version, "tandem-calibration") != std::to_string(kCalibrationProfileVersion)) {
+    reader.fail_at(version, "tandem-calibration {}: this tandem reads version {}", node_kind(version),
+                   kCalibrationProfileVersion);
+  }
+  const Mapping cluster(reader, top.require("cluster"), "cluster",
+                        std::array<std::string_view, 4>{"preset", "nodes", "gpus_per_node", "description"});
+  profile.preset = reader.scalar(cluster.require("preset"), "cluster.preset");
+  reader.at(cluster.require("preset"), "cluster.preset", [&] { return models::cluster_preset(profile.preset); });
+  profile.nodes = static_cast<int>(reader.integer(cluster.require("nodes"), "cluster.nodes", 1, 1 << 20));
+  profile.gpus_per_node =
+      static_cast<int>(reader.integer(cluster.require("gpus_per_node"), "cluster.gpus_per_node", 1, 1024));
+  if (const YAML::Node* d = cluster.find("description")) profile.description = reader.text(*d, "cluster.description");
+
+  const YAML::Node& parameters = top.require("parameters");
+  if (!parameters.IsMap()) reader.fail_at(parameters, "parameters must be a mapping of parameter names to values");
+  const sim::NetworkModel defaults;
+  for (auto it = parameters.begin(); it != parameters.end(); ++it) {
+    const YAML::Node key = it->first;
+    const YAML::Node value = it->second;
+    const std::string name = reader.scalar(key, "parameters");
+    const sim::NetworkParameter* known = sim::find_network_parameter(name);
+    if (known == nullptr) {
+      std::string names;
+      for (const sim::NetworkParameter& p : sim::network_parameters())
+        names += (names.empty() ? "" : ", ") + std::string(p.name);
+      reader.fail_at(key, "unknown parameter '{}' in parameters (expected: {})", name, names);
+    }
+    for (const CalibrationProfile::Parameter& seen : profile.parameters) {
+      if (seen.name == name) reader.fail_at(key, "duplicate parameter '{}'", name);
+    }
+    CalibrationProfile::Parameter parameter;
+    parameter.name = name;
+    parameter.default_value = defaults.*(known->field);
+    const std::string where = "parameters." + name;
+    const YAML::Node* value_node = &value;
+    if (value.IsMap()) {
+      const Mapping entry(reader, value, where,
+                          std::array<std::string_view, 4>{"default", "value", "informed", "uncertainty"});
+      value_node = &entry.require("value");
+      parameter.value = reader.number(*value_node, where + ".value", known->lower, known->upper, false);
+      if (const YAML::Node* d = entry.find("default")) {
+        parameter.default_value = reader.number(*d, where + ".default", known->lower, known->upper, false);
+      }
+      if (const YAML::Node* informed = entry.find("informed"))
+        parameter.informed = reader.boolean(*informed, where + ".informed");
+      if (const YAML::Node* spread = entry.find("uncertainty")) {
+        parameter.uncertainty = reader.number(*spread, where + ".uncertainty", 0, 1e9, false);
+      }
+    } else {
+      parameter.value = reader.number(value, where, known->lower, known->upper, false);
+    }
+    profile.parameters.push_back(parameter);
+  }
+  if (const YAML::Node* fit = top.find("fit")) {
+    const Mapping f(reader, *fit, "fit",
+                    std::array<std::string_view, 6>{"date", "sources", "rows_fitted", "rows_held_out",
+                                                    "rms_log_error_before", "rms_log_error_after"});
+    profile.date = reader.scalar(f.require("date"), "fit.date");
+    for (const YAML::Node& s : reader.list(f.require("sources"), "fit.sources")) {
+      const Mapping source(reader, s, "fit.sources[]", std::array<std::string_view, 2>{"file", "rows"});
+      profile.sources.push_back(
+          {reader.text(source.require("file"), "fit.sources[].file"),
+           static_cast<int>(reader.integer(source.require("rows"), "fit.sources[].rows", 0, 1 << 30))});
+    }
+    profile.rows_fitted = static_cast<int>(reader.integer(f.require("rows_fitted"), "fit.rows_fitted", 0, 1 << 30));
+    profile.rows_held_out =
+        static_cast<int>(reader.integer(f.require("rows_held_out"), "fit.rows_held_out", 0, 1 << 30));
+    profile.rms_log_error_before =
+        reader.number(f.require("rms_log_error_before"), "fit.rms_log_error_before", 0, 1e9, false);
+    profile.rms_log_error_after =
+        reader.number(f.require("rms_log_error_after"), "fit.rms_log_error_after", 0, 1e9, false);
+  }
+  return profile;
+}
+
+CalibrationProfile read_profile(const std::string& path) {
+  return parse_profile(read_text_file(path, "calibration profile", kMaxProfileBytes), path);
+}
+
+sim::NetworkModel apply_profile(const CalibrationProfile& profile, sim::NetworkModel model) {
+  // A parameter the logs did not inform is recorded for the reader, not applied: it follows the
+  // simulator's default, as it did in the fit.
+  for (const CalibrationProfile::Parameter& p : profile.parameters) {
+    const sim::NetworkParameter* known = sim::find_network_parameter(p.name);
+    if (known != nullptr && p.informed) model.*(known->field) = p.value;
+  }
+  return model;
+}
+
+void check_profile_cluster(const CalibrationProfile& profile, const models::ClusterSpec& cluster) {
+  if (profile.preset != cluster.preset) {
+    fail(ErrorCode::kInvalidArgument,
+         "{}: the profile was fitted on {} and this cluster is {}: its efficiencies describe other links", profile.path,
+         profile.preset, cluster.preset);
+  }
+}
+
+std::string profile_summary(const CalibrationProfile& profile) {
+  const std::string file = profile.path.empty() ? std::string("profile") : profile.path;
+  if (profile.sources.empty()) return fmt::format("{} (hand-written, {})", file, profile.preset);
+  return fmt::format("{} (fitted {} from {} log{}, {})", file, profile.date, profile.sources.size(),
+                     profile.sources.size() == 1 ? "" : "s", profile.preset);
+}
+
+// ---- The fit ----
+
+namespace {
+
+// A threshold on d log(time) / d log(parameter): below it on every row, the logs do not inform the
+// parameter (a doubling would move no row by 0.7%, less than published rows' own spread: such a
+// parameter would be fitted to the noise, to a bound).
+constexpr double kMinSensitivity = 1e-2;
+// A row off by more than this after the fit gets a warning.
+constexpr double kRowWarning = 0.10;
+// A parameter whose standard error is larger than this (relative) gets a warning.
+constexpr double kParameterWarning = 0.10;
+
+// The preset a published row's system names (as bench/accuracy.cc reads them).
+std::string preset_of_system(const std::string& system) {
+  if (system.find("A100") != std::string::npos) return "hgx-a100";
+  if (system.find("H200") != std::string::npos) return "dgx-h200";
+  if (system.find("H100") != std::string::npos) return "dgx-h100";
+  return "";
+}
+
+struct FitRow {
+  MeasuredRow row;
+  bool held_out = false;
+  int gpus_per_node = 0;
+};
+
+// One run of every row under one network model: what each row took (s), in row order.
+struct Evaluation {
+  std::vector<double> seconds;
+  std::vector<std::string> ran;
+};
+
+class RowSimulator {
+ public:
+  RowSimulator(const CalibrationRequest& request, const std::vector<FitRow>& rows) : request_(request), rows_(rows) {
+    for (size_t i = 0; i < rows.size(); ++i) groups_[rows[i].gpus_per_node].push_back(i);
+  }
+
+  // Every row under each model: one child process per model and GPUs-per-node group.
+  std::vector<Evaluation> run(const std::vector<sim::NetworkModel>& models) const {
+    std::vector<std::pair<size_t, int>> work;  // (model, group key)
+    for (size_t m = 0; m < models.size(); ++m) {
+      for (const auto& [per_node, indices] : groups_) work.emplace_back(m, per_node);
+    }
+    std::vector<Evaluation> out(models.size());
+    for (Evaluation& e : out) {
+      e.seconds.assign(rows_.size(), 0.0);
+      e.ran.assign(rows_.size(), "");
+    }
+    std::string first_error;
+    sim::run_isolated_parallel(
+        work.size(),
+        [&](size_t w) {
+          const auto [m, per_node] = work[w];
+          sim::SweepRequest sweep;
+          sweep.cluster = request_.cluster;
+          sweep.gpus_per_node = per_node;
+          sweep.network = models[m];
+          for (size_t i : groups_.at(per_node)) {
+            sim::SweepPoint point;
+            point.collective = rows_[i].row.collective;
+            point.bytes = rows_[i].row.bytes;
+            const bool p2p = point.collective == Collective::kAllToAll || point.collective == Collective::kSendRecv;
+            point.algorithm = p2p ? "auto" : rows_[i].row.algorithm;
+            point.protocol = rows_[i].row.protocol;
+            point.dtype = rows_[i].row.dtype;
+            sweep.points.push_back(point);
+          }
+          json reply = json::array();
+          for (const sim::SweepPointResult& r : sim::run_sweep(sweep, /*isolated=*/false)) {
+            reply.push_back({r.ok, r.seconds, r.ok ? fmt::format("{}/{}", r.algorithm, name(r.protocol)) : r.error});
+          }
+          return reply.dump();
+        },
+        std::max(1, request_.jobs),
+        [&](size_t w, const sim::IsolatedResult& result) {
+          const auto [m, per_node] = work[w];
+          if (!result.ok) {
+            if (first_error.empty()) first_error = result.error;
+            return;
+          }
+          const json reply = json::parse(result.text);
+          const std::vector<size_t>& indices = groups_.at(per_node);
+          for (size_t k = 0; k < indices.size(); ++k) {
+            const json& r = reply.at(k);
+            if (!r.at(0).get<bool>()) {
+              if (first_error.empty()) {
+                first_error = fmt::format("{}: the simulator cannot run this row: {}", rows_[indices[k]].row.label,
+                                          r.at(2).get<std::string>());
+              }
+              continue;
+            }
+            out[m].seconds[indices[k]] = r.at(1).get<double>();
+            out[m].ran[indices[k]] = r.at(2).get<std::string>();
+          }
+        });
+    if (!first_error.empty()) fail(ErrorCode::kUnsupported, "{}", first_error);
+    return out;
+  }
+
+ private:
+  const CalibrationRequest& request_;
+  const std::vector<FitRow>& rows_;
+  std::map<int, std::vector<size_t>> groups_;
+};
+
+double rms_log_error(const std::vector<FitRow>& rows, const std::vector<double>& seconds, bool held_out) {
+  double sum = 0;
+  int count = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].held_out != held_out) continue;
+    const double e = std::log(seconds[i] * 1e6 / rows[i].row.time_us);
+    sum += e * e;
+    ++count;
+  }
+  return count > 0 ? std::sqrt(sum / count) : 0.0;
+}
+
+std::string today_utc() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  return fmt::format("{:04}-{:02}-{:02}", utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday);
+}
+
+// Whether `row` (of `file`) is one of `names`: its label, its file, or (a CSV row) its id alone.
+bool held_out_by(const std::vector<std::string>& names, const MeasuredRow& row, const std::string& file) {
+  for (const std::string& h : names) {
+    if (h == row.label || h == file) return true;
+    const size_t hash = row.label.rfind('#');
+    if (hash != std::string::npos && row.label.substr(hash + 1) == h) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+CalibrationResult calibrate(const CalibrationRequest& request) {
+  const models::ClusterSpec& cluster = request.cluster;
+  const int per_node = request.gpus_per_node > 0 ? request.gpus_per_node : cluster.gpus_per_node;
+  const int cluster_gpus = cluster.nodes * per_node;
+  CalibrationResult result;
+  std::vector<FitRow> rows;
+  for (const MeasurementFile& file : request.files) {
+    if (file.nranks > 0) {
+      if (file.nranks != cluster_gpus) {
+        fail(ErrorCode::kInvalidArgument,
+             "{}: the log ran on {} GPUs and the cluster given has {} ({} node{} x {} GPUs): give the cluster it ran "
+             "on (--nodes, --gpus-per-node, or -g for some GPUs of each node)",
+             file.path, file.nranks, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
+      }
+      if (file.nodes > 0 && file.nodes != cluster.nodes) {
+        fail(ErrorCode::kInvalidArgument,
+             "{}: the log ran on {} nodes (hosts of its Rank lines) and the cluster given has {}", file.path,
+             file.nodes, cluster.nodes);
+      }
+    }
+    int used = 0;
+    for (const MeasuredRow& row : file.rows) {
+      FitRow fit{row, held_out_by(request.hold_out, row, file.path), per_node};
+      if (file.nranks == 0) {
+        // A published row: its own system and GPU count.
+        const std::string preset = preset_of_system(row.system);
+        if (preset != cluster.preset) {
+          result.skipped.push_back(
+              fmt::format("{}: system '{}' is not a {} cluster", row.label, row.system, cluster.preset));
+          continue;
+        }
+        if (row.nodes != cluster.nodes || row.gpus % row.nodes != 0 || row.gpus / row.nodes > cluster.gpus_per_node) {
+          result.skipped.push_back(fmt::format("{}: {} GPUs on {} node{}, the cluster given has {} node{} of {} GPUs",
+                                               row.label, row.gpus, row.nodes, row.nodes == 1 ? "" : "s", cluster.nodes,
+                                               cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node));
+          continue;
+        }
+        const auto differs = [](std::optional<double> stated, double cluster_value) {
+          return stated && std::abs(*stated - cluster_value) > 1e-9;
+        };
+        if (row.nodes > 1 &&
+            (differs(row.nics_per_node, cluster.nics_per_node) || differs(row.nic_gbps, cluster.nic_Bps * 8 / 1e9))) {
+          result.skipped.push_back(fmt::format("{}: {} NICs of {} Gb/s a node, the cluster given has {} of {}",
+                                               row.label, row.nics_per_node.value_or(0), row.nic_gbps.value_or(0),
+                                               cluster.nics_per_node, cluster.nic_Bps * 8 / 1e9));
+          continue;
+        }
+        fit.gpus_per_node = row.gpus / row.nodes;
+      }
+      if (row.time_us <= 0) {
+        result.skipped.push_back(fmt::format("{}: a time of 0 us carries nothing to fit", row.label));
+        continue;
+      }
+      rows.push_back(fit);
+      ++used;
+    }
+    result.profile.sources.push_back({file.path, used});
+  }
+  const auto fitted_count = std::count_if(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; });
+  if (fitted_count == 0) fail(ErrorCode::kInvalidArgument, "no rows to fit (every row was skipped or held out)");
+  // A --hold-out name that matches nothing is a typo, not a wish.
+  for (const std::string& h : request.hold_out) {
+    const bool a_file =
+        std::any_of(request.files.begin(), request.files.end(), [&](const MeasurementFile& f) { return f.path == h; });
+    const bool a_row =
+        std::any_of(rows.begin(), rows.end(), [&](const FitRow& r) { return held_out_by({h}, r.row, ""); });
+    if (!a_file && !a_row)
+      fail(ErrorCode::kInvalidArgument, "--hold-out {}: no row (not skipped) or file of that name", h);
+  }
+
+  // The parameters to fit, in log space.
+  std::vector<const sim::NetworkParameter*> candidates;
+  for (const sim::NetworkParameter& p : sim::network_parameters()) {
+    if (request.only.empty() || std::find(request.only.begin(), request.only.end(), p.name) != request.only.end()) {
+      candidates.push_back(&p);
+    }
+  }
+  for (const std::string& name : request.only) {
+    if (sim::find_network_parameter(name) == nullptr)
+      fail(ErrorCode::kInvalidArgument, "--fit {}: no such parameter", name);
+  }
+  const sim::NetworkModel defaults;
+  const RowSimulator simulator(request, rows);
+  auto model_at = [&](const std::vector<const sim::NetworkParameter*>& params, const std::vector<double>& x) {
+    sim::NetworkModel model = defaults;
+    for (size_t j = 0; j < params.size(); ++j) model.*(params[j]->field) = std::exp(x[j]);
+    return model;
+  };
+  auto residuals_of = [&](const Evaluation& e) {
+    std::vector<double> r;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (!rows[i].held_out) r.push_back(std::log(e.seconds[i] * 1e6 / rows[i].row.time_us));
+    }
+    return r;
+  };
+  auto progress = [&](const std::string& line) {
+    if (request.progress) request.progress(line);
+  };
+
+  std::vector<double> x0, lower, upper;
+  for (const sim::NetworkParameter* p : candidates) {
+    x0.push_back(std::log(defaults.*(p->field)));
+    lower.push_back(std::log(p->lower));
+    upper.push_back(std::log(p->upper));
+  }
+  progress(fmt::format("calibrate: {} rows ({} fitted), {} candidate parameters", rows.size(), fitted_count,
+                       candidates.size()));
+  // Which parameters the rows inform: the sensitivity of every row to each at the defaults.
+  std::vector<sim::NetworkModel> probes = {defaults};
+  const double probe_step = std::log(1.05);
+  for (size_t j = 0; j < candidates.size(); ++j) {
+    std::vector<double> x = x0;
+    x[j] = x[j] + probe_step <= upper[j] ? x[j] + probe_step : x[j] - probe_step;
+    probes.push_back(model_at(candidates, x));
+  }
+  const std::vector<Evaluation> probed = simulator.run(probes);
+  const Evaluation& before = probed.front();
+  const std::vector<double> r0 = residuals_of(before);
+  std::vector<const sim::NetworkParameter*> informed;
+  std::vector<double> xi, li, ui;
+  for (size_t j = 0; j < candidates.size(); ++j) {
+    const std::vector<double> rj = residuals_of(probed[j + 1]);
+    double sensitivity = 0;
+    for (size_t i = 0; i < r0.size(); ++i) sensitivity = std::max(sensitivity, std::abs(rj[i] - r0[i]) / probe_step);
+    if (sensitivity >= kMinSensitivity) {
+      informed.push_back(candidates[j]);
+      xi.push_back(x0[j]);
+      li.push_back(lower[j]);
+      ui.push_back(upper[j]);
+    }
+  }
+  progress(fmt::format("calibrate: {} of {} parameters informed by these rows", informed.size(), candidates.size()));
+
+  LeastSquaresOptions options;
+  options.progress = [&](int iteration, double cost) {
+    progress(fmt::format("calibrate: iteration {}: rms log error {:.4f}", iteration,
+                         std::sqrt(2 * cost / static_cast<double>(fitted_count))));
+  };
+  const BatchResiduals batch = [&](const std::vector<std::vector<double>>& points) {
+    std::vector<sim::NetworkModel> models;
+    for (const std::vector<double>& x : points) models.push_back(model_at(informed, x));
+    std::vector<std::vector<double>> out;
+    for (const Evaluation& e : simulator.run(models)) out.push_back(residuals_of(e));
+    return out;
+  };
+  const LeastSquaresResult fit = bounded_least_squares(batch, xi, li, ui, options);
+  result.iterations = fit.iterations;
+  result.converged = fit.converged;
+  result.evaluations = fit.evaluations + static_cast<int>(probes.size());
+  const sim::NetworkModel fitted = model_at(informed, fit.x);
+  const Evaluation after = simulator.run({fitted}).front();
+  // Standard errors: covariance of log(parameter) = s^2 (J^T J)^-1 with s^2 = sum r^2 / (m - p).
+  std::vector<double> uncertainty(informed.size(), 0.0);
+  const auto m = static_cast<size_t>(fitted_count);
+  if (!informed.empty() && m > informed.size()) {
+    const std::vector<double> r_fit = residuals_of(after);
+    const std::vector<std::vector<double>> jacobian =
+        forward_jacobian(batch, fit.x, r_fit, li, ui, LeastSquaresOptions{}.difference_step);
+    result.evaluations += static_cast<int>(informed.size());
+    const size_t p = informed.size();
+    std::vector<std::vector<double>> normal(p, std::vector<double>(p, 0.0));
+    for (size_t a = 0; a < p; ++a) {
+      for (size_t b = 0; b < p; ++b) {
+        for (size_t i = 0; i < m; ++i) normal[a][b] += jacobian[i][a] * jacobian[i][b];
+      }
+    }
+    double sum_squares = 0;
+    for (double v : r_fit) sum_squares += v * v;
+    const double variance = sum_squares / static_cast<double>(m - p);
+    for (size_t j = 0; j < p; ++j) {
+      std::vector<double> unit(p, 0.0);
+      unit[j] = 1.0;
+      const std::vector<double> column = solve_linear(normal, unit);
+      // A singular J^T J: the rows cannot tell this parameter from another.
+      uncertainty[j] =
+          column.empty() ? std::numeric_limits<double>::infinity() : std::sqrt(std::max(0.0, variance * column[j]));
+    }
+  }
+
+  CalibrationProfile& profile = result.profile;
+  profile.preset = cluster.preset;
+  profile.nodes = cluster.nodes;
+  profile.gpus_per_node = per_node;
+  profile.description = models::describe(cluster);
+  for (const sim::NetworkParameter& p : sim::network_parameters()) {
+    const auto at = std::find(informed.begin(), informed.end(), &p);
+    const bool is_informed = at != informed.end();
+    profile.parameters.push_back({std::string(p.name), defaults.*(p.field), fitted.*(p.field), is_informed,
+                                  is_informed ? uncertainty[static_cast<size_t>(at - informed.begin())] : 0.0});
+  }
+  profile.date = today_utc();
+  profile.rows_fitted = static_cast<int>(fitted_count);
+  profile.rows_held_out = static_cast<int>(rows.size()) - profile.rows_fitted;
+  profile.rms_log_error_before = rms_log_error(rows, before.seconds, false);
+  profile.rms_log_error_after = rms_log_error(rows, after.seconds, false);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    result.rows.push_back(
+        {rows[i].row, rows[i].held_out, before.seconds[i] * 1e6, after.seconds[i] * 1e6, after.ran[i]});
+  }
+  return result;
+}
+
+namespace {
+
+std::string size_text(int64_t bytes) {
+  constexpr int64_t kKiB = int64_t{1} << 10, kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
+  if (bytes >= kGiB && bytes % kGiB == 0) return fmt::format("{}GiB", bytes / kGiB);
+  if (bytes >= kMiB && bytes % kMiB == 0) return fmt::format("{}MiB", bytes / kMiB);
+  if (bytes >= 1000000) return fmt::format("{:.0f}MB", static_cast<double>(bytes) / 1e6);
+  if (bytes >= kKiB && bytes % kKiB == 0) return fmt::format("{}KiB", bytes / kKiB);
+  return fmt::format("{}B", bytes);
+}
+
+std::string signed_percent(double ratio) { return fmt::format("{:+.1f}%", (ratio - 1) * 100); }
+
+}  // namespace
+
+std::string calibration_report(const CalibrationResult& result) {
+  const CalibrationProfile& profile = result.profile;
+  std::string out;
+  out += fmt::format("# Calibration of {} ({} node{} x {} GPUs) on {} rows ({} fitted, {} held out)\n", profile.preset,
+                     profile.nodes, profile.nodes == 1 ? "" : "s", profile.gpus_per_node, result.rows.size(),
+                     profile.rows_fitted, profile.rows_held_out);
+  out += fmt::format("# Cluster: {}\n", profile.description);
+  for (const std::string& s : result.skipped) out += fmt::format("# skipped {}\n", s);
+  out += fmt::format("\n{:<34} {:<14} {:>8} {:>12} {:>12} {:>12} {:>8} {:>8}  {}\n", "row", "collective", "size",
+                     "measured_us", "default_us", "fitted_us", "err_def", "err_fit", "ran");
+  std::vector<std::string> warnings;
+  for (const CalibratedRow& r : result.rows) {
+    std::string label = r.row.label;
+    if (label.size() > 34) label = "..." + label.substr(label.size() - 31);
+    out += fmt::format("{:<34} {:<14} {:>8} {:>12.2f} {:>12.2f} {:>12.2f} {:>8} {:>8}  {}{}\n", label,
+                       name(r.row.collective), size_text(r.row.bytes), r.row.time_us, r.before_us, r.after_us,
+                       signed_percent(r.before_us / r.row.time_us), signed_percent(r.after_us / r.row.time_us), r.ran,
+                       r.held_out ? " (held out)" : "");
+    if (std::abs(r.after_us / r.row.time_us - 1) > kRowWarning) {
+      warnings.push_back(fmt::format("warning: row {} is still off by {} after the fit", r.row.label,
+                                     signed_percent(r.after_us / r.row.time_us)));
+    }
+  }
+  out += fmt::format("\n{:<26} {:>10} {:>10} {:>8} {:>9}\n", "parameter", "default", "fitted", "change", "+-1 s.e.");
+  for (const CalibrationProfile::Parameter& p : profile.parameters) {
+    if (!p.informed) {
+      out += fmt::format("{:<26} {:>10.4g} {:>10} {:>8} {:>9}  not informed by these logs\n", p.name, p.default_value,
+                         "-", "", "");
+      continue;
+    }
+    const sim::NetworkParameter* known = sim::find_network_parameter(p.name);
+    std::string note;
+    if (known != nullptr && (p.value <= known->lower * (1 + 1e-9) || p.value >= known->upper * (1 - 1e-9))) {
+      note = fmt::format("  at its bound [{}, {}] ({})", known->lower, known->upper, known->bounds_reason);
+      warnings.push_back(
+          fmt::format("warning: {} is at a bound ({}): the model cannot explain these logs within its "
+                      "physical range",
+                      p.name, p.value));
+    }
+    const std::string spread = p.uncertainty == 0          ? std::string("-")
+                               : std::isinf(p.uncertainty) ? std::string("unknown")
+                                                           : fmt::format("{:.2f}%", p.uncertainty * 100);
+    if (p.uncertainty > kParameterWarning) {
+      warnings.push_back(
+          fmt::format("warning: {} is poorly determined by these logs (+-{}): too few rows depend on it, or it "
+                      "trades off against another parameter; add logs where it binds",
+                      p.name, spread));
+    }
+    out += fmt::format("{:<26} {:>10.4g} {:>10.4g} {:>8} {:>9}{}\n", p.name, p.default_value, p.value,
+                       signed_percent(p.value / p.default_value), spread, note);
+  }
+  double held_before = 0, held_after = 0;
+  int held = 0;
+  for (const CalibratedRow& r : result.rows) {
+    if (!r.held_out) continue;
+    held_before += std::abs(r.before_us / r.row.time_us - 1);
+    held_after += std::abs(r.after_us / r.row.time_us - 1);
+    ++held;
+  }
+  out += fmt::format("\nfit: rms log error over the fitted rows {:.2f}% -> {:.2f}% ({} iterations{}, {} simulations)\n",
+                     profile.rms_log_error_before * 100, profile.rms_log_error_after * 100, result.iterations,
+                     result.converged ? "" : ", stopped at the limit before converging", result.evaluations);
+  if (held > 0) {
+    out += fmt::format("held-out rows: mean |error| {:.2f}% with the defaults -> {:.2f}% calibrated ({} rows)\n",
+                       held_before / held * 100, held_after / held * 100, held);
+  }
+  for (const std::string& w : warnings) out += w + "\n";
+  return out;
+}
+
+std::string calibration_json(const CalibrationResult& result) {
+  json rows = json::array();
+  for (const CalibratedRow& r : result.rows) {
+    rows.push_back({{"label", r.row.label},
+                    {"collective", name(r.row.collective)},
+                    {"size_bytes", r.row.bytes},
+                    {"measured_us", r.row.time_us},
+                    {"default_us", r.before_us},
+                    {"calibrated_us", r.after_us},
+                    {"held_out", r.held_out},
+                    {"ran", r.ran}});
+  }
+  json parameters = json::array();
+  for (const CalibrationProfile::Parameter& p : result.profile.parameters) {
+    parameters.push_back({{"name", p.name},
+                          {"default", p.default_value},
+                          {"value", p.value},
+                          {"informed", p.informed},
+                          {"uncertainty", std::isinf(p.uncertainty) ? -1.0 : p.uncertainty}});
+  }
+  const json out = {{"kind", "calibration"},
+                    {"version", kCalibrationProfileVersion},
+                    {"cluster", result.profile.description},
+                    {"preset", result.profile.preset},
+                    {"rows", rows},
+                    {"parameters", parameters},
+                    {"rms_log_error_before", result.profile.rms_log_error_before},
+                    {"rms_log_error_after", result.profile.rms_log_error_after}};
+  return out.dump(2) + "\n";
+}
+
+}  // namespace tandem::app
