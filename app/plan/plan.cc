@@ -301,10 +301,7 @@ std::vector<PlanPoint> plan_points(const Plan& plan) {
 
 // ---- running -----------------------------------------------------------------------------------
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 std::string job_outcome_json(const JobOutcome& outcome) {
   return json{{"ok", outcome.ok},
@@ -492,7 +489,7 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
     const PlanJob& j = *r.job;
     out += fmt::format("{},{},{},{},{:g},{:g},{},{},{},{},{},{:.4f},", r.point.index, j.preset, j.gpus, j.cluster.nodes,
                        j.nic_gbps, j.oversubscription, j.algorithm, r.layout, r.point.rates, r.point.recovery,
-                       r.step.ok, r.step.memory.total_bytes() / 1e9);
+                       r.step.ok, sim::memory_needed_bytes(r.step) / 1e9);
     if (r.ok) {
       out += fmt::format(
           "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"

@@ -23,6 +23,7 @@
 #include "core/flight_recorder.h"
 #include "core/recovery.h"
 #include "core/types.h"
+#include "models/caching_allocator.h"
 #include "models/cluster.h"
 #include "models/workload.h"
 #include "sim/simulator.h"
@@ -73,6 +74,10 @@ struct ClusterVariant {
   std::string name;
   models::ClusterSpec cluster;  // the preset with every override applied
   SourceMark mark;              // where its cluster mapping is
+  // `allocator:` (PyTorch's PYTORCH_CUDA_ALLOC_CONF string), the variant's or the scenario's: what
+  // a training step's memory timeline runs under. "" and the defaults when neither sets it.
+  std::string alloc_conf;
+  models::AllocatorSettings allocator;
 };
 
 // workload: {type: collective-sweep}: every collective x size x algorithm, on every variant.
@@ -127,9 +132,9 @@ struct StartupConfig {
 // workload: {type: startup}: the job's start-up (sim/startup.h) under each lever set, on every
 // variant (docs/startup.md).
 struct StartupWorkload {
-  int gpus = 0;                             // 0: every GPU of the variant's cluster
-  models::ParallelLayout layout;            // its process groups (tp, cp, ep, pp; dp is the rest)
-  std::vector<StartupConfig> configs;       // the first is the baseline
+  int gpus = 0;                        // 0: every GPU of the variant's cluster
+  models::ParallelLayout layout;       // its process groups (tp, cp, ep, pp; dp is the rest)
+  std::vector<StartupConfig> configs;  // the first is the baseline
   const StartupConfig* find_config(std::string_view config_name) const;
 };
 
@@ -220,12 +225,12 @@ struct Scenario {
   NetworkChoice network = NetworkChoice::kFluid;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;           // collective-sweep
-  std::vector<LoopExpectation> loop_expectations;  // collective-loop
+  std::vector<Expectation> expectations;                   // collective-sweep
+  std::vector<LoopExpectation> loop_expectations;          // collective-loop
   std::vector<TrainingExpectation> training_expectations;  // training
   std::vector<StartupExpectation> startup_expectations;    // startup
-  FaultPlan faults;                                // `faults:` and `fault_seed:`
-  std::vector<SourceMark> fault_marks;             // where each fault is, for messages
+  FaultPlan faults;                                        // `faults:` and `fault_seed:`
+  std::vector<SourceMark> fault_marks;                     // where each fault is, for messages
   RecoveryPolicy recovery;
 
   const ClusterVariant* find_variant(std::string_view variant_name) const;
