@@ -89,8 +89,8 @@ class TraceBuilder {
 // The step program of one rank of `stage`, emitted into a TraceBuilder.
 class StepProgramMemory {
  public:
-  StepProgramMemory(const TrainingConfig& config, const DerivedLayout& d, int stage)
-      : config_(config), d_(d), stage_(stage), m_(config.model) {
+  StepProgramMemory(const TrainingConfig& config, const DerivedLayout& d, int stage, int microbatches)
+      : config_(config), d_(d), stage_(stage), m_(config.model), microbatches_(microbatches) {
     const ParallelLayout& layout = config.layout;
     sharded_ = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
     shard_ = sharded_ ? d.shard_group : 1;
@@ -219,7 +219,7 @@ class StepProgramMemory {
   // and one backward in turn, then the cool-down backwards. Interleaved (vp > 1): Megatron's order,
   // microbatches in groups of pp, the chunks in turn (backward: the chunks reversed).
   void run_schedule(TraceBuilder& t) {
-    const int pp = config_.layout.pp, vp = config_.layout.vp, mbs = d_.microbatches;
+    const int pp = config_.layout.pp, vp = config_.layout.vp, mbs = microbatches_;
     std::vector<std::pair<int, int>> forwards, backwards;
     const int group = vp == 1 ? mbs : pp;
     for (int g = 0; g < mbs; g += group) {
@@ -357,6 +357,7 @@ class StepProgramMemory {
   double shard_ = 1;
   double grad_bytes_ = 2;
   double tokens_ = 0;
+  int microbatches_ = 1;
   int step_ = 0;
   std::vector<int> chunks_;
   std::vector<std::vector<Unit>> units_;  // per chunk
@@ -369,14 +370,17 @@ class StepProgramMemory {
 }  // namespace
 
 StepMemoryResult step_memory(const TrainingConfig& config, const DerivedLayout& derived, const GpuSpec& gpu,
-                             const AllocatorSettings& settings) {
+                             const AllocatorSettings& settings, bool all_microbatches) {
   const MemoryBreakdown breakdown = memory_per_gpu(config, derived);
+  const int pp = config.layout.pp;
+  const int steady = config.layout.vp > 1 ? kInterleavedMicrobatchGroups * pp : pp + kSteadyMicrobatchesBeyondPp;
+  const int microbatches = all_microbatches ? derived.microbatches : std::min(derived.microbatches, steady);
   StepMemoryResult result;
   result.settings = settings;
   result.stage = breakdown.stage;
   result.runtime_bytes = kRuntimeReserveBytes;
   TraceBuilder builder;
-  StepProgramMemory(config, derived, breakdown.stage).emit(builder);
+  StepProgramMemory(config, derived, breakdown.stage, microbatches).emit(builder);
   const double device = gpu.memory_bytes - kRuntimeReserveBytes;
   const MemoryReplay replay =
       replay_memory(builder.trace(), settings, device > 0 ? static_cast<uint64_t>(device) : uint64_t{1});
@@ -386,7 +390,10 @@ StepMemoryResult step_memory(const TrainingConfig& config, const DerivedLayout& 
   result.fragmentation_at_peak = replay.fragmentation_at_peak;
   result.device_mallocs = replay.stats.num_device_alloc;
   result.allocations = replay.stats.allocation[0].allocated;
-  if (!builder.trace().empty()) result.peak_phase = describe(builder.phase_at(replay.peak_allocated_index));
+  if (!builder.trace().empty()) {
+    result.peak_phase = describe(builder.phase_at(replay.peak_allocated_index));
+    result.peak_reserved_phase = describe(builder.phase_at(replay.peak_reserved_index));
+  }
   if (!replay.ooms.empty()) {
     const MemoryOom& oom = replay.ooms.front();
     result.oom = StepMemoryOom{oom.bytes, oom.stream, describe(builder.phase_at(oom.trace_index))};

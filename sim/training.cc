@@ -22,6 +22,7 @@ class StepSimulator {
       : cluster_(cluster), timer_(cluster, network) {}
 
   void keep_timeline(bool keep) { keep_timeline_ = keep; }
+  void memory_all_microbatches(bool all) { memory_all_microbatches_ = all; }
 
   TrainingStepResult run(const models::TrainingConfig& config) {
     TrainingStepResult out;
@@ -32,7 +33,8 @@ class StepSimulator {
       out.memory = models::memory_per_gpu(config, out.derived);
       // The analytic sum first: what cannot fit even without the allocator's slack gets its advice.
       models::check_fits(config, out.derived, cluster_.gpu);
-      out.step_memory = models::step_memory(config, out.derived, cluster_.gpu, config.allocator);
+      out.step_memory =
+          models::step_memory(config, out.derived, cluster_.gpu, config.allocator, memory_all_microbatches_);
       out.has_step_memory = true;
       if (const auto& oom = out.step_memory.oom) {
         fail(ErrorCode::kUnsupported,
@@ -97,11 +99,13 @@ class StepSimulator {
   models::ClusterSpec cluster_;
   CollectiveTimer timer_;
   bool keep_timeline_ = false;
+  bool memory_all_microbatches_ = true;
 };
 
 std::vector<TrainingStepResult> run_in_process(const TrainingRequest& request) {
   StepSimulator simulator(request.cluster, request.network);
   simulator.keep_timeline(request.keep_timeline);
+  simulator.memory_all_microbatches(request.memory_all_microbatches);
   std::vector<TrainingStepResult> results;
   for (const models::TrainingConfig& config : request.configs) results.push_back(simulator.run(config));
   return results;
@@ -177,6 +181,7 @@ json to_json(const TrainingStepResult& r) {
             {"allocated_at_peak_reserved", r.step_memory.allocated_at_peak_reserved_bytes},
             {"fragmentation_at_peak", r.step_memory.fragmentation_at_peak},
             {"peak_phase", r.step_memory.peak_phase},
+            {"peak_reserved_phase", r.step_memory.peak_reserved_phase},
             {"device_mallocs", r.step_memory.device_mallocs},
             {"allocations", r.step_memory.allocations},
             {"runtime", r.step_memory.runtime_bytes},
@@ -226,6 +231,7 @@ TrainingStepResult from_json(const json& j) {
   r.step_memory.allocated_at_peak_reserved_bytes = sm.at("allocated_at_peak_reserved").get<uint64_t>();
   r.step_memory.fragmentation_at_peak = sm.at("fragmentation_at_peak").get<double>();
   r.step_memory.peak_phase = sm.at("peak_phase").get<std::string>();
+  r.step_memory.peak_reserved_phase = sm.at("peak_reserved_phase").get<std::string>();
   r.step_memory.device_mallocs = sm.at("device_mallocs").get<int64_t>();
   r.step_memory.allocations = sm.at("allocations").get<int64_t>();
   r.step_memory.runtime_bytes = sm.at("runtime").get<double>();

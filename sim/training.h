@@ -63,6 +63,10 @@ struct TrainingRequest {
   NetworkModel network;
   std::vector<models::TrainingConfig> configs;  // each simulated on the whole cluster
   bool keep_timeline = false;                   // fill TrainingStepResult::timeline (for traces)
+  // The memory timeline over every microbatch (exact), or over the first pp + 2 (interleaved: 3 pp)
+  // only: the cheap path `tandem plan` takes, whose peak allocated is the same and peak reserved
+  // within 1% (models/step_memory.h).
+  bool memory_all_microbatches = true;
 };
 
 // One result per config, in order; a config that cannot run (does not fit, bad layout) gets ok =

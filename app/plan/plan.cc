@@ -329,6 +329,7 @@ JobOutcome run_plan_job(const Plan& plan, const PlanJob& job) {
   request.cluster = job.cluster;
   request.network = network_model(plan.network);
   request.configs = job.configs;
+  request.memory_all_microbatches = false;  // hundreds of points: the memory timeline's cheap path
   outcome.steps = sim::simulate_training(request, /*isolated=*/false);
   outcome.ok = true;
   return outcome;

@@ -202,8 +202,9 @@ std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                        m.activations_bytes / 1e9, m.logits_bytes / 1e9, m.runtime_bytes / 1e9, m.total_bytes() / 1e9);
     if (s.has_step_memory && !s.step_memory.oom) {
       const models::StepMemoryResult& sm = s.step_memory;
-      out += fmt::format("; stage {}, allocated peaks in the {} ({} cudaMallocs/maps, allocator {})", sm.stage,
-                         sm.peak_phase, sm.device_mallocs, models::describe(sm.settings));
+      out += fmt::format(
+          "; stage {}, allocated peaks in the {}, reserved in the {} ({} cudaMallocs/maps, allocator {})", sm.stage,
+          sm.peak_phase, sm.peak_reserved_phase, sm.device_mallocs, models::describe(sm.settings));
     }
     out += "\n";
   }
