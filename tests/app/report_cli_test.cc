@@ -88,13 +88,16 @@ TEST(ReportCli, SweepAndTrainingPages) {
   EXPECT_TRUE(contains(training, "llama3-8b"));
   // DDP does not fit 8B on 8 H100s: the page says why instead of printing zeros.
   EXPECT_TRUE(contains(training, "<tr class=\"does-not-run\"><td>base</td><td>ddp</td>"));
-  EXPECT_TRUE(contains(training, "needs 178.5 GB per GPU"));
+  EXPECT_TRUE(contains(training, "needs 176.5 GB per GPU"));
 }
 
 TEST(ReportPage, TextFromTheFilesIsEscaped) {
   EXPECT_EQ(tandem::app::html_escape("<b>&\"'"), "&lt;b&gt;&amp;&quot;&#39;");
-  nlohmann::json results = {{"scenario", "<script>x</script>"}, {"description", "a & b"}, {"ranks", 1},
-                            {"iterations", nlohmann::json::array()}, {"slices", nlohmann::json::array()}};
+  nlohmann::json results = {{"scenario", "<script>x</script>"},
+                            {"description", "a & b"},
+                            {"ranks", 1},
+                            {"iterations", nlohmann::json::array()},
+                            {"slices", nlohmann::json::array()}};
   const std::string html = tandem::app::report_html(results, std::nullopt);
   EXPECT_EQ(html.find("<script>"), std::string::npos);
   EXPECT_TRUE(contains(html, "&lt;script&gt;x&lt;/script&gt;"));
@@ -112,7 +115,8 @@ TEST(ReportCli, Errors) {
   // A number past a double's range is nlohmann's out_of_range, not its parse_error: it gave
   // "internal error" (found by fuzz_results_json).
   std::ofstream(empty + "/results.json") << "{\"points\": [], \"time_us\": 3E333}";
-  expect_usage_error(run_tandem("report " + empty), "not valid JSON ([json.exception.out_of_range.406] number overflow");
+  expect_usage_error(run_tandem("report " + empty),
+                     "not valid JSON ([json.exception.out_of_range.406] number overflow");
   std::ofstream(empty + "/results.json") << "{\"answer\": 42}";
   expect_usage_error(run_tandem("report " + empty), "of no kind the report knows");
   fs::remove_all(empty);
@@ -139,7 +143,8 @@ TEST(ReportCli, AWrongTypeInResultsJsonNamesTheFileAndTheField) {
   ASSERT_NE(attempts, std::string::npos);
   nested.replace(attempts + std::string("\"attempts\": ").size(), 1, "null");
   std::ofstream(dir + "/results.json") << nested;
-  expect_usage_error(run_tandem("report " + dir), dir + "/results.json: iterations[0].attempts: expected an integer, got null");
+  expect_usage_error(run_tandem("report " + dir),
+                     dir + "/results.json: iterations[0].attempts: expected an integer, got null");
   fs::remove_all(dir);
 }
 
