@@ -58,7 +58,7 @@ namespace {
 
 // The Llama 3 Herd of Models, Table 3; vocabulary 128,256 (the released config.json).
 constexpr std::array<std::string_view, 6> kPresetNames{"llama3-8b",    "llama3-70b",    "llama3-405b",
-                                                      "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"};
+                                                       "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"};
 
 std::string lower(std::string_view text) {
   std::string out(text);
@@ -100,7 +100,8 @@ void validate(const TransformerSpec& model) {
   if (model.moe()) {
     if (model.top_k < 1 || model.top_k > model.experts) bad("top_k", model.top_k, "must be 1..experts");
     if (model.moe_ffn < 1 || model.moe_ffn > (int64_t{1} << 24)) bad("moe_ffn", model.moe_ffn, "must be 1..16777216");
-    if (model.shared_experts < 0 || model.shared_experts > 64) bad("shared_experts", model.shared_experts, "must be 0..64");
+    if (model.shared_experts < 0 || model.shared_experts > 64)
+      bad("shared_experts", model.shared_experts, "must be 0..64");
     if (model.dense_layers < 0 || model.dense_layers >= model.layers)
       bad("dense_layers", model.dense_layers, "must leave at least one MoE layer");
   }
@@ -180,8 +181,8 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
   if (layout.vp > 1 && layout.pp < 2) bad("vp = {} needs pipeline parallelism (pp of at least 2)", layout.vp);
   if (config.seq_len < 1 || config.seq_len > kMaxSeqLen) bad("seq_len must be 1..{}", kMaxSeqLen);
   if (layout.cp > 1 && config.seq_len % (2 * layout.cp) != 0) {
-    bad("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}",
-        layout.cp, config.seq_len, 2 * layout.cp);
+    bad("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}", layout.cp,
+        config.seq_len, 2 * layout.cp);
   }
   if (config.micro_batch < 1) bad("micro_batch must be at least 1");
   if (config.mfu && !(*config.mfu > 0 && *config.mfu <= 1)) bad("mfu must be in (0, 1] (got {})", *config.mfu);
@@ -334,7 +335,8 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   mem.weights_bytes = 2.0 * local / shard;
   mem.gradients_bytes = grad_bytes(config) * local / shard;
   if (layout.sharding == Sharding::kZero1) {
-    mem.optimizer_bytes = kOptimizerBytesPerParam * (dense / tp / d.data_ranks + expert / layout.ep / d.expert_data_ranks);
+    mem.optimizer_bytes =
+        kOptimizerBytesPerParam * (dense / tp / d.data_ranks + expert / layout.ep / d.expert_data_ranks);
   } else {
     mem.optimizer_bytes = kOptimizerBytesPerParam * local / shard;
   }
@@ -349,8 +351,9 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   const double chunk_layers = layers / layout.vp;  // one virtual stage's layers, on average
   const double in_flight = units_in_flight(config, d, stage);
   const double moe_share = layers > 0 ? moe_layers / layers : 0;
-  const double full = ((1 - moe_share) * activation_bytes_per_token(config) +
-                       moe_share * activation_bytes_per_token(config, true)) / tp;
+  const double full =
+      ((1 - moe_share) * activation_bytes_per_token(config) + moe_share * activation_bytes_per_token(config, true)) /
+      tp;
   if (config.recompute == Recompute::kFull) {
     const double input = 2.0 * static_cast<double>(m.d_model) / tp;  // each layer's input only
     mem.activations_bytes = in_flight * tokens * chunk_layers * input + tokens * full;
@@ -359,6 +362,7 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   }
   if (stage == layout.pp - 1) mem.logits_bytes = tokens * static_cast<double>(m.vocab) * kLogitBytes / tp;
   mem.runtime_bytes = kRuntimeReserveBytes;
+  mem.stage = stage;
   return mem;
 }
 
@@ -371,6 +375,10 @@ MemoryBreakdown memory_per_gpu(const TrainingConfig& config, const DerivedLayout
     if (s == 0 || mem.total_bytes() > busiest.total_bytes()) busiest = mem;
   }
   return busiest;
+}
+
+int activation_units_in_flight(const TrainingConfig& config, const DerivedLayout& derived, int stage) {
+  return units_in_flight(config, derived, stage);
 }
 
 void check_fits(const TrainingConfig& config, const DerivedLayout& derived, const GpuSpec& gpu) {
@@ -523,8 +531,8 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
       const double per_expert = routed / local_experts;
       const double e_ffn = static_cast<double>(m.moe_ffn);
       KernelCost moe = elementwise(norm, is_backward);
-      moe += gemm_of({t_moe, static_cast<double>(m.experts), h});                // the router
-      moe += elementwise(2.0 * routed * h * 2.0, is_backward);                   // permute, unpermute
+      moe += gemm_of({t_moe, static_cast<double>(m.experts), h});  // the router
+      moe += elementwise(2.0 * routed * h * 2.0, is_backward);     // permute, unpermute
       KernelCost expert = gemm_of({per_expert, 2 * e_ffn, h});
       expert += elementwise(e.swiglu * per_expert * e_ffn, is_backward);
       expert += gemm_of({per_expert, h, e_ffn});
@@ -791,8 +799,8 @@ class StepBuilder {
   // CP rank, overlapped with the current step's compute, as Transformer Engine's ring attention
   // does). The backward passes the KV blocks and their gradients.
   void ring_attention(int stage, const KernelCost& core, double flops, bool backward, std::string_view what) {
-    const double kv_dim = static_cast<double>(m_.d_model / m_.heads) *
-                          std::max(1.0, static_cast<double>(m_.kv_heads) / tp_);
+    const double kv_dim =
+        static_cast<double>(m_.d_model / m_.heads) * std::max(1.0, static_cast<double>(m_.kv_heads) / tp_);
     const double block_bytes = (backward ? 2.0 : 1.0) * 2.0 * kv_dim * tokens_per_rank(config_) * 2.0;
     KernelCost step = core;
     step.seconds /= cp_;
@@ -802,9 +810,9 @@ class StepBuilder {
       if (i + 1 < cp_) {
         // The block for step i + 1 travels while step i computes: the first once q, k, v exist,
         // each later one after the previous (one block in flight per direction).
-        exchange = comm(stage, "cp", Collective::kSendRecv, block_bytes, cp_group_,
-                        backward ? "CP send/recv (KV, dKV)" : "CP send/recv (KV)",
-                        {i == 0 ? last_before_core_ : exchange});
+        exchange =
+            comm(stage, "cp", Collective::kSendRecv, block_bytes, cp_group_,
+                 backward ? "CP send/recv (KV, dKV)" : "CP send/recv (KV)", {i == 0 ? last_before_core_ : exchange});
       }
     }
   }
@@ -848,8 +856,8 @@ class StepBuilder {
         last_tp_ = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_ / tp_, tp_group_,
                         "TP reduce_scatter (overlapped)", {work, rest});
       } else {
-        last_tp_ = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_, tp_group_, "TP reduce_scatter",
-                        {work});
+        last_tp_ =
+            comm(stage, "tp", Collective::kReduceScatter, activation_bytes_, tp_group_, "TP reduce_scatter", {work});
       }
     }
   }
@@ -959,8 +967,9 @@ class StepBuilder {
       if (gathers) {
         // At most two units gathered ahead: unit i's all_gather waits for unit i-2's compute.
         const int after = i >= 2 ? ends[i - 2] : -1;
-        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * (u[i].params / tp_ + (fsdp ? u[i].expert_params : 0)),
-                            data_group_, fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
+        deps.push_back(comm(s, "data", Collective::kAllGather,
+                            2.0 * (u[i].params / tp_ + (fsdp ? u[i].expert_params : 0)), data_group_,
+                            fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
       }
       if (!fsdp && sharding == Sharding::kZero1 && expert_data_group_ >= 0 && mb == 0 && u[i].expert_params > 0) {
         deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * u[i].expert_params / config_.layout.ep,
@@ -1031,15 +1040,14 @@ class StepBuilder {
         // The routed experts' gradients reduce over the ranks that hold the same experts.
         const double expert_grads = grad_bytes(config_) * u[i].expert_params / config_.layout.ep;
         const bool zero1 = sharding == Sharding::kZero1;
-        grad_reductions.push_back(comm(s, "data", zero1 ? Collective::kReduceScatter : Collective::kAllReduce,
-                                       expert_grads, expert_data_group_,
-                                       zero1 ? "EDP reduce_scatter (expert grads)" : "EDP all_reduce (expert grads)",
-                                       {last_compute_}));
+        grad_reductions.push_back(comm(
+            s, "data", zero1 ? Collective::kReduceScatter : Collective::kAllReduce, expert_grads, expert_data_group_,
+            zero1 ? "EDP reduce_scatter (expert grads)" : "EDP all_reduce (expert grads)", {last_compute_}));
       }
       if (data_group_ < 0 && replicate_group_ < 0) continue;
       if (fsdp) {
-        const int rs = comm(s, "data", Collective::kReduceScatter, all_grads, data_group_, "FSDP reduce_scatter (grads)",
-                            {last_compute_});
+        const int rs = comm(s, "data", Collective::kReduceScatter, all_grads, data_group_,
+                            "FSDP reduce_scatter (grads)", {last_compute_});
         grad_reductions.push_back(rs);
         if (last_mb && replicate_group_ >= 0) {
           grad_reductions.push_back(comm(s, "replicate", Collective::kAllReduce, all_grads / d_.shard_group,
@@ -1060,8 +1068,8 @@ class StepBuilder {
     if (v + 1 < pp_ * vp_) pending_.push_back({first_task, false, v + 1, mb});
     if (v > 0) {
       bwd_send_[static_cast<size_t>(v)][static_cast<size_t>(mb)] =
-          comm(s, "pp-bwd", Collective::kSendRecv, activation_bytes_ / tp_, pp_group_[static_cast<size_t>((s + pp_ - 1) % pp_)],
-               "PP send (gradients)", maybe(last_compute_));
+          comm(s, "pp-bwd", Collective::kSendRecv, activation_bytes_ / tp_,
+               pp_group_[static_cast<size_t>((s + pp_ - 1) % pp_)], "PP send (gradients)", maybe(last_compute_));
     }
   }
 
@@ -1152,7 +1160,6 @@ StepProgram build_step(const TrainingConfig& config, const ClusterSpec& cluster)
   check_fits(config, d, cluster.gpu);
   return StepBuilder(config, cluster, d).build();
 }
-
 
 // ---- the timeline --------------------------------------------------------------------------------
 

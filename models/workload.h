@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/types.h"
+#include "models/caching_allocator.h"
 #include "models/cluster.h"
 #include "models/kernels.h"
 
@@ -125,6 +126,8 @@ struct TrainingConfig {
   // dispatcher pads every expert to it (Megatron's drop-and-pad), so compute and all_to_all bytes
   // scale with it. 1: balanced routing, no padding.
   double capacity_factor = 1.0;
+  // PYTORCH_CUDA_ALLOC_CONF of the job: what the step's memory timeline runs under (step_memory.h).
+  AllocatorSettings allocator;
 };
 
 // Limits checked by derive(): beyond them a configuration is a typo.
@@ -134,12 +137,12 @@ inline constexpr int kMaxSeqLen = 1 << 20;
 // What a configuration comes to on `gpus` GPUs (derive() checks it).
 struct DerivedLayout {
   int gpus = 0;
-  int dp = 0;                        // data-parallel ranks: gpus / (tp * pp * cp)
-  int data_ranks = 0;                // ranks gradients are reduced over: dp * cp (Megatron's DP group with CP)
-  int expert_data_ranks = 0;         // ranks holding the same routed experts: data_ranks / ep
-  int microbatches = 0;              // per step and data-parallel rank: global_batch / (dp * micro_batch)
-  int shard_group = 1;               // ranks sharing one copy of the sharded state (fsdp: data_ranks; hsdp: shard_group)
-  int replicas = 1;                  // data_ranks / shard_group
+  int dp = 0;                 // data-parallel ranks: gpus / (tp * pp * cp)
+  int data_ranks = 0;         // ranks gradients are reduced over: dp * cp (Megatron's DP group with CP)
+  int expert_data_ranks = 0;  // ranks holding the same routed experts: data_ranks / ep
+  int microbatches = 0;       // per step and data-parallel rank: global_batch / (dp * micro_batch)
+  int shard_group = 1;        // ranks sharing one copy of the sharded state (fsdp: data_ranks; hsdp: shard_group)
+  int replicas = 1;           // data_ranks / shard_group
   std::vector<int> layers_of_stage;  // layers per virtual pipeline stage, pp * vp of them (stage v on
                                      // rank v mod pp; the first L mod (pp * vp) get one more)
 };
@@ -156,11 +159,25 @@ struct MemoryBreakdown {
   double unsharded_bytes = 0;  // FSDP: gathered parameters (two layers, prefetch) and one layer's gradients
   double activations_bytes = 0;
   double logits_bytes = 0;   // the output layer's fp32 logits (last stage; counted when it is the busiest)
-  double runtime_bytes = 0;  // CUDA context, NCCL buffers, allocator slack (kRuntimeReserveBytes)
+  double runtime_bytes = 0;  // memory outside the caching allocator: CUDA context, NCCL buffers (kRuntimeReserveBytes)
+  int stage = 0;             // the pipeline stage these bytes are of
+  // The analytic sum: what the allocator hands out at the peak plus the runtime, no allocator
+  // slack (the step's memory timeline, step_memory.h, models that).
   double total_bytes() const;
 };
-inline constexpr double kRuntimeReserveBytes = 4e9;
+// Device memory that is not the caching allocator's. The CUDA context with lazy module loading
+// (~0.3 GB, pytorch PR #86509) plus cuBLAS/cuDNN handles and kernels: 0.5 GB. NCCL's buffers for
+// the job's communicators (NCCL_BUFFSIZE 4 MiB per channel and peer, proxy and NVLS buffers):
+// 1.5 GB. Until the memory timeline existed the reserve was 4 GB, the other 2 GB being "allocator
+// slack" that the timeline now computes.
+inline constexpr double kCudaContextBytes = 0.5e9;
+inline constexpr double kNcclBuffersBytes = 1.5e9;
+inline constexpr double kRuntimeReserveBytes = kCudaContextBytes + kNcclBuffersBytes;
 MemoryBreakdown memory_per_gpu(const TrainingConfig& config, const DerivedLayout& derived);
+// The units of one virtual stage's activations pipeline stage `stage` holds at its peak: the
+// warm-up forwards of its schedule plus the one in flight (1F1B: pp - stage; interleaved:
+// Megatron's (pp - stage - 1) x 2 + (vp - 1) x pp + 1), at most the step's units.
+int activation_units_in_flight(const TrainingConfig& config, const DerivedLayout& derived, int stage);
 // Throws Error(kUnsupported) naming the largest parts and what would help when the total exceeds
 // the GPU's memory.
 void check_fits(const TrainingConfig& config, const DerivedLayout& derived, const GpuSpec& gpu);
@@ -206,7 +223,7 @@ struct StepProgram {
   std::vector<CommOp> comms;
   std::vector<std::string> labels;
   std::vector<StepTask> tasks;
-  double model_flops = 0;            // per step, whole job (model_flops_per_token x tokens)
+  double model_flops = 0;  // per step, whole job (model_flops_per_token x tokens)
   double tokens = 0;       // per step
 };
 

@@ -22,6 +22,7 @@ class StepSimulator {
       : cluster_(cluster), timer_(cluster, network) {}
 
   void keep_timeline(bool keep) { keep_timeline_ = keep; }
+  void memory_all_microbatches(bool all) { memory_all_microbatches_ = all; }
 
   TrainingStepResult run(const models::TrainingConfig& config) {
     TrainingStepResult out;
@@ -30,6 +31,22 @@ class StepSimulator {
     try {
       out.derived = models::derive(config, gpus, cluster_.gpus_per_node);
       out.memory = models::memory_per_gpu(config, out.derived);
+      // The analytic sum first: what cannot fit even without the allocator's slack gets its advice.
+      models::check_fits(config, out.derived, cluster_.gpu);
+      out.step_memory =
+          models::step_memory(config, out.derived, cluster_.gpu, config.allocator, memory_all_microbatches_);
+      out.has_step_memory = true;
+      if (const auto& oom = out.step_memory.oom) {
+        fail(ErrorCode::kUnsupported,
+             "{} with layout '{}' on {} GPUs runs out of memory: a {:.2f} GB request in the {} failed (allocator {}; "
+             "the allocator may use {:.1f} GB of the {}'s {:.0f} GB, the rest is CUDA context and NCCL buffers; "
+             "allocated {:.1f} GB, reserved {:.1f} GB before it)",
+             config.model.name, config.layout.name, gpus, static_cast<double>(oom->bytes) / 1e9, oom->phase,
+             models::describe(config.allocator), (cluster_.gpu.memory_bytes - models::kRuntimeReserveBytes) / 1e9,
+             cluster_.gpu.name, cluster_.gpu.memory_bytes / 1e9,
+             static_cast<double>(out.step_memory.peak_allocated_bytes) / 1e9,
+             static_cast<double>(out.step_memory.peak_reserved_bytes) / 1e9);
+      }
       const models::StepProgram program = models::build_step(config, cluster_);
       std::vector<double> comm_seconds(program.comms.size(), 0.0);
       for (size_t c = 0; c < program.comms.size(); ++c) {
@@ -82,11 +99,13 @@ class StepSimulator {
   models::ClusterSpec cluster_;
   CollectiveTimer timer_;
   bool keep_timeline_ = false;
+  bool memory_all_microbatches_ = true;
 };
 
 std::vector<TrainingStepResult> run_in_process(const TrainingRequest& request) {
   StepSimulator simulator(request.cluster, request.network);
   simulator.keep_timeline(request.keep_timeline);
+  simulator.memory_all_microbatches(request.memory_all_microbatches);
   std::vector<TrainingStepResult> results;
   for (const models::TrainingConfig& config : request.configs) results.push_back(simulator.run(config));
   return results;
@@ -153,6 +172,23 @@ json to_json(const TrainingStepResult& r) {
             {"activations", m.activations_bytes},
             {"logits", m.logits_bytes},
             {"runtime", m.runtime_bytes}}},
+          {"step_memory",
+           {{"present", r.has_step_memory},
+            {"settings", models::describe(r.step_memory.settings)},
+            {"stage", r.step_memory.stage},
+            {"peak_allocated", r.step_memory.peak_allocated_bytes},
+            {"peak_reserved", r.step_memory.peak_reserved_bytes},
+            {"allocated_at_peak_reserved", r.step_memory.allocated_at_peak_reserved_bytes},
+            {"fragmentation_at_peak", r.step_memory.fragmentation_at_peak},
+            {"peak_phase", r.step_memory.peak_phase},
+            {"peak_reserved_phase", r.step_memory.peak_reserved_phase},
+            {"device_mallocs", r.step_memory.device_mallocs},
+            {"allocations", r.step_memory.allocations},
+            {"runtime", r.step_memory.runtime_bytes},
+            {"oom", r.step_memory.oom ? json{{"bytes", r.step_memory.oom->bytes},
+                                             {"stream", r.step_memory.oom->stream},
+                                             {"phase", r.step_memory.oom->phase}}
+                                      : json(nullptr)}}},
           {"step_s", r.step_s},
           {"stage", r.stage},
           {"compute_s", r.compute_s},
@@ -185,6 +221,24 @@ TrainingStepResult from_json(const json& j) {
   r.memory.activations_bytes = m.at("activations").get<double>();
   r.memory.logits_bytes = m.at("logits").get<double>();
   r.memory.runtime_bytes = m.at("runtime").get<double>();
+  const json& sm = j.at("step_memory");
+  r.has_step_memory = sm.at("present").get<bool>();
+  const std::string settings = sm.at("settings").get<std::string>();
+  r.step_memory.settings = settings == "default" ? models::AllocatorSettings{} : models::parse_alloc_conf(settings);
+  r.step_memory.stage = sm.at("stage").get<int>();
+  r.step_memory.peak_allocated_bytes = sm.at("peak_allocated").get<uint64_t>();
+  r.step_memory.peak_reserved_bytes = sm.at("peak_reserved").get<uint64_t>();
+  r.step_memory.allocated_at_peak_reserved_bytes = sm.at("allocated_at_peak_reserved").get<uint64_t>();
+  r.step_memory.fragmentation_at_peak = sm.at("fragmentation_at_peak").get<double>();
+  r.step_memory.peak_phase = sm.at("peak_phase").get<std::string>();
+  r.step_memory.peak_reserved_phase = sm.at("peak_reserved_phase").get<std::string>();
+  r.step_memory.device_mallocs = sm.at("device_mallocs").get<int64_t>();
+  r.step_memory.allocations = sm.at("allocations").get<int64_t>();
+  r.step_memory.runtime_bytes = sm.at("runtime").get<double>();
+  if (const json& oom = sm.at("oom"); !oom.is_null()) {
+    r.step_memory.oom = models::StepMemoryOom{oom.at("bytes").get<uint64_t>(), oom.at("stream").get<int64_t>(),
+                                              oom.at("phase").get<std::string>()};
+  }
   r.step_s = j.at("step_s").get<double>();
   r.stage = j.at("stage").get<int>();
   r.compute_s = j.at("compute_s").get<double>();
@@ -220,8 +274,8 @@ TrainingStepResult from_json(const json& j) {
   r.streams = j.value("streams", std::vector<std::string>{});
   r.labels = j.value("labels", std::vector<std::string>{});
   for (const json& t : j.value("timeline", json::array())) {
-    r.timeline.push_back({t.at(0).get<int>(), t.at(1).get<int>(), t.at(2).get<double>(), t.at(3).get<double>(),
-                          t.at(4).get<bool>()});
+    r.timeline.push_back(
+        {t.at(0).get<int>(), t.at(1).get<int>(), t.at(2).get<double>(), t.at(3).get<double>(), t.at(4).get<bool>()});
   }
   return r;
 }
@@ -238,6 +292,11 @@ std::vector<TrainingStepResult> from_json_text(const std::string& text) {
   std::vector<TrainingStepResult> results;
   for (const json& row : json::parse(text)) results.push_back(from_json(row));
   return results;
+}
+
+double memory_needed_bytes(const TrainingStepResult& result) {
+  if (result.has_step_memory && !result.step_memory.oom) return result.step_memory.total_bytes();
+  return result.memory.total_bytes();
 }
 
 std::vector<TrainingStepResult> simulate_training(const TrainingRequest& request, bool isolated) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/cluster.h"
+#include "models/step_memory.h"
 #include "models/workload.h"
 #include "sim/collective_timer.h"
 #include "sim/simulator.h"
@@ -31,13 +32,15 @@ struct TrainingStepResult {
   std::string error;  // why not (does not fit, bad layout): one line
   std::string layout;
   models::DerivedLayout derived;
-  models::MemoryBreakdown memory;
+  models::MemoryBreakdown memory;        // the analytic sum (allocated at the peak + runtime)
+  models::StepMemoryResult step_memory;  // the step's memory timeline through the allocator model
+  bool has_step_memory = false;          // false: the layout failed before its timeline ran
   double step_s = 0;
   int stage = 0;  // the pipeline stage the breakdown is of
   double compute_s = 0;
   double exposed_comm_s = 0;
   double bubble_s = 0;
-  double achieved_mfu = 0;  // model FLOPs / (step time x GPUs x peak)
+  double achieved_mfu = 0;          // model FLOPs / (step time x GPUs x peak)
   double model_tflops_per_gpu = 0;  // model FLOPs / (step time x GPUs), in TFLOP/s
   double tokens_per_s_per_gpu = 0;
   std::vector<models::ExposedComm> top;  // the collectives by exposed time (at most kTopCollectives)
@@ -50,11 +53,20 @@ struct TrainingStepResult {
 
 inline constexpr size_t kTopCollectives = 8;
 
+// The memory a layout needs per GPU, as `fits`, `memory_GB` and the CSVs report it: the timeline's
+// peak reserved plus the runtime outside the allocator; the analytic sum where the timeline did not
+// run to the end (a layout that fails the analytic check, or runs out of memory).
+double memory_needed_bytes(const TrainingStepResult& result);
+
 struct TrainingRequest {
   models::ClusterSpec cluster;
   NetworkModel network;
   std::vector<models::TrainingConfig> configs;  // each simulated on the whole cluster
   bool keep_timeline = false;                   // fill TrainingStepResult::timeline (for traces)
+  // The memory timeline over every microbatch (exact), or over the first pp + 2 (interleaved: 3 pp)
+  // only: the cheap path `tandem plan` takes, whose peak allocated is the same and peak reserved
+  // within 1% (models/step_memory.h).
+  bool memory_all_microbatches = true;
 };
 
 // One result per config, in order; a config that cannot run (does not fit, bad layout) gets ok =

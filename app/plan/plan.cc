@@ -301,10 +301,7 @@ std::vector<PlanPoint> plan_points(const Plan& plan) {
 
 // ---- running -----------------------------------------------------------------------------------
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 std::string job_outcome_json(const JobOutcome& outcome) {
   return json{{"ok", outcome.ok},
@@ -333,6 +330,7 @@ JobOutcome run_plan_job(const Plan& plan, const PlanJob& job) {
   request.network = network_model(plan.network);
   if (plan.calibration) request.network = apply_profile(*plan.calibration, request.network);
   request.configs = job.configs;
+  request.memory_all_microbatches = false;  // hundreds of points: the memory timeline's cheap path
   outcome.steps = sim::simulate_training(request, /*isolated=*/false);
   outcome.ok = true;
   return outcome;
@@ -493,7 +491,7 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
     const PlanJob& j = *r.job;
     out += fmt::format("{},{},{},{},{:g},{:g},{},{},{},{},{},{:.4f},", r.point.index, j.preset, j.gpus, j.cluster.nodes,
                        j.nic_gbps, j.oversubscription, j.algorithm, r.layout, r.point.rates, r.point.recovery,
-                       r.step.ok, r.step.memory.total_bytes() / 1e9);
+                       r.step.ok, sim::memory_needed_bytes(r.step) / 1e9);
     if (r.ok) {
       out += fmt::format(
           "{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},"

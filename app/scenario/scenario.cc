@@ -107,16 +107,16 @@ std::string format_size(int64_t bytes) {
 namespace {
 
 // The keys each section accepts, in the order docs/scenarios.md lists them.
-constexpr std::array<std::string_view, 14> kTopKeys{
+constexpr std::array<std::string_view, 15> kTopKeys{
     "tandem_scenario", "name",     "description", "cluster",    "variants", "backend", "network",
-    "calibration",     "workload", "faults",      "fault_seed", "recovery", "outputs", "expect"};
+    "calibration",     "workload", "faults",      "fault_seed", "recovery", "outputs", "allocator", "expect"};
 // clang-format off
 constexpr std::array<std::string_view, 19> kClusterKeys{
     "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
     "nodes_per_leaf", "nvlink_GBps", "pcie_GBps", "nvls", "sharp", "nvlink_latency_us", "pcie_latency_us",
     "nic_latency_us", "switch_latency_us", "gpu_power_w", "gpu_memory_GB"};
 // clang-format on
-constexpr std::array<std::string_view, 2> kVariantKeys{"name", "cluster"};
+constexpr std::array<std::string_view, 3> kVariantKeys{"name", "cluster", "allocator"};
 constexpr std::array<std::string_view, 7> kCollectiveSweepKeys{"type",  "collectives", "sizes",        "algorithms",
                                                                "dtype", "op",          "gpus_per_node"};
 constexpr std::array<std::string_view, 8> kCollectiveLoopKeys{"type",       "collective", "size", "algorithm",
@@ -263,12 +263,20 @@ bool valid_variant_name(std::string_view text) {
   });
 }
 
+// `allocator:` at `node`: PyTorch's conf string, checked by the allocator model's own parser.
+void read_allocator(const Reader& reader, const YAML::Node& node, const std::string& path, ClusterVariant& variant) {
+  variant.alloc_conf = reader.text(node, path);
+  variant.allocator = reader.at(node, path, [&] { return models::parse_alloc_conf(variant.alloc_conf); });
+}
+
 std::vector<ClusterVariant> read_clusters(const Reader& reader, const Mapping& top) {
   const YAML::Node& base_node = top.require("cluster");
   const ClusterValues base_values = read_cluster_values(reader, base_node, "cluster");
   std::vector<ClusterVariant> variants;
   variants.push_back({std::string(kBaseVariantName), resolve_cluster(reader, base_values, base_node, "cluster"),
                       source_mark(base_node.Mark())});
+  if (const YAML::Node* allocator = top.find("allocator")) read_allocator(reader, *allocator, "allocator", variants[0]);
+  const ClusterVariant base = variants[0];
 
   const YAML::Node* list = top.find("variants");
   if (list == nullptr) return variants;
@@ -291,13 +299,22 @@ std::vector<ClusterVariant> read_clusters(const Reader& reader, const Mapping& t
                                                         : "comes earlier; variant names must be unique");
       }
     }
-    const YAML::Node& cluster_node = variant.require("cluster");
-    const ClusterValues values =
-        merge_cluster_values(base_values, read_cluster_values(reader, cluster_node, variant.path("cluster")));
-    variants.push_back(
-        {variant_name,
-         resolve_cluster(reader, values, cluster_node, fmt::format("cluster of variant '{}'", variant_name)),
-         source_mark(cluster_node.Mark())});
+    // A variant changes the cluster, the allocator, or both.
+    const YAML::Node* allocator = variant.find("allocator");
+    const YAML::Node* cluster_node = variant.find("cluster");
+    if (cluster_node == nullptr && allocator == nullptr) {
+      reader.fail_at(entries[i], "{} needs cluster, allocator or both", variant.where());
+    }
+    ClusterVariant out{variant_name, base.cluster, base.mark, base.alloc_conf, base.allocator};
+    if (cluster_node != nullptr) {
+      const ClusterValues values =
+          merge_cluster_values(base_values, read_cluster_values(reader, *cluster_node, variant.path("cluster")));
+      out.cluster =
+          resolve_cluster(reader, values, *cluster_node, fmt::format("cluster of variant '{}'", variant_name));
+      out.mark = source_mark(cluster_node->Mark());
+    }
+    if (allocator != nullptr) read_allocator(reader, *allocator, variant.path("allocator"), out);
+    variants.push_back(std::move(out));
   }
   return variants;
 }

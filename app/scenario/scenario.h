@@ -24,6 +24,7 @@
 #include "core/flight_recorder.h"
 #include "core/recovery.h"
 #include "core/types.h"
+#include "models/caching_allocator.h"
 #include "models/cluster.h"
 #include "models/reliability.h"
 #include "models/workload.h"
@@ -78,6 +79,10 @@ struct ClusterVariant {
   std::string name;
   models::ClusterSpec cluster;  // the preset with every override applied
   SourceMark mark;              // where its cluster mapping is
+  // `allocator:` (PyTorch's PYTORCH_CUDA_ALLOC_CONF string), the variant's or the scenario's: what
+  // a training step's memory timeline runs under. "" and the defaults when neither sets it.
+  std::string alloc_conf;
+  models::AllocatorSettings allocator;
 };
 
 // workload: {type: collective-sweep}: every collective x size x algorithm, on every variant.

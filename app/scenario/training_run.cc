@@ -52,6 +52,7 @@ TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, 
     request.keep_timeline = keep_timeline;
     for (size_t l = 0; l < training.layouts.size(); ++l) {
       request.configs.push_back(training.config_for(l, gpus_of(variant.cluster)));
+      request.configs.back().allocator = variant.allocator;
     }
     if (progress) {
       progress(fmt::format("variant {}/{} ({}): simulating {} layouts", v + 1, scenario.variants.size(), variant.name,
@@ -81,7 +82,7 @@ std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Sce
     std::string& detail = outcome.detail;
     if (e.fits) {
       holds = step->ok == *e.fits;
-      detail = step->ok ? fmt::format("fits ({} per GPU)", format_gigabytes(step->memory.total_bytes()))
+      detail = step->ok ? fmt::format("fits ({} per GPU)", format_gigabytes(sim::memory_needed_bytes(*step)))
                         : fmt::format("does not run: {}", step->error);
     }
     const bool bounds = e.step_time_s.set() || e.achieved_mfu.set() || e.exposed_comm_s.set() || e.bubble_s.set() ||
@@ -90,7 +91,7 @@ std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Sce
       holds = false;
       if (detail.empty()) detail = fmt::format("does not run: {}", step->error);
     } else if (bounds) {
-      holds = check_bound(e.memory_GB, step->memory.total_bytes() / 1e9, "memory", "GB", detail) && holds;
+      holds = check_bound(e.memory_GB, sim::memory_needed_bytes(*step) / 1e9, "memory", "GB", detail) && holds;
       if (step->ok) {
         holds = check_bound(e.step_time_s, step->step_s, "step", "s", detail) && holds;
         holds = check_bound(e.achieved_mfu, step->achieved_mfu, "MFU", "", detail) && holds;
@@ -151,22 +152,30 @@ std::string describe(const TrainingExpectation& e) {
   return out;
 }
 
+// "80.1 GB" of a byte count, "-" when there is none.
+std::string gigabytes_or_dash(double bytes) { return bytes > 0 ? format_gigabytes(bytes) : std::string("-"); }
+
 std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
                          const std::vector<models::TrainingConfig>& configs) {
-  std::string out =
-      fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>10}\n",
-                  "layout", "tp", "pp", "vp", "cp", "ep", "dp", "micro", "recompute", "memory/GPU", "step (s)",
-                  "compute", "exposed", "bubble", "MFU", "TFLOP/s", "tok/s/GPU");
+  std::string out = fmt::format(
+      "{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>10} {:>6} {:>10} {:>9} {:>9} {:>9} {:>8} "
+      "{:>7} {:>7} {:>10}\n",
+      "layout", "tp", "pp", "vp", "cp", "ep", "dp", "micro", "recompute", "allocated", "reserved", "frag", "memory/GPU",
+      "step (s)", "compute", "exposed", "bubble", "MFU", "TFLOP/s", "tok/s/GPU");
   for (size_t l = 0; l < steps.size(); ++l) {
     const sim::TrainingStepResult& s = steps[l];
     const models::TrainingConfig& c = configs[l];
+    const models::StepMemoryResult& sm = s.step_memory;
     const std::string micro =
         s.derived.microbatches > 0 ? fmt::format("{}x{}", s.derived.microbatches, c.micro_batch) : std::string("-");
-    out += fmt::format("{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} ", s.layout, c.layout.tp,
-                       c.layout.pp, c.layout.vp, c.layout.cp, c.layout.ep,
-                       s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-", micro,
-                       models::name(c.recompute),
-                       s.memory.total_bytes() > 0 ? format_gigabytes(s.memory.total_bytes()) : "-");
+    out += fmt::format(
+        "{:<14} {:>3} {:>3} {:>3} {:>3} {:>3} {:>6} {:>9} {:>9} {:>10} {:>10} {:>6} {:>10} ", s.layout, c.layout.tp,
+        c.layout.pp, c.layout.vp, c.layout.cp, c.layout.ep, s.derived.dp > 0 ? std::to_string(s.derived.dp) : "-",
+        micro, models::name(c.recompute),
+        s.has_step_memory && !sm.oom ? gigabytes_or_dash(static_cast<double>(sm.peak_allocated_bytes)) : "-",
+        s.has_step_memory && !sm.oom ? gigabytes_or_dash(static_cast<double>(sm.peak_reserved_bytes)) : "-",
+        s.has_step_memory && !sm.oom ? format_percent(sm.fragmentation_at_peak) : "-",
+        s.has_step_memory && !sm.oom ? gigabytes_or_dash(sm.total_bytes()) : "-");
     if (s.ok) {
       out += fmt::format("{:>9} {:>9} {:>9} {:>8} {:>7} {:>7.0f} {:>10.0f}\n", format_seconds(s.step_s),
                          format_seconds(s.compute_s), format_seconds(s.exposed_comm_s), format_seconds(s.bubble_s),
@@ -179,14 +188,25 @@ std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
     if (!s.ok) out += fmt::format("  {}: {}\n", s.layout, s.error);
   }
   out +=
-      "memory per GPU (busiest stage): weights + gradients + optimizer + gathered FSDP units + activations + "
-      "logits + runtime\n";
+      "allocated = peak allocated of the step's memory timeline (busiest stage), reserved = its peak reserved under "
+      "the allocator settings, frag = 1 - allocated/reserved at the moment reserved peaked (as tandem memory defines "
+      "it), memory/GPU = reserved + CUDA context and NCCL buffers (what fits and memory_GB check)\n";
+  out +=
+      "memory per GPU, analytic (busiest stage): weights + gradients + optimizer + gathered FSDP units + activations "
+      "+ logits + context/NCCL = total; the timeline's peak\n";
   for (const sim::TrainingStepResult& s : steps) {
     const models::MemoryBreakdown& m = s.memory;
     if (m.total_bytes() <= 0) continue;
-    out += fmt::format("  {:<14} {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} = {:.1f} GB\n", s.layout,
+    out += fmt::format("  {:<14} {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} + {:.1f} = {:.1f} GB", s.layout,
                        m.weights_bytes / 1e9, m.gradients_bytes / 1e9, m.optimizer_bytes / 1e9, m.unsharded_bytes / 1e9,
                        m.activations_bytes / 1e9, m.logits_bytes / 1e9, m.runtime_bytes / 1e9, m.total_bytes() / 1e9);
+    if (s.has_step_memory && !s.step_memory.oom) {
+      const models::StepMemoryResult& sm = s.step_memory;
+      out += fmt::format(
+          "; stage {}, allocated peaks in the {}, reserved in the {} ({} cudaMallocs/maps, allocator {})", sm.stage,
+          sm.peak_phase, sm.peak_reserved_phase, sm.device_mallocs, models::describe(sm.settings));
+    }
+    out += "\n";
   }
   return out;
 }
@@ -314,12 +334,11 @@ std::string training_results_csv(const Scenario& scenario, const TrainingResults
       const models::TrainingConfig& c = results.configs[v][l];
       out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{:.4f},", scenario.variants[v].name, s.layout,
                          gpus_of(scenario.variants[v].cluster), c.layout.tp, c.layout.pp, c.layout.vp, c.layout.cp,
-                         c.layout.ep,
-                         s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute), s.ok,
-                         s.memory.total_bytes() / 1e9);
+                         c.layout.ep, s.derived.dp, s.derived.microbatches, c.micro_batch, models::name(c.recompute),
+                         s.ok, sim::memory_needed_bytes(s) / 1e9);
       if (s.ok) {
-        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s,
-                           s.exposed_comm_s, s.bubble_s, s.achieved_mfu, s.model_tflops_per_gpu, s.tokens_per_s_per_gpu);
+        out += fmt::format("{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},", s.step_s, s.compute_s, s.exposed_comm_s,
+                           s.bubble_s, s.achieved_mfu, s.model_tflops_per_gpu, s.tokens_per_s_per_gpu);
       } else {
         out += ",,,,,,,";
       }
@@ -350,6 +369,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
     }
     variants.push_back({{"name", scenario.variants[v].name},
                         {"cluster", cluster_json(scenario.variants[v].cluster)},
+                        {"allocator", models::describe(scenario.variants[v].allocator)},
                         {"layouts", steps}});
   }
   nlohmann::json expectations = nlohmann::json::array();

@@ -276,22 +276,24 @@ TEST(RunCli, Llama70bTrainingScenario) {
   const Outcome outcome = run_tandem("run scenarios/llama3-70b-64xh100.yaml --out " + dir);
   ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
   EXPECT_EQ(outcome.err, "");
-  for (const char* part : {"workload: training llama3-70b (70.55 B parameters", "== base: dgx-h100: 8 nodes",
-                           "== 800G: ", "== 800G-gen6: ", "== comparison: step time", "FSDP all_gather (fwd)",
-                           "TP all_gather", "verdict: PASS (7 of 7 expectations hold)"}) {
+  for (const char* part :
+       {"workload: training llama3-70b (70.55 B parameters", "== base: dgx-h100: 8 nodes",
+        "== 800G: ", "== 800G-gen6: ", "== comparison: step time", "FSDP all_gather (fwd)", "TP all_gather",
+        "== es: ", "expandable_segments:True", "verdict: PASS (8 of 8 expectations hold)"}) {
     EXPECT_TRUE(contains(outcome.out, part)) << part << "\n" << outcome.out;
   }
   const std::vector<std::string> csv = lines_of(read_text(dir + "/results.csv"));
-  ASSERT_EQ(csv.size(), 7u);  // header + 3 variants x 2 layouts
+  ASSERT_EQ(csv.size(), 9u);  // header + 4 variants x 2 layouts
   EXPECT_EQ(csv[0].rfind("variant,layout,gpus,tp,pp,vp,cp,ep,dp,", 0), 0u) << csv[0];
   const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
   EXPECT_TRUE(json.at("passed").get<bool>());
-  ASSERT_EQ(json.at("variants").size(), 3u);
+  ASSERT_EQ(json.at("variants").size(), 4u);
   const nlohmann::json& fsdp = json.at("variants")[0].at("layouts")[0];
   EXPECT_EQ(fsdp.at("layout"), "fsdp");
   const double step = fsdp.at("step_s").get<double>();
-  EXPECT_NEAR(fsdp.at("compute_s").get<double>() + fsdp.at("exposed_comm_s").get<double>() +
-                  fsdp.at("bubble_s").get<double>(), step, 1e-6 * step);
+  EXPECT_NEAR(
+      fsdp.at("compute_s").get<double>() + fsdp.at("exposed_comm_s").get<double>() + fsdp.at("bubble_s").get<double>(),
+      step, 1e-6 * step);
   EXPECT_FALSE(fsdp.at("collectives").empty());
 }
 
@@ -379,7 +381,8 @@ TEST(RunCli, ReleaseClaimsScenarioGivesAVerdictPerClaim) {
 TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   const Outcome outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml");
   ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
-  EXPECT_TRUE(contains(outcome.out, "ddp              1   1   1   1   1      8       4x1      none  178.52 GB does not run (below)"))
+  EXPECT_TRUE(contains(outcome.out,
+                       "ddp              1   1   1   1   1      8       4x1      none  178.52 GB does not run (below)"))
       << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "but the H100-SXM has 80 GB")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;
@@ -468,8 +471,9 @@ recovery: {watchdog_ms: 100, action: abort}
 )");
   const Outcome unused = run_tandem("run " + scenario);
   ASSERT_EQ(unused.exit_code, 0) << unused.err;
-  EXPECT_TRUE(contains(unused.out, "at collective 0: active in iteration(s) 0, 1, with no effect (each completed at "
-                                   "once in its fault-free time)"))
+  EXPECT_TRUE(contains(unused.out,
+                       "at collective 0: active in iteration(s) 0, 1, with no effect (each completed at "
+                       "once in its fault-free time)"))
       << unused.out;
   const std::string on_path = R"(tandem_scenario: 1
 name: used-link

@@ -209,7 +209,7 @@ std::vector<Rejection> rejections() {
        "t.yaml:1:18: unsupported scenario format version '2' (this tandem reads version 1)"},
       {"unknown top-level key", minimal_plus("colour: blue\n"),
        "t.yaml:8:1: unknown key 'colour' in the scenario (expected: tandem_scenario, name, description, cluster, "
-       "variants, backend, network, calibration, workload, faults, fault_seed, recovery, outputs, expect)"},
+       "variants, backend, network, calibration, workload, faults, fault_seed, recovery, outputs, allocator, expect)"},
       {"duplicate key", minimal_plus("name: again\n"), "t.yaml:8:1: duplicate key 'name' in the scenario"},
       {"missing name", "tandem_scenario: 1\ncluster: {preset: dgx-h100}\n",
        "t.yaml:1:1: missing required key 'name' in the scenario"},
@@ -265,6 +265,18 @@ std::vector<Rejection> rejections() {
       {"bad value in a variant", minimal_plus("variants:\n  - name: 800G\n    cluster: {nic_gbps: 0}\n"),
        "t.yaml:10:25: variants[0].cluster.nic_gbps must be a number >= 0.01"},
       {"variants empty", minimal_plus("variants: []\n"), "t.yaml:8:11: variants must not be empty"},
+      {"variant with neither cluster nor allocator", minimal_plus("variants:\n  - {name: es}\n"),
+       "t.yaml:9:5: variants[0] needs cluster, allocator or both"},
+
+      // allocator: PyTorch's PYTORCH_CUDA_ALLOC_CONF, checked by the allocator model's parser
+      {"allocator below the minimum split", minimal_plus("allocator: 'max_split_size_mb:10'\n"),
+       "allocator: alloc conf 'max_split_size_mb:10': max_split_size_mb must be at least 20"},
+      {"allocator with an unknown key", minimal_plus("allocator: 'expandable:True'\n"),
+       "allocator: alloc conf 'expandable:True'"},
+      {"variant allocator not a boolean",
+       minimal_plus("variants:\n  - {name: es, allocator: 'expandable_segments:Maybe'}\n"),
+       "variants[0].allocator: alloc conf 'expandable_segments:Maybe'"},
+      {"allocator not a string", minimal_plus("allocator: [expandable_segments]\n"), "allocator"},
 
       // workload
       {"missing workload", "tandem_scenario: 1\nname: t\ncluster: {preset: dgx-h100}\n",
@@ -272,7 +284,8 @@ std::vector<Rejection> rejections() {
       {"missing type", with_workload("workload:\n  collectives: [all_reduce]\n"),
        "t.yaml:5:3: missing required key 'type' in workload"},
       {"unknown workload type", with_workload("workload:\n  type: inference\n"),
-       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training, startup, claims)"},
+       "t.yaml:5:9: unknown workload type 'inference' (expected: collective-sweep, collective-loop, training, "
+       "startup, claims)"},
       {"training without a model", with_workload("workload:\n  type: training\n"),
        "t.yaml:5:3: missing required key 'model' in workload"},
       {"unknown workload key",
@@ -387,7 +400,8 @@ std::vector<Rejection> rejections() {
       {"NUL byte", minimal_plus(std::string("description: \"a\0b\"\n", 19)), "t.yaml:8:16: a NUL byte"},
       // Names are printed on terminals: an escape sequence in one could retitle or clear the screen.
       {"control character in a name",
-       "tandem_scenario: 1\nname: \"t\\e]0;x\\a\"\n" + std::string(kMinimal).substr(std::string(kMinimal).find("cluster:")),
+       "tandem_scenario: 1\nname: \"t\\e]0;x\\a\"\n" +
+           std::string(kMinimal).substr(std::string(kMinimal).find("cluster:")),
        "t.yaml:2:7: name has a control character (byte 0x1b at position 1)"},
       {"deep nesting", minimal_plus("description: " + std::string(100, '[') + std::string(100, ']') + "\n"),
        "t.yaml:8:78: nested deeper than 64 levels"},
@@ -474,6 +488,23 @@ TEST(Scenario, StartupMistakesAreFileLineColumnErrors) {
   }
 }
 
+TEST(Scenario, AllocatorPerVariantAndDefault) {
+  const Scenario scenario =
+      parse_scenario(minimal_plus("allocator: 'max_split_size_mb:128'\nvariants:\n  - {name: es, allocator: "
+                                  "'expandable_segments:True'}\n  - {name: big, cluster: {nodes: 4}}\n"),
+                     "t.yaml");
+  ASSERT_EQ(scenario.variants.size(), 3u);
+  EXPECT_EQ(scenario.variants[0].alloc_conf, "max_split_size_mb:128");
+  EXPECT_EQ(scenario.variants[0].allocator.max_split_size_bytes, 128 * models::kMiB);
+  // A variant's allocator replaces the scenario's; its cluster is the base's.
+  EXPECT_TRUE(scenario.variants[1].allocator.expandable_segments);
+  EXPECT_EQ(scenario.variants[1].allocator.max_split_size_bytes, models::kNoMaxSplitSize);
+  EXPECT_EQ(scenario.variants[1].cluster.nodes, scenario.variants[0].cluster.nodes);
+  // A variant without one keeps the scenario's.
+  EXPECT_EQ(scenario.variants[2].allocator, scenario.variants[0].allocator);
+  EXPECT_EQ(scenario.variants[2].cluster.nodes, 4);
+}
+
 TEST(Scenario, MinimalIsValid) { EXPECT_NO_THROW(parse_scenario(kMinimal, "t.yaml")); }
 
 // Brackets in comments are no nesting: 100 comments with an unclosed '[' still load.
@@ -488,17 +519,18 @@ const std::string kLoop = with_workload(
     "workload: {type: collective-loop, collective: all_reduce, size: 1M, algorithm: ring, iterations: 4}\n");
 
 TEST(Scenario, LoopWithFaultsAndRecovery) {
-  const Scenario s = parse_scenario(kLoop +
-                                        "faults:\n"
-                                        "  - {kind: link_down, link: n0-nic7-uplink, at_collective: 1, recover_after_us: 500}\n"
-                                        "  - {kind: rank_hang, rank: 5, at_collective: 2}\n"
-                                        "  - {kind: desync, rank: 1, issue: {dtype: f16}}\n"
-                                        "fault_seed: 9\n"
-                                        "recovery: {retry_max: 2, backoff_us: 100, watchdog_ms: 50, action: shrink}\n"
-                                        "outputs: {dumps: true, dump_format: json, fr_buffer_size: 10}\n"
-                                        "expect:\n  - {iteration: 1, outcome: completed_after_retry}\n"
-                                        "  - {culprit_ranks: [5]}\n",
-                                    "t.yaml");
+  const Scenario s =
+      parse_scenario(kLoop +
+                         "faults:\n"
+                         "  - {kind: link_down, link: n0-nic7-uplink, at_collective: 1, recover_after_us: 500}\n"
+                         "  - {kind: rank_hang, rank: 5, at_collective: 2}\n"
+                         "  - {kind: desync, rank: 1, issue: {dtype: f16}}\n"
+                         "fault_seed: 9\n"
+                         "recovery: {retry_max: 2, backoff_us: 100, watchdog_ms: 50, action: shrink}\n"
+                         "outputs: {dumps: true, dump_format: json, fr_buffer_size: 10}\n"
+                         "expect:\n  - {iteration: 1, outcome: completed_after_retry}\n"
+                         "  - {culprit_ranks: [5]}\n",
+                     "t.yaml");
   const auto& loop = std::get<CollectiveLoop>(s.workload);
   EXPECT_EQ(loop.iterations, 4);
   ASSERT_EQ(s.faults.faults.size(), 3u);
@@ -519,15 +551,19 @@ TEST(Scenario, LoopWithFaultsAndRecovery) {
 
 TEST(Scenario, FaultMistakesAreFileLineColumnErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {kLoop + "faults:\n  - {kind: link_flap, link: x}\n", "t.yaml:6:12: faults[0].kind: unknown fault kind 'link_flap'"},
+      {kLoop + "faults:\n  - {kind: link_flap, link: x}\n",
+       "t.yaml:6:12: faults[0].kind: unknown fault kind 'link_flap'"},
       {kLoop + "faults:\n  - {kind: link_down, link: n0-nic9-uplink}\n",
        "t.yaml:6:29: faults[0].link: the cluster of 'base' has no link named 'n0-nic9-uplink'"},
-      {kLoop + "faults:\n  - {kind: rank_hang, rank: 16}\n", "t.yaml:6:29: faults[0].rank must be an integer from 0 to 15"},
-      {kLoop + "faults:\n  - {kind: rank_hang, rank: 1, factor: 2}\n", "faults[0].factor: a rank_hang fault takes no 'factor'"},
+      {kLoop + "faults:\n  - {kind: rank_hang, rank: 16}\n",
+       "t.yaml:6:29: faults[0].rank must be an integer from 0 to 15"},
+      {kLoop + "faults:\n  - {kind: rank_hang, rank: 1, factor: 2}\n",
+       "faults[0].factor: a rank_hang fault takes no 'factor'"},
       {kLoop + "faults:\n  - {kind: desync, rank: 1}\n", "missing required key 'issue' in faults[0]"},
       {kLoop + "faults:\n  - {kind: straggler, rank: 1, factor: 0.5}\n", "faults[0].factor must be a number > 1"},
       {kLoop + "recovery: {action: restart}\n", "recovery.action: unknown recovery action 'restart'"},
-      {kLoop + "expect:\n  - {iteration: 9, outcome: completed}\n", "expect[0].iteration must be an integer from 0 to 3"},
+      {kLoop + "expect:\n  - {iteration: 9, outcome: completed}\n",
+       "expect[0].iteration must be an integer from 0 to 3"},
       {kLoop + "expect:\n  - {outcome: finished}\n", "unknown outcome 'finished'"},
       {minimal_plus("faults:\n  - {kind: rank_hang, rank: 1}\n"), "faults act on a sequence of collectives"},
   };

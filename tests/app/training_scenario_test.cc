@@ -25,7 +25,7 @@ workload:
 
 TEST(TrainingScenario, ShippedLlama70bLoads) {
   const Scenario scenario = load_scenario("scenarios/llama3-70b-64xh100.yaml");
-  ASSERT_EQ(scenario.variants.size(), 3u);
+  ASSERT_EQ(scenario.variants.size(), 4u);
   const auto& training = std::get<TrainingWorkload>(scenario.workload);
   EXPECT_EQ(training.base.model.name, "llama3-70b");
   EXPECT_EQ(training.base.model.parameters(), 70'553'706'496);
@@ -36,7 +36,8 @@ TEST(TrainingScenario, ShippedLlama70bLoads) {
   EXPECT_EQ(training.layouts[0].layout.sharding, models::Sharding::kFsdp);
   EXPECT_EQ(training.layouts[1].layout.tp, 8);
   EXPECT_EQ(training.layouts[1].layout.pp, 4);
-  EXPECT_EQ(scenario.training_expectations.size(), 7u);
+  EXPECT_EQ(scenario.training_expectations.size(), 8u);
+  EXPECT_TRUE(scenario.variants[3].allocator.expandable_segments);
   EXPECT_TRUE(scenario.expectations.empty());
 }
 
@@ -76,8 +77,9 @@ TEST(TrainingScenario, MixtureOfExpertsAndTheNewLayoutKeys) {
   text.replace(text.find("model: llama3-8b"), 16,
                "model: {name: moe, layers: 4, d_model: 1024, ffn: 4096, heads: 8, vocab: 32000, experts: 8, top_k: 2, "
                "moe_ffn: 2048, shared_experts: 1, dense_layers: 1}\n  capacity_factor: 1.25");
-  text.replace(text.find("{name: fsdp, sharding: fsdp}"), 28,
-               "{name: ep4, tp: 2, pp: 2, vp: 2, cp: 2, ep: 4, sharding: zero1, recompute: selective, tp_overlap: true}");
+  text.replace(
+      text.find("{name: fsdp, sharding: fsdp}"), 28,
+      "{name: ep4, tp: 2, pp: 2, vp: 2, cp: 2, ep: 4, sharding: zero1, recompute: selective, tp_overlap: true}");
   const Scenario scenario = parse_scenario(text, "t.yaml");
   const auto& training = std::get<TrainingWorkload>(scenario.workload);
   const models::TransformerSpec& m = training.base.model;
@@ -131,8 +133,10 @@ TEST(TrainingScenario, MistakesAreFileLineColumnErrors) {
       {"  model: llama3-8b\n", "  model: llama3-8b\n  mfu: 1.5\n", "t.yaml:7:8", "workload.mfu must be a number"},
       {"sharding: fsdp}", "sharding: fsdp, ep: 0}", "t.yaml:9:40", "ep must be an integer"},
       {"  model: llama3-8b\n", "  model: llama3-8b\n  capacity_factor: 0.5\n", "t.yaml:7:20", "capacity_factor"},
-      {"  model: llama3-8b\n", "  model: llama3-8b\n  recompute: partial\n", "t.yaml:7:14", "unknown recompute 'partial'"},
-      {"  model: llama3-8b\n", "  model: llama3-8b\n  kernels: compiled\n", "t.yaml:7:12", "unknown kernels 'compiled'"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  recompute: partial\n", "t.yaml:7:14",
+       "unknown recompute 'partial'"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  kernels: compiled\n", "t.yaml:7:12",
+       "unknown kernels 'compiled'"},
       {"  model: llama3-8b\n", "  model: llama3-8b\n  grad_reduce_dtype: i32\n", "t.yaml:7:22", "bf16 or f32"},
       {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp9, step_time_s: {max: 1}}", "t.yaml:12:14",
        "no layout named 'tp9'"},

@@ -143,6 +143,14 @@ TEST(Training, ResultsSurviveTheirJson) {
   ASSERT_EQ(again.size(), 1u);
   EXPECT_DOUBLE_EQ(again[0].step_s, results[0].step_s);
   EXPECT_DOUBLE_EQ(again[0].memory.total_bytes(), results[0].memory.total_bytes());
+  // The memory timeline ran (the result crossed a child process as JSON already) and survives too.
+  ASSERT_TRUE(results[0].has_step_memory);
+  EXPECT_GT(results[0].step_memory.peak_reserved_bytes, results[0].step_memory.peak_allocated_bytes / 2);
+  EXPECT_EQ(again[0].step_memory.peak_reserved_bytes, results[0].step_memory.peak_reserved_bytes);
+  EXPECT_EQ(again[0].step_memory.peak_allocated_bytes, results[0].step_memory.peak_allocated_bytes);
+  EXPECT_EQ(again[0].step_memory.peak_phase, results[0].step_memory.peak_phase);
+  EXPECT_DOUBLE_EQ(again[0].step_memory.fragmentation_at_peak, results[0].step_memory.fragmentation_at_peak);
+  EXPECT_DOUBLE_EQ(memory_needed_bytes(again[0]), memory_needed_bytes(results[0]));
   EXPECT_EQ(again[0].collectives.size(), results[0].collectives.size());
   EXPECT_EQ(again[0].top.size(), results[0].top.size());
 }
