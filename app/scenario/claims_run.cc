@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "models/bounds.h"
 #include "models/reliability.h"
+#include "models/step_memory.h"
 #include "sim/startup.h"
 #include "sim/sweep.h"
 
@@ -89,7 +90,7 @@ ClaimValue collective_value(const Scenario& scenario, const Claim& claim, const 
   const ClusterVariant& variant = variant_named(scenario, setting.variant);
   sim::SweepRequest request;
   request.cluster = variant.cluster;
-  request.network = network_model(scenario.network);
+  request.network = network_model(scenario);  // its calibration: profile applied
   request.points.push_back({.collective = claim.collective, .bytes = bytes, .algorithm = setting.algorithm});
   const std::vector<sim::SweepPointResult> results = sim::run_sweep(request);
   const sim::SweepPointResult& r = results.at(0);
@@ -211,8 +212,26 @@ void evaluate_startup(const Scenario& scenario, const Claim& claim, ClaimResult&
 
 // ---- memory ------------------------------------------------------------------------------------
 
-void evaluate_memory(const Scenario&, const Claim& claim, ClaimResult&) {
-  fail(ErrorCode::kUnsupported, "claim '{}': memory claims need the training step's allocation timeline", claim.name);
+// Fragmentation at the peak of reserved memory over two steps (the second is the steady state) of
+// the claim's training workload, its first layout, on the scenario's cluster.
+void evaluate_memory(const Scenario& scenario, const Claim& claim, ClaimResult& result) {
+  const models::ClusterSpec& cluster = scenario.variants.front().cluster;
+  const int gpus = gpus_of(cluster);
+  const TrainingWorkload& training = *claim.training;
+  const models::TrainingConfig config = training.config_for(0, gpus);
+  const models::DerivedLayout derived = models::derive(config, gpus, cluster.gpus_per_node);
+  auto value = [&](const ClaimSetting& s) {
+    const models::StepMemoryResult m =
+        models::step_memory(config, derived, cluster.gpu, models::parse_alloc_conf(s.allocator));
+    std::string detail = fmt::format(
+        "{} on {} GPUs, {}: allocated {:.1f} GB of {:.1f} GB reserved at the peak ({}); {} cudaMalloc + maps",
+        training.layouts.front().layout.name, gpus, s.allocator.empty() ? "default allocator" : s.allocator,
+        m.allocated_at_peak_reserved_bytes / 1e9, m.peak_reserved_bytes / 1e9, m.peak_phase, m.device_mallocs);
+    if (m.oom) detail += fmt::format("; out of memory at {} ({:.2f} GB asked)", m.oom->phase, m.oom->bytes / 1e9);
+    return ClaimValue{s.name, 100 * m.fragmentation_at_peak, detail};
+  };
+  result.before = value(claim.before);
+  for (const ClaimSetting& s : claim.after) result.after.push_back(value(s));
 }
 
 // ---- verdicts ----------------------------------------------------------------------------------
@@ -383,7 +402,9 @@ std::string format_claims_report(const Scenario& scenario, const ClaimsResults& 
                                  const std::vector<ClaimExpectationOutcome>& outcomes, bool quiet) {
   std::string out = fmt::format("tandem run {}: {}\n", scenario.name, scenario.description);
   if (!quiet) {
-    out += fmt::format("cluster: {}\n\n", models::describe(scenario.variants.front().cluster));
+    out += fmt::format("cluster: {}\n", models::describe(scenario.variants.front().cluster));
+    if (scenario.calibration) out += fmt::format("calibration: {}\n", profile_summary(*scenario.calibration));
+    out += "\n";
     out += fmt::format("{:<20} {:<22} {:<32} {:<16} {}\n", "claim", "claimed", "tandem (nearest candidate)", "bound",
                        "verdict");
     for (const ClaimResult& r : results.claims) {

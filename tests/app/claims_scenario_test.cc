@@ -2,6 +2,7 @@
 // each derived by hand from the models' own arithmetic: a collective below its physical bound is
 // impossible, an MTBF that matches the failure table is plausible, one that needs 16x the rates or
 // a gain above 1 / (1 - f) is not.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -55,7 +56,7 @@ void expect_error(const std::string& yaml, const std::string& message) {
 TEST(ClaimsScenario, ShippedReleaseClaimsLoads) {
   const Scenario scenario = load_scenario("scenarios/release-claims-64xh100.yaml");
   const auto& claims = std::get<ClaimsWorkload>(scenario.workload);
-  ASSERT_GE(claims.claims.size(), 3u);
+  ASSERT_EQ(claims.claims.size(), 4u);
   EXPECT_EQ(claims.claims[0].kind, ClaimKind::kCollective);
   EXPECT_EQ(claims.claims[0].size_bytes, 16'000'000'000);
   EXPECT_EQ(claims.claims[0].after.size(), 3u);
@@ -65,6 +66,11 @@ TEST(ClaimsScenario, ShippedReleaseClaimsLoads) {
   EXPECT_TRUE(mtbf->after[0].recovery.shrink);
   EXPECT_FALSE(mtbf->after[1].recovery.shrink);
   EXPECT_TRUE(mtbf->after[1].recovery.retry);
+  const Claim* memory = claims.find("fragmentation");
+  ASSERT_NE(memory, nullptr);
+  ASSERT_TRUE(memory->training.has_value());
+  EXPECT_EQ(memory->training->base.model.name, "llama3-70b");
+  EXPECT_EQ(memory->after[0].allocator, "expandable_segments:True");
   EXPECT_EQ(scenario.claim_expectations.size(), claims.claims.size());
 }
 
@@ -83,6 +89,10 @@ TEST(ClaimsScenario, MistakesAreErrorsAtTheirPlace) {
   expect_error(claims_yaml("    - {name: a, kind: collective, collective: all_reduce, size: 1G, claimed: {before: 1, "
                            "after: 2}, after: [{variant: moon}]}\n"),
                "no variant named 'moon' (variants: base, sharp)");
+  expect_error(claims_yaml("    - {name: a, kind: memory, claimed: {before: 1, after: 2}, after: [{}]}\n"),
+               "a memory claim needs 'training'");
+  expect_error(claims_yaml("    - {name: a, kind: memory, claimed: {before: 1, after: 200}, after: [{}]}\n"),
+               "fragmentation is a percentage under 100");
   expect_error(claims_yaml("    - {name: a, kind: mtbf, claimed: {before: 0, after: 2}, after: [{}]}\n"),
                "workload.claims[0].claimed.before");
   expect_error(
@@ -160,6 +170,38 @@ TEST(ClaimsScenario, CollectiveBelowItsBoundIsImpossible) {
   const ClaimsResults plausible = with(r.before.value, r.after[1].value);
   EXPECT_EQ(plausible.claims[0].verdict, ClaimVerdict::kPlausible);
   EXPECT_EQ(plausible.claims[0].best, 1u);
+}
+
+// A memory claim: the step's fragmentation under each allocator setting, judged like any other.
+TEST(ClaimsScenario, MemoryClaimReplaysTheStepUnderEachAllocator) {
+  const std::string claim =
+      "    - name: frag\n"
+      "      kind: memory\n"
+      "      claimed: {before: BEFORE, after: AFTER}\n"
+      "      training:\n"
+      "        model: llama3-8b\n"
+      "        seq_len: 4096\n"
+      "        global_batch: 16\n"
+      "        layouts: [{name: fsdp, sharding: fsdp}]\n"
+      "      after:\n"
+      "        - {name: es, allocator: \"expandable_segments:True\"}\n";
+  auto with = [&](double before, double after) {
+    std::string text = claim;
+    text.replace(text.find("BEFORE"), 6, std::to_string(before));
+    text.replace(text.find("AFTER"), 5, std::to_string(after));
+    return run_claims(parse_scenario(claims_yaml(text), "c.yaml"), ScenarioBackend::kSim);
+  };
+  const ClaimsResults first = with(50, 40);
+  const ClaimResult& r = first.claims.at(0);
+  EXPECT_GE(r.before.value, 0);
+  EXPECT_LT(r.before.value, 100);
+  EXPECT_GE(r.after[0].value, 0);
+  EXPECT_NE(r.before.detail.find("fsdp on 16 GPUs, default allocator: allocated"), std::string::npos)
+      << r.before.detail;
+  EXPECT_FALSE(r.limit.has_value());
+  // Claimed exactly what tandem finds (or within a point): plausible.
+  const ClaimsResults same = with(std::max(r.before.value, 0.5), std::max(r.after[0].value, 0.5));
+  EXPECT_EQ(same.claims.at(0).verdict, ClaimVerdict::kPlausible);
 }
 
 TEST(ClaimsScenario, OtherBackendsAreRefused) {

@@ -357,7 +357,8 @@ TEST(RunCli, ReleaseClaimsScenarioGivesAVerdictPerClaim) {
   const Outcome outcome = run_tandem("run scenarios/release-claims-64xh100.yaml --out " + dir);
   ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
   for (const char* part : {"== all-reduce-16GB", "verdict impossible", "read as the job's total (16 GB over 64 GPUs",
-                           "failure rates 16.5x those of the 'llama3' table", "48 -> 160+ h"}) {
+                           "failure rates 16.5x those of the 'llama3' table", "48 -> 160+ h",
+                           "== fragmentation (memory", "expandable_segments:True: allocated"}) {
     EXPECT_TRUE(contains(outcome.out, part)) << part << "\n" << outcome.out;
   }
   const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
