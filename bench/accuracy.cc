@@ -32,6 +32,7 @@
 
 #include "bench/csv_table.h"
 #include "core/error.h"
+#include "core/sizes.h"
 #include "core/file_read.h"
 #include "models/cluster.h"
 #include "sim/sweep.h"
@@ -261,17 +262,6 @@ double error_for(double predicted, const Row& row) {
   return 0.0;
 }
 
-// "8B", "64KiB", "128MiB", "16GiB", "4000MB": binary units where the size is a whole number of MiB
-// or GiB, else decimal MB.
-std::string size_text(int64_t bytes) {
-  constexpr int64_t kKiB = int64_t{1} << 10, kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
-  if (bytes >= kGiB && bytes % kGiB == 0) return fmt::format("{}GiB", bytes / kGiB);
-  if (bytes >= kMiB && bytes % kMiB == 0) return fmt::format("{}MiB", bytes / kMiB);
-  if (bytes >= 1000000) return fmt::format("{:.0f}MB", static_cast<double>(bytes) / 1e6);
-  if (bytes >= kKiB && bytes % kKiB == 0) return fmt::format("{}KiB", bytes / kKiB);
-  return fmt::format("{}B", bytes);
-}
-
 std::string range_text(const Row& row) {
   return row.low == row.high ? fmt::format("{}", row.low) : fmt::format("{}-{}", row.low, row.high);
 }
@@ -308,7 +298,7 @@ int run(int argc, char** argv) {
   std::string worst_id;
   for (const Row& row : rows) {
     fmt::print("{:<4} {:<27} {:>5} {:>5} {:<14} {:<11} {:>8} {:<18} ", row.id, row.system, row.gpus, row.nodes,
-               row.collective, asked_text(row), size_text(row.bytes), row.metric);
+               row.collective, asked_text(row), compact_size_text(row.bytes), row.metric);
     const RowRequest plan = request_for(row);
     if (!plan.skipped.empty()) {
       ++skipped;

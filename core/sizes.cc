@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace tandem {
@@ -51,7 +53,6 @@ int64_t parse_size_bytes(std::string_view text, std::string_view flag) {
   }
   return static_cast<int64_t>(bytes);
 }
-
 
 SizeCounts nccl_tests_counts(Collective collective, int64_t bytes, DataType dtype, int nranks) {
   const int64_t element_bytes = static_cast<int64_t>(size_bytes(dtype));
@@ -104,6 +105,15 @@ double bus_bandwidth_factor(Collective collective, int nranks) {
       return 1.0;
   }
   return 1.0;
+}
+
+std::string compact_size_text(int64_t bytes) {
+  constexpr int64_t kKiB = int64_t{1} << 10, kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
+  if (bytes >= kGiB && bytes % kGiB == 0) return fmt::format("{}GiB", bytes / kGiB);
+  if (bytes >= kMiB && bytes % kMiB == 0) return fmt::format("{}MiB", bytes / kMiB);
+  if (bytes >= 1000000) return fmt::format("{:.0f}MB", static_cast<double>(bytes) / 1e6);
+  if (bytes >= kKiB && bytes % kKiB == 0) return fmt::format("{}KiB", bytes / kKiB);
+  return fmt::format("{}B", bytes);
 }
 
 }  // namespace tandem

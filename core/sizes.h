@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "core/types.h"
@@ -38,5 +39,9 @@ double bus_bandwidth_factor(Collective collective, int nranks);
 // nccl-tests; a fraction is rounded down to whole bytes. Throws Error(kInvalidArgument) naming
 // `flag` for anything else, negative values included.
 int64_t parse_size_bytes(std::string_view text, std::string_view flag);
+
+// A size for a table column: "8B", "64KiB", "128MiB", "16GiB" where it is a whole number of the
+// binary unit, else decimal MB from a million bytes ("4000MB", as the published rows state them).
+std::string compact_size_text(int64_t bytes);
 
 }  // namespace tandem

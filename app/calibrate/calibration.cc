@@ -14,6 +14,7 @@
 #include "app/common/common.h"
 #include "app/scenario/yaml_reader.h"
 #include "core/error.h"
+#include "core/sizes.h"
 #include "sim/sweep.h"
 
 namespace tandem::app {
@@ -508,15 +509,6 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
 
 namespace {
 
-std::string size_text(int64_t bytes) {
-  constexpr int64_t kKiB = int64_t{1} << 10, kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
-  if (bytes >= kGiB && bytes % kGiB == 0) return fmt::format("{}GiB", bytes / kGiB);
-  if (bytes >= kMiB && bytes % kMiB == 0) return fmt::format("{}MiB", bytes / kMiB);
-  if (bytes >= 1000000) return fmt::format("{:.0f}MB", static_cast<double>(bytes) / 1e6);
-  if (bytes >= kKiB && bytes % kKiB == 0) return fmt::format("{}KiB", bytes / kKiB);
-  return fmt::format("{}B", bytes);
-}
-
 std::string signed_percent(double ratio) { return fmt::format("{:+.1f}%", (ratio - 1) * 100); }
 
 }  // namespace
@@ -536,7 +528,7 @@ std::string calibration_report(const CalibrationResult& result) {
     std::string label = r.row.label;
     if (label.size() > 34) label = "..." + label.substr(label.size() - 31);
     out += fmt::format("{:<34} {:<14} {:>8} {:>12.2f} {:>12.2f} {:>12.2f} {:>8} {:>8}  {}{}\n", label,
-                       name(r.row.collective), size_text(r.row.bytes), r.row.time_us, r.before_us, r.after_us,
+                       name(r.row.collective), compact_size_text(r.row.bytes), r.row.time_us, r.before_us, r.after_us,
                        signed_percent(r.before_us / r.row.time_us), signed_percent(r.after_us / r.row.time_us), r.ran,
                        r.held_out ? " (held out)" : "");
     if (std::abs(r.after_us / r.row.time_us - 1) > kRowWarning) {

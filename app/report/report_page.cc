@@ -47,6 +47,8 @@ constexpr const char* kFailed = "#d62728";
 constexpr const char* kFault = "#d62728";
 constexpr const char* kRecovery = "#ff7f0e";
 constexpr const char* kCompare = "#59a14f";
+// The colours of a plot's series, in order (Tableau 10's first seven).
+constexpr const char* kPalette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d"};
 
 std::string num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, digits); }
 
@@ -352,7 +354,6 @@ std::string sweep_page(const json& results, const std::optional<json>& compare) 
     const double lx0 = std::log2(std::max(1.0, xmin)), lx1 = std::max(lx0 + 1, std::log2(xmax));
     auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
     auto py = [&](double bw) { return bottom - bw / std::max(ymax, 1e-9) * plot_h; };
-    const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d"};
     std::string svg = fmt::format(
         "<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
         "viewBox=\"0 0 {} {}\">\n",
@@ -360,7 +361,7 @@ std::string sweep_page(const json& results, const std::optional<json>& compare) 
     std::string legend;
     size_t i = 0;
     for (const auto& [key, line] : lines) {
-      const char* colour = palette[i++ % 7];
+      const char* colour = kPalette[i++ % std::size(kPalette)];
       std::string path;
       for (const auto& [size, bw] : line.xy) path += fmt::format("{:.1f},{:.1f} ", px(size), py(bw));
       svg += fmt::format(
@@ -620,8 +621,6 @@ std::vector<MemorySeries> read_memory_over_time(std::string_view csv, const std:
   return series;
 }
 
-constexpr const char* kSeriesColors[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2"};
-
 std::string memory_plot(const std::vector<MemorySeries>& series) {
   double top = 0;
   int64_t last = 1;
@@ -639,7 +638,7 @@ std::string memory_plot(const std::vector<MemorySeries>& series) {
   std::string legend;
   for (size_t k = 0; k < series.size(); ++k) {
     const MemorySeries& s = series[k];
-    const char* color = kSeriesColors[k % std::size(kSeriesColors)];
+    const char* color = kPalette[k % std::size(kPalette)];
     for (const bool reserved : {true, false}) {
       std::string points;
       for (size_t i = 0; i < s.index.size(); ++i) {
@@ -899,7 +898,6 @@ std::string calibration_page(const json& results) {
     const double ly0 = std::log10(std::max(1e-3, ymin)), ly1 = std::max(ly0 + 0.1, std::log10(ymax));
     auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
     auto py = [&](double us) { return bottom - (std::log10(std::max(1e-3, us)) - ly0) / (ly1 - ly0) * plot_h; };
-    const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"};
     std::string svg = fmt::format(
         "<svg id=\"calibration\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
         "height=\"{}\" viewBox=\"0 0 {} {}\">\n",
@@ -907,7 +905,7 @@ std::string calibration_page(const json& results) {
     std::string legend;
     size_t i = 0;
     for (const auto& [collective, list] : by_collective) {
-      const char* colour = palette[i++ % 5];
+      const char* colour = kPalette[i++ % std::size(kPalette)];
       std::vector<const json*> sorted = list;
       std::sort(sorted.begin(), sorted.end(),
                 [](const json* a, const json* b) { return a->value("size_bytes", 0.0) < b->value("size_bytes", 0.0); });
