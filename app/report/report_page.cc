@@ -50,6 +50,14 @@ constexpr const char* kCompare = "#59a14f";
 // The colours of a plot's series, in order (Tableau 10's first seven).
 constexpr const char* kPalette[] = {"#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#9d755d"};
 
+// A plot's opening <svg> tag, `id` for the tests to find it by.
+std::string svg_open(const char* id, int width, int height) {
+  return fmt::format(
+      "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "viewBox=\"0 0 {} {}\">\n",
+      id, width, height, width, height);
+}
+
 std::string num(double v, int digits = 1) { return fmt::format("{:.{}f}", v, digits); }
 
 std::string text_of(const json& j, const char* key, const std::string& fallback = "") {
@@ -240,10 +248,7 @@ std::string compare_plot(const std::vector<std::pair<std::string, std::pair<doub
   if (top <= 0) top = 1;
   const int width = 1120, height = 260, left = 70, bottom = 220, plot_h = 190;
   const double slot = (width - left - 20.0) / std::max<size_t>(1, bars.size());
-  std::string svg = fmt::format(
-      "<svg id=\"comparison\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\">\n",
-      width, height, width, height);
+  std::string svg = svg_open("comparison", width, height);
   for (size_t i = 0; i < bars.size(); ++i) {
     const double x0 = left + i * slot;
     const auto& [a, b] = bars[i].second;
@@ -354,10 +359,7 @@ std::string sweep_page(const json& results, const std::optional<json>& compare) 
     const double lx0 = std::log2(std::max(1.0, xmin)), lx1 = std::max(lx0 + 1, std::log2(xmax));
     auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
     auto py = [&](double bw) { return bottom - bw / std::max(ymax, 1e-9) * plot_h; };
-    std::string svg = fmt::format(
-        "<svg id=\"busbw\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-        "viewBox=\"0 0 {} {}\">\n",
-        width, height, width, height);
+    std::string svg = svg_open("busbw", width, height);
     std::string legend;
     size_t i = 0;
     for (const auto& [key, line] : lines) {
@@ -455,26 +457,30 @@ std::string startup_page(const json& results) {
   const bool pass = results.value("passed", false);
   std::string body = "<section><h2>Outcome" + verdict_badge(pass, pass ? "PASS" : "FAIL") + "</h2></section>\n";
   for (const json& variant : need(results, "variants", "start-up")) {
+    // Every phase any lever set has (the 2023 stack has group barriers, today's first collectives),
+    // then one row per set with a cell under each: a phase a set lacks is 0 s.
+    const json configs = variant.value("configs", json::array());
     std::vector<std::string> phase_names;
-    std::string rows;
-    for (const json& config : variant.value("configs", json::array())) {
-      const json& startup = need(config, "startup", "start-up");
-      std::string cells;
-      for (const json& phase : startup.value("phases", json::array())) {
+    for (const json& config : configs) {
+      for (const json& phase : need(config, "startup", "start-up").value("phases", json::array())) {
         const std::string phase_name = text_of(phase, "name");
         if (std::find(phase_names.begin(), phase_names.end(), phase_name) == phase_names.end()) {
           phase_names.push_back(phase_name);
         }
       }
+    }
+    std::string rows;
+    for (const json& config : configs) {
+      const json& startup = config.at("startup");
       rows += fmt::format("<tr><td>{}</td>", html_escape(text_of(config, "name")));
       for (const std::string& phase_name : phase_names) {
         double seconds = 0;
         for (const json& phase : startup.value("phases", json::array())) {
           if (text_of(phase, "name") == phase_name) seconds = number_at(phase, "seconds", "phases[]");
         }
-        cells += fmt::format("<td class=\"num\">{}</td>", num(seconds, 2));
+        rows += fmt::format("<td class=\"num\">{}</td>", num(seconds, 2));
       }
-      rows += cells + fmt::format("<td class=\"num\">{}</td></tr>\n", num(number_at(startup, "total_s", "startup"), 2));
+      rows += fmt::format("<td class=\"num\">{}</td></tr>\n", num(number_at(startup, "total_s", "startup"), 2));
     }
     std::string head = "<tr><th>config</th>";
     for (const std::string& phase_name : phase_names)
@@ -631,10 +637,7 @@ std::string memory_plot(const std::vector<MemorySeries>& series) {
   }
   if (top <= 0) top = 1;
   const int width = 1120, height = 300, left = 80, bottom = 260, plot_h = 230, plot_w = width - left - 20;
-  std::string svg = fmt::format(
-      "<svg id=\"memory\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\">\n",
-      width, height, width, height);
+  std::string svg = svg_open("memory", width, height);
   std::string legend;
   for (size_t k = 0; k < series.size(); ++k) {
     const MemorySeries& s = series[k];
@@ -898,10 +901,7 @@ std::string calibration_page(const json& results) {
     const double ly0 = std::log10(std::max(1e-3, ymin)), ly1 = std::max(ly0 + 0.1, std::log10(ymax));
     auto px = [&](double size) { return left + (std::log2(std::max(1.0, size)) - lx0) / (lx1 - lx0) * plot_w; };
     auto py = [&](double us) { return bottom - (std::log10(std::max(1e-3, us)) - ly0) / (ly1 - ly0) * plot_h; };
-    std::string svg = fmt::format(
-        "<svg id=\"calibration\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" "
-        "height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-        width, height, width, height);
+    std::string svg = svg_open("calibration", width, height);
     std::string legend;
     size_t i = 0;
     for (const auto& [collective, list] : by_collective) {

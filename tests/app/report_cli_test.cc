@@ -96,6 +96,15 @@ TEST(ReportCli, StartupAndClaimsPages) {
   expect_self_contained(startup);
   EXPECT_TRUE(contains(startup, "<table id=\"startup\">"));
   EXPECT_TRUE(contains(startup, "<td>pytorch-2023</td>"));
+  // Every lever set's row has a cell under every phase any set has: group barriers (2023 stack
+  // only) and first collectives (today's only) both, plus config and total.
+  const size_t table = startup.find("<table id=\"startup\">");
+  const std::string rows = startup.substr(table, startup.find("</table>", table) - table);
+  const size_t columns = count(rows.substr(0, rows.find("</tr>")), "<th");
+  EXPECT_EQ(columns, 7u) << rows;  // config, launch, store, communicators, group barriers, first collectives, total
+  for (size_t at = rows.find("<tr><td>"); at != std::string::npos; at = rows.find("<tr><td>", at + 1)) {
+    EXPECT_EQ(count(rows.substr(at, rows.find("</tr>", at) - at), "<td"), columns) << rows;
+  }
   EXPECT_TRUE(contains(startup, "id=\"verdict\">PASS"));
   const std::string claims = run_and_report("scenarios/release-claims-64xh100.yaml", "claims");
   expect_self_contained(claims);
