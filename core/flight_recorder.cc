@@ -28,7 +28,7 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
-// Written in order: pg_status refers to groups by their position in pg_config.
+// Written in order: pg_config in the order the groups were declared.
 using json = nlohmann::ordered_json;
 using pickle::Dict;
 using pickle::List;
@@ -317,12 +317,15 @@ class DumpReader {
     }
     if (lib != nullptr) dump.comm_lib_version = text(*lib, lib_key);
     dump.groups = groups(field(root, "(top level)", "pg_config"));
-    if (const Value* status = root.find("pg_status")) read_status(*status, dump.groups);
     if (const Value* entries = root.find("entries")) {
       const List& items = list(*entries, "entries");
       dump.entries.resize(items.size());
       for (size_t i = 0; i < items.size(); ++i) entry(items[i], i, dump.entries[i]);
     }
+    // After the entries: they tell which group each pg_status key means.
+    static const Value kNoStatus;
+    const Value* status = root.find("pg_status");
+    read_status(status != nullptr ? *status : kNoStatus, dump);
     return dump;
   }
 
@@ -448,26 +451,97 @@ class DumpReader {
     return result;
   }
 
-  // pg_status is keyed by the group's index on this rank, in pg_config's order.
-  void read_status(const Value& status, std::vector<FrGroup>& groups) const {
+  // pg_status is keyed by pg_id, the number every entry carries: sparse in PyTorch (0, 1, 4, 5, ...,
+  // the rank's process groups in creation order, some of them not NCCL's), not the position in
+  // pg_config. A key is matched to its group through the entries that name both; the groups no
+  // entry names, by order, when every pg_config name is a number (PyTorch names a group by a
+  // job-wide creation counter, so names and pg_ids rise together) and the counts agree. A key
+  // matched neither way is a warning: that group's progress is not used, the dump still is.
+  void read_status(const Value& status, FrDump& dump) const {
+    std::map<int64_t, std::string> named;  // pg_id -> group name, from the entries
+    for (size_t i = 0; i < dump.entries.size(); ++i) {
+      const FrEntry& e = dump.entries[i];
+      const auto [it, fresh] = named.emplace(e.pg_id, e.pg_name);
+      if (!fresh && it->second != e.pg_name) {
+        bad(Path::entry(i, "pg_id"), fmt::format("pg_id {} names group '{}', an earlier entry's names '{}'", e.pg_id,
+                                                 e.pg_name, it->second));
+      }
+    }
+    std::map<std::string, size_t> position;
+    for (size_t i = 0; i < dump.groups.size(); ++i) position[dump.groups[i].name] = i;
+    for (const auto& [pg_id, group_name] : named) {
+      if (auto it = position.find(group_name); it != position.end()) dump.groups[it->second].pg_id = static_cast<int>(pg_id);
+    }
     if (status.is_none()) return;
+    struct Key {
+      int64_t pg_id;
+      const Value* info;
+      std::string path;
+    };
+    std::vector<Key> keys;
     for (const auto& [key, info] : dict(status, "pg_status")) {
       const std::string key_text = text(key, "pg_status key");
       const std::string path = fmt::format("pg_status['{}']", key_text);
-      size_t index = 0;
-      const auto [end, error] = std::from_chars(key_text.data(), key_text.data() + key_text.size(), index);
-      if (error != std::errc() || end != key_text.data() + key_text.size()) bad(path, "the key is not a group index");
-      if (index >= groups.size()) bad(path, fmt::format("no group {} ({} in pg_config)", index, groups.size()));
+      int64_t pg_id = 0;
+      const auto [end, error] = std::from_chars(key_text.data(), key_text.data() + key_text.size(), pg_id);
+      if (error != std::errc() || end != key_text.data() + key_text.size() || pg_id < 0) {
+        bad(path, "the key is not a pg_id");
+      }
       dict(info, path);
       check_keys(info, path, kStatusKeys);
-      FrGroup& group = groups[index];
-      group.last_enqueued_collective =
-          integer_or_string(field(info, path, kStatusKeys[0]), path + ".last_enqueued_collective");
-      group.last_started_collective =
-          integer_or_string(field(info, path, kStatusKeys[1]), path + ".last_started_collective");
-      group.last_completed_collective =
-          integer_or_string(field(info, path, kStatusKeys[2]), path + ".last_completed_collective");
+      keys.push_back({pg_id, &info, path});
     }
+    std::map<int64_t, size_t> group_of = status_groups(keys, named, position, dump.groups);
+    for (const Key& key : keys) {
+      auto it = group_of.find(key.pg_id);
+      if (it == group_of.end()) {
+        dump.warnings.push_back(fmt::format("{}: no entry names pg_id {} and pg_config's groups cannot be matched to "
+                                            "pg_status by order; that group's progress is not used",
+                                            key.path, key.pg_id));
+        continue;
+      }
+      FrGroup& group = dump.groups[it->second];
+      group.pg_id = static_cast<int>(key.pg_id);
+      const Value& info = *key.info;
+      group.last_enqueued_collective =
+          integer_or_string(field(info, key.path, kStatusKeys[0]), key.path + ".last_enqueued_collective");
+      group.last_started_collective =
+          integer_or_string(field(info, key.path, kStatusKeys[1]), key.path + ".last_started_collective");
+      group.last_completed_collective =
+          integer_or_string(field(info, key.path, kStatusKeys[2]), key.path + ".last_completed_collective");
+    }
+  }
+
+  // pg_id -> position in pg_config for the keys of pg_status that can be matched (see read_status).
+  template <typename KeyList>
+  static std::map<int64_t, size_t> status_groups(const KeyList& keys, const std::map<int64_t, std::string>& named,
+                                                 const std::map<std::string, size_t>& position,
+                                                 const std::vector<FrGroup>& groups) {
+    std::map<int64_t, size_t> by_entries;
+    for (const auto& key : keys) {
+      auto name = named.find(key.pg_id);
+      if (name == named.end()) continue;
+      if (auto it = position.find(name->second); it != position.end()) by_entries[key.pg_id] = it->second;
+    }
+    if (by_entries.size() == keys.size() || keys.size() != groups.size()) return by_entries;
+    const auto numeric = [](const std::string& s) {
+      return !s.empty() && s.size() < 10 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!std::all_of(groups.begin(), groups.end(), [&](const FrGroup& g) { return numeric(g.name); })) return by_entries;
+    std::vector<size_t> by_name(groups.size());
+    for (size_t i = 0; i < by_name.size(); ++i) by_name[i] = i;
+    std::sort(by_name.begin(), by_name.end(),
+              [&](size_t a, size_t b) { return std::stol(groups[a].name) < std::stol(groups[b].name); });
+    std::vector<int64_t> ids;
+    for (const auto& key : keys) ids.push_back(key.pg_id);
+    std::sort(ids.begin(), ids.end());
+    std::map<int64_t, size_t> by_order;
+    for (size_t i = 0; i < ids.size(); ++i) by_order[ids[i]] = by_name[i];
+    // The order must agree with every match the entries made, else it is not to be trusted.
+    for (const auto& [pg_id, index] : by_entries) {
+      if (by_order.at(pg_id) != index) return by_entries;
+    }
+    return by_order;
   }
 
   std::vector<std::vector<int64_t>> sizes(const Value& v, const Path& path) const {
@@ -758,9 +832,12 @@ FlightRecorder::FlightRecorder(int rank, size_t capacity, std::string comm_lib_v
 void FlightRecorder::add_group(const FrGroup& new_group) {
   const std::lock_guard lock(mutex_);
   if (FrGroup* existing = group(new_group.name)) {
+    const int pg_id = existing->pg_id;
     *existing = new_group;
+    if (existing->pg_id < 0) existing->pg_id = pg_id;
   } else {
     groups_.push_back(new_group);
+    if (groups_.back().pg_id < 0) groups_.back().pg_id = static_cast<int>(groups_.size() - 1);
   }
 }
 
@@ -844,13 +921,21 @@ FrGroup* FlightRecorder::group(const std::string& group_name) {
 // Formats
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+// pg_status is keyed by the group's pg_id, as PyTorch keys it; a group built without one by its
+// position.
+int status_key(const FrGroup& group, size_t position) {
+  return group.pg_id >= 0 ? group.pg_id : static_cast<int>(position);
+}
+}  // namespace
+
 pickle::Value to_pickle_value(const FrDump& dump) {
   Dict config;
   Dict status;
   for (size_t i = 0; i < dump.groups.size(); ++i) {
     const FrGroup& g = dump.groups[i];
     config.emplace_back(g.name, Dict{{"name", g.name}, {"desc", g.desc}, {"ranks", ranks_string(g.ranks)}});
-    status.emplace_back(std::to_string(i), Dict{{"last_enqueued_collective", g.last_enqueued_collective},
+    status.emplace_back(std::to_string(status_key(g, i)), Dict{{"last_enqueued_collective", g.last_enqueued_collective},
                                                 {"last_started_collective", g.last_started_collective},
                                                 {"last_completed_collective", g.last_completed_collective}});
   }
@@ -872,7 +957,7 @@ std::string to_json(const FrDump& dump) {
   for (size_t i = 0; i < dump.groups.size(); ++i) {
     const FrGroup& g = dump.groups[i];
     config[g.name] = {{"name", g.name}, {"desc", g.desc}, {"ranks", ranks_string(g.ranks)}};
-    status[std::to_string(i)] = {{"last_enqueued_collective", std::to_string(g.last_enqueued_collective)},
+    status[std::to_string(status_key(g, i))] = {{"last_enqueued_collective", std::to_string(g.last_enqueued_collective)},
                                  {"last_started_collective", std::to_string(g.last_started_collective)},
                                  {"last_completed_collective", std::to_string(g.last_completed_collective)}};
   }

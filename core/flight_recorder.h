@@ -60,6 +60,10 @@ struct FrGroup {
   int64_t last_enqueued_collective = -1;
   int64_t last_started_collective = -1;
   int64_t last_completed_collective = -1;
+  // The group's pg_id on this rank: entries name it, and pg_status is keyed by it (PyTorch's pg_id
+  // is sparse: 0, 1, 4, 5, ... where the rank is not a member of every group created). -1: not
+  // known (a recorder assigns the group's position when it is declared without one).
+  int pg_id = -1;
 
   bool operator==(const FrGroup&) const = default;
 };
@@ -71,6 +75,9 @@ struct FrDump {
   int rank = 0;                          // global rank (from the file name when read back)
   std::vector<FrGroup> groups;           // pg_config / pg_status, in creation order
   std::vector<FrEntry> entries;          // oldest first
+  // What the reader could not use, said instead of refusing the dump: e.g. a pg_status key that
+  // names no group of pg_config. Not written back.
+  std::vector<std::string> warnings;
 
   bool operator==(const FrDump&) const = default;
 };

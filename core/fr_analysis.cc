@@ -12,9 +12,11 @@
 // stream is walked in ascending sequence order over every member at once, so the result never
 // depends on the order of the dumps.
 #include "core/fr_analysis.h"
+#include "core/fr_analysis_internal.h"
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <charconv>
 #include <functional>
 #include <map>
@@ -56,6 +58,8 @@ std::string_view name(FrFindingKind kind) {
 
 namespace {
 
+using namespace fr_detail;
+
 // ---------------------------------------------------------------------------------------------
 // Text helpers
 
@@ -65,13 +69,6 @@ std::string count_text(int64_t count, std::string_view noun, std::string_view pl
   return plural.empty() ? fmt::format("{} {}s", count, noun) : fmt::format("{} {}", count, plural);
 }
 
-// Python's repr of a shape list: [[3, 4], [8]].
-std::string sizes_text(const std::vector<std::vector<int64_t>>& sizes) {
-  std::vector<std::string> shapes;
-  shapes.reserve(sizes.size());
-  for (const auto& shape : sizes) shapes.push_back(fmt::format("[{}]", fmt::join(shape, ", ")));
-  return fmt::format("[{}]", fmt::join(shapes, ", "));
-}
 
 std::string_view state_text(FrState state) {
   switch (state) {
@@ -93,73 +90,21 @@ bool is_coalesced_marker(const FrEntry& entry) {
 // ---------------------------------------------------------------------------------------------
 // Groups, members, units
 
-struct Unit {
-  int64_t seq = 0;
-  std::span<const FrEntry* const> entries;  // in record order; a coalesced group ends in its marker
-};
-
-// One rank's units of one stream in one group, ascending by sequence number. The units view slices
-// of `entries` (one allocation per track, not per unit: a 1,024-rank job has millions of units).
-struct Track {
-  std::vector<const FrEntry*> entries;  // stable-sorted by sequence number
-  std::vector<Unit> units;
-
-  const Unit* find(int64_t seq) const {
-    auto it = std::lower_bound(units.begin(), units.end(), seq, [](const Unit& u, int64_t s) { return u.seq < s; });
-    return it != units.end() && it->seq == seq ? &*it : nullptr;
-  }
-};
-
-struct Member {
-  int rank = 0;
-  // The dump's ring buffer wrapped (its oldest record is not record 0): a group this rank has no
-  // entries for may have been overwritten rather than never joined.
-  bool truncated = false;
-  Track collectives;
-  Track p2p;
-};
-
-enum class Presence : uint8_t { kPresent, kMissing, kUnknown };
-
-// Whether `member` recorded `seq` of a stream, or is known not to have, or cannot be judged: the
-// ring buffer keeps only the newest entries, so a sequence number older than the oldest one kept is
-// unknown, not missing.
-Presence presence(const Member& member, const Track& track, int64_t seq, const Unit** unit) {
+// See Presence (fr_analysis_internal.h). pg_status, where the dump has one for the collectives, is
+// the authority on what a rank enqueued; without it the entries held are, read with the dump's
+// partial history in mind.
+Presence presence(const Member& member, int64_t seq, const Unit** unit) {
+  const Track& track = member.collectives;
   *unit = track.find(seq);
   if (*unit) return Presence::kPresent;
-  if (track.units.empty()) return member.truncated ? Presence::kUnknown : Presence::kMissing;
-  return seq < track.units.front().seq ? Presence::kUnknown : Presence::kMissing;
+  if (member.has_status && member.status_stream == StatusStream::kCollectives) {
+    return seq <= member.last_enqueued ? Presence::kDone : Presence::kMissing;
+  }
+  const bool partial = member.partial_history;
+  if (track.units.empty() || seq < track.units.front().seq) return partial ? Presence::kUnknown : Presence::kMissing;
+  if (seq > track.units.back().seq) return Presence::kMissing;
+  return partial ? Presence::kDone : Presence::kMissing;  // a gap between entries held
 }
-
-struct GroupKey {
-  std::string name;
-  std::vector<int> ranks;  // sorted
-
-  // Numeric names in numeric order ("2" before "10"), then other names; then membership.
-  bool operator<(const GroupKey& other) const {
-    auto numeric = [](const std::string& s) {
-      return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    };
-    const auto order = [&](const GroupKey& k) {
-      return std::make_tuple(!numeric(k.name), numeric(k.name) ? k.name.size() : 0, std::cref(k.name),
-                             std::cref(k.ranks));
-    };
-    return order(*this) < order(other);
-  }
-};
-
-struct Group {
-  GroupKey key;
-  std::string desc;
-  std::string label;            // "group 0 (default_pg)"
-  std::vector<Member> members;  // member ranks with a dump, ascending
-  std::vector<int> missing_dumps;
-
-  const Member* member(int rank) const {
-    auto it = std::lower_bound(members.begin(), members.end(), rank, [](const Member& m, int r) { return m.rank < r; });
-    return it != members.end() && it->rank == rank ? &*it : nullptr;
-  }
-};
 
 void build_track(Track& track, std::vector<std::pair<int64_t, const FrEntry*>>& records) {
   std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -175,13 +120,45 @@ void build_track(Track& track, std::vector<std::pair<int64_t, const FrEntry*>>& 
 
 // One member's tracks from its dump: the entries of the group that rank calls `group_name` (none
 // when the rank's dump does not declare the group).
-Member make_member(const FrDump& dump, const std::string* group_name) {
+// Record ids are per rank and consecutive: a first one above 0 means the ring wrapped, a gap that
+// the dump kept only the entries that had not completed.
+bool partial_history(const FrDump& dump) {
+  if (dump.entries.empty()) return false;
+  if (dump.entries.front().record_id > 0) return true;
+  for (size_t i = 1; i < dump.entries.size(); ++i) {
+    if (dump.entries[i].record_id != dump.entries[i - 1].record_id + 1) return true;
+  }
+  return false;
+}
+
+// Which stream the rank's pg_status counts (StatusStream): the kind of the group's last entry the
+// dump holds, when its sequence number is the last enqueued one; a group whose entries (on every
+// rank, `kinds`) are all of one kind, that kind.
+StatusStream status_stream(const FrGroup& declared, const Member& member, StatusStream kinds) {
+  const FrEntry* last = nullptr;
+  for (const Track* track : {&member.collectives, &member.p2p}) {
+    for (const FrEntry* e : track->entries) {
+      if (last == nullptr || e->record_id > last->record_id) last = e;
+    }
+  }
+  if (last != nullptr) {
+    const int64_t seq = last->is_p2p ? last->p2p_seq_id : last->collective_seq_id;
+    if (seq == declared.last_enqueued_collective) {
+      return last->is_p2p ? StatusStream::kP2p : StatusStream::kCollectives;
+    }
+  }
+  return kinds;
+}
+
+// One member's tracks from its dump: the entries of the group that rank calls `declared` (none
+// when the rank's dump does not declare the group).
+Member make_member(const FrDump& dump, const FrGroup* declared, bool partial) {
   Member member;
   member.rank = dump.rank;
-  member.truncated = !dump.entries.empty() && dump.entries.front().record_id > 0;
+  member.partial_history = partial;
   std::vector<std::pair<int64_t, const FrEntry*>> collectives, p2p;
   for (const FrEntry& entry : dump.entries) {
-    if (!group_name || entry.pg_name != *group_name) continue;
+    if (!declared || entry.pg_name != declared->name) continue;
     if (entry.is_p2p) {
       p2p.emplace_back(entry.p2p_seq_id, &entry);
     } else {
@@ -190,6 +167,11 @@ Member make_member(const FrDump& dump, const std::string* group_name) {
   }
   build_track(member.collectives, collectives);
   build_track(member.p2p, p2p);
+  if (declared && declared->last_enqueued_collective >= 0) {
+    member.has_status = true;
+    member.last_enqueued = declared->last_enqueued_collective;
+    member.last_completed = declared->last_completed_collective;
+  }
   return member;
 }
 
@@ -232,6 +214,9 @@ std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps) {
   // lists (the default group's 16,384 ranks in each of 16,384 dumps), and a sort per dump made this
   // O(ranks^2 log ranks), seconds at 16,384 ranks.
   std::map<std::vector<int>, std::vector<int>> sorted_lists;  // as declared -> sorted
+  std::map<int, bool> partial;  // per rank
+  for (const FrDump* dump : dumps) partial[dump->rank] = partial_history(*dump);
+  std::map<GroupKey, std::vector<const FrGroup*>> declarations;  // per group, parallel to its members
   for (const FrDump* dump : dumps) {
     check_entries_name_groups(*dump);
     for (const FrGroup& declared : dump->groups) {
@@ -253,7 +238,8 @@ std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps) {
         group.desc = declared.desc;  // the lowest rank's, as dumps are visited in rank order
       }
       if (std::binary_search(key.ranks.begin(), key.ranks.end(), dump->rank)) {
-        group.members.push_back(make_member(*dump, &declared.name));
+        group.members.push_back(make_member(*dump, &declared, partial[dump->rank]));
+        declarations[key].push_back(&declared);
       }
     }
   }
@@ -285,8 +271,21 @@ std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps) {
       if (it == by_rank.end()) {
         group.missing_dumps.push_back(rank);
       } else if (!group.member(rank)) {
-        undeclared.push_back(make_member(*it->second, nullptr));
+        undeclared.push_back(make_member(*it->second, nullptr, partial[rank]));
       }
+    }
+    // Whether pg_status counts collectives or p2p ops, member by member (see status_stream).
+    bool any_collective = false, any_p2p = false;
+    for (const Member& member : group.members) {
+      any_collective = any_collective || !member.collectives.units.empty();
+      any_p2p = any_p2p || !member.p2p.units.empty();
+    }
+    const StatusStream kinds = any_collective == any_p2p ? StatusStream::kUnknown
+                               : any_p2p                 ? StatusStream::kP2p
+                                                         : StatusStream::kCollectives;
+    const std::vector<const FrGroup*>& declared = declarations[key];
+    for (size_t i = 0; i < declared.size(); ++i) {
+      group.members[i].status_stream = status_stream(*declared[i], group.members[i], kinds);
     }
     for (Member& member : undeclared) group.members.push_back(std::move(member));
     std::sort(group.members.begin(), group.members.end(),
@@ -355,11 +354,6 @@ std::string minority_clauses(const Vote& vote, Clause clause) {
 // ---------------------------------------------------------------------------------------------
 // Collective units: what each aspect looks like as text (the vote's values)
 
-// One present rank's unit at a sequence number.
-struct Holder {
-  int rank = 0;
-  const Unit* unit = nullptr;
-};
 
 // "nccl:all_reduce", or for a coalesced group "nccl:coalesced(nccl:all_reduce, nccl:all_gather)".
 std::string describe(const Unit& unit) {
@@ -404,16 +398,8 @@ std::string output_text(const Unit& unit) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-// Dtypes of the tensors that exist (an empty size list has no dtypes worth comparing), "in -> out"
-// when a single op's input and output dtypes differ.
-std::string dtype_text(const FrEntry& op) {
-  const std::set<std::string> in(op.input_dtypes.begin(), op.input_dtypes.end());
-  const std::set<std::string> out(op.output_dtypes.begin(), op.output_dtypes.end());
-  const std::string in_text = op.input_sizes.empty() ? "" : fmt::format("{}", fmt::join(in, "/"));
-  const std::string out_text = op.output_sizes.empty() ? "" : fmt::format("{}", fmt::join(out, "/"));
-  if (in_text.empty() || out_text.empty() || in_text == out_text) return in_text.empty() ? out_text : in_text;
-  return in_text + " -> " + out_text;
-}
+
+using fr_detail::dtype_text;
 
 std::string dtype_text(const Unit& unit) {
   std::vector<std::string> parts;
@@ -440,34 +426,8 @@ bool identical(const Unit& a, const Unit& b) {
 // ---------------------------------------------------------------------------------------------
 // Findings
 
-struct Place {
-  const Group* group = nullptr;
-  int64_t seq = 0;
-  bool p2p = false;
 
-  std::string sequence() const { return p2p ? fmt::format("p2p #{}", seq) : fmt::format("#{}", seq); }
-};
 
-FrFinding make_finding(FrFindingKind kind, const Place& place, std::string collective, std::vector<int> culprits,
-                       std::string detail) {
-  FrFinding finding;
-  finding.kind = kind;
-  finding.group = place.group->key.name;
-  finding.group_desc = place.group->desc;
-  finding.group_ranks = place.group->key.ranks;
-  finding.sequence = place.seq;
-  finding.p2p = place.p2p;
-  finding.collective = std::move(collective);
-  finding.culprit_ranks = std::move(culprits);
-  finding.detail = std::move(detail);
-  return finding;
-}
-
-std::vector<int> ranks_of(const std::vector<Holder>& holders) {
-  std::vector<int> ranks;
-  for (const Holder& h : holders) ranks.push_back(h.rank);
-  return ranks;
-}
 
 template <typename Text>
 Vote vote_on(const std::vector<Holder>& holders, Text text) {
@@ -484,24 +444,6 @@ const Unit& unit_of(const std::vector<Holder>& holders, int rank) {
   return *holders.front().unit;
 }
 
-FrFinding missing_finding(const Place& place, const std::vector<Holder>& present, const std::vector<int>& missing,
-                          const std::string& collective) {
-  const bool waiting = std::any_of(present.begin(), present.end(), [](const Holder& h) {
-    return h.unit->entries.back()->state != FrState::kCompleted;
-  });
-  std::string detail =
-      fmt::format("{} never joined {} {} of {}: {} {}", ranks_phrase(missing), collective, place.sequence(),
-                  place.group->label, ranks_phrase(ranks_of(present)),
-                  waiting ? (present.size() == 1 ? "is waiting in it" : "are waiting in it") : "recorded it");
-  // A rank that issued one collective too many looks the same as the others never joining it.
-  if (missing.size() > present.size()) {
-    detail += fmt::format(" (the missing ranks are the majority: did {} issue an extra collective?)",
-                          ranks_phrase(ranks_of(present)));
-  }
-  FrFinding finding = make_finding(FrFindingKind::kMissingRanks, place, collective, missing, std::move(detail));
-  finding.missing_ranks = missing;
-  return finding;
-}
 
 std::optional<FrFinding> type_finding(const Place& place, const std::vector<Holder>& present) {
   const Vote types = vote_on(present, [](const Unit& u) { return describe(u); });
@@ -615,7 +557,10 @@ std::optional<FrFinding> state_finding(const Place& place, const std::vector<Hol
   const auto minority = states.minority();
   const std::string& majority = states.majority_value();
   const std::string others = ranks_phrase(states.majority_ranks());
-  const std::vector<int> culprits = states.culprits();
+  // Where one side completed, the ranks still in it are behind, majority or not: a collective
+  // completes nowhere unless every member took part, so theirs is the stream that stopped.
+  std::vector<int> culprits = states.culprits();
+  if (minority.size() == 1 && minority[0].first == "completed") culprits = states.majority_ranks();
   const auto are = [](const std::vector<int>& r) { return r.size() == 1 ? "is" : "are"; };
   std::string detail;
   if (minority.size() > 1) {
@@ -629,8 +574,8 @@ std::optional<FrFinding> state_finding(const Place& place, const std::vector<Hol
     detail = fmt::format("{} {} still in {} ({}) while {} completed it", ranks_phrase(culprits), are(culprits), what,
                          minority[0].first, others);
   } else if (minority[0].first == "completed") {
-    detail = fmt::format("{} completed {} while {} {} still in it ({})", ranks_phrase(culprits), what, others,
-                         are(states.majority_ranks()), majority);
+    detail = fmt::format("{} {} still in {} ({}) while {} completed it", others, are(states.majority_ranks()), what,
+                         majority, ranks_phrase(minority[0].second));
   } else {
     detail = fmt::format("{} {} {} in {} while {} {} {}", ranks_phrase(culprits), are(culprits), minority[0].first,
                          what, others, are(states.majority_ranks()), majority);
@@ -658,120 +603,8 @@ std::optional<FrFinding> compare_collective(const Place& place, const std::vecto
 }
 
 // ---------------------------------------------------------------------------------------------
-// P2P units: each send must meet a recv on its peer with the same (src, dst) and size
-
-struct P2pOp {
-  const FrEntry* entry = nullptr;
-  bool send = false;
-  int src = 0;  // global ranks
-  int dst = 0;
-};
-
-// A group-local rank as p2p names spell it; -1 when it is not a plain number.
-int local_rank(std::string_view text) {
-  int value = -1;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  return error == std::errc() && end == text.data() + text.size() ? value : -1;
-}
-
-// "nccl:send 0->1" / "nccl:recv 1<-0", group-local ranks, mapped through the sorted membership.
-std::optional<P2pOp> parse_p2p(const FrEntry& entry, const Group& group, int rank) {
-  const std::string_view type = fr_op_type(entry.profiling_name);
-  if (type != "send" && type != "recv") return std::nullopt;
-  const std::string_view name = entry.profiling_name;
-  const size_t space = name.find(' ');
-  const size_t at = space == std::string_view::npos ? space : name.find(type == "send" ? "->" : "<-", space);
-  int first = -1, second = -1;
-  if (at != std::string_view::npos) {
-    first = local_rank(name.substr(space + 1, at - space - 1));
-    second = local_rank(name.substr(at + 2));
-  }
-  const int size = static_cast<int>(group.key.ranks.size());
-  if (first < 0 || second < 0 || first >= size || second >= size) {
-    fail(ErrorCode::kFormat, "rank {}: entry {} '{}' does not name two local ranks of {} ({} ranks)", rank,
-         entry.record_id, entry.profiling_name, group.label, size);
-  }
-  P2pOp op{&entry, type == "send", 0, 0};
-  // send "src->dst", recv "dst<-src"
-  op.src = group.key.ranks[static_cast<size_t>(type == "send" ? first : second)];
-  op.dst = group.key.ranks[static_cast<size_t>(type == "send" ? second : first)];
-  return op;
-}
-
-std::vector<P2pOp> p2p_ops(const Unit& unit, const Group& group, int rank) {
-  std::vector<P2pOp> ops;
-  for (const FrEntry* entry : unit.entries) {
-    if (auto op = parse_p2p(*entry, group, rank)) ops.push_back(*op);
-  }
-  return ops;
-}
-
-int peer_of(const P2pOp& op) { return op.send ? op.dst : op.src; }
-
-// The ops of `ops` in direction src -> dst, sends or recvs.
-std::vector<const P2pOp*> direction(const std::vector<P2pOp>& ops, int src, int dst, bool send) {
-  std::vector<const P2pOp*> out;
-  for (const P2pOp& op : ops) {
-    if (op.send == send && op.src == src && op.dst == dst) out.push_back(&op);
-  }
-  return out;
-}
-
-std::string names_toward(const std::vector<P2pOp>& ops, int peer) {
-  std::vector<std::string> names;
-  for (const P2pOp& op : ops) {
-    if (peer_of(op) == peer) names.push_back(op.entry->profiling_name);
-  }
-  return names.empty() ? "nothing" : fmt::format("{}", fmt::join(names, ", "));
-}
-
-// A pair has no majority: by the tie rule the lower rank's record stands and the higher rank is the
-// culprit.
-std::optional<FrFinding> compare_direction(const Place& place, int src, int dst, const std::vector<P2pOp>& src_ops,
-                                           const std::vector<P2pOp>& dst_ops) {
-  const std::vector<const P2pOp*> sends = direction(src_ops, src, dst, true);
-  const std::vector<const P2pOp*> recvs = direction(dst_ops, src, dst, false);
-  const int low = std::min(src, dst), high = std::max(src, dst);
-  const std::vector<P2pOp>& low_ops = low == src ? src_ops : dst_ops;
-  const std::vector<P2pOp>& high_ops = low == src ? dst_ops : src_ops;
-  if (sends.size() != recvs.size()) {
-    const std::string detail =
-        fmt::format("rank {} issued {} where rank {} issued {} at {} of {}", high, names_toward(high_ops, low), low,
-                    names_toward(low_ops, high), place.sequence(), place.group->label);
-    return make_finding(FrFindingKind::kTypeMismatch, place, names_toward(low_ops, high), {high}, detail);
-  }
-  for (size_t i = 0; i < sends.size(); ++i) {
-    const FrEntry& send = *sends[i]->entry;
-    const FrEntry& recv = *recvs[i]->entry;
-    const FrEntry& low_entry = low == src ? send : recv;
-    const FrEntry& high_entry = low == src ? recv : send;
-    const auto& low_sizes = low == src ? send.input_sizes : recv.output_sizes;
-    const auto& high_sizes = low == src ? recv.output_sizes : send.input_sizes;
-    if (low_sizes != high_sizes) {
-      return make_finding(FrFindingKind::kSizeMismatch, place, low_entry.profiling_name, {high},
-                          fmt::format("rank {}'s {} has size {} where rank {}'s {} has {} at {} of {}", high,
-                                      high_entry.profiling_name, sizes_text(high_sizes), low, low_entry.profiling_name,
-                                      sizes_text(low_sizes), place.sequence(), place.group->label));
-    }
-    const std::string low_dtype = dtype_text(low_entry), high_dtype = dtype_text(high_entry);
-    if (low_dtype != high_dtype) {
-      return make_finding(FrFindingKind::kDtypeMismatch, place, low_entry.profiling_name, {high},
-                          fmt::format("rank {}'s {} has dtype {} where rank {}'s {} has {} at {} of {}", high,
-                                      high_entry.profiling_name, high_dtype, low, low_entry.profiling_name, low_dtype,
-                                      place.sequence(), place.group->label));
-    }
-  }
-  return std::nullopt;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Walking a stream
 
-struct StreamResult {
-  std::optional<FrFinding> finding;
-  int64_t finding_time_ns = 0;  // when the diverging unit was first recorded (to order the streams)
-  int64_t matched = 0;
-};
 
 int64_t earliest_time(const std::vector<Holder>& present) {
   int64_t t = present.front().unit->entries.front()->time_created_ns;
@@ -779,105 +612,213 @@ int64_t earliest_time(const std::vector<Holder>& present) {
   return t;
 }
 
-std::vector<int64_t> all_sequences(const Group& group, bool p2p) {
+std::vector<int64_t> all_sequences(const Group& group) {
   std::vector<int64_t> seqs;
   for (const Member& m : group.members) {
-    for (const Unit& u : (p2p ? m.p2p : m.collectives).units) seqs.push_back(u.seq);
+    for (const Unit& u : m.collectives.units) seqs.push_back(u.seq);
   }
   std::sort(seqs.begin(), seqs.end());
   seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
   return seqs;
 }
 
+bool completed(const Unit& unit) { return unit.entries.back()->state == FrState::kCompleted; }
+
+// A collective completed on some ranks (`done`: issued and no longer held) that others still hold
+// unfinished: every member took part, or it could not have completed anywhere, so the ranks still
+// in it are those whose GPU stopped making progress (a GPU fault, a kernel that never ends).
+std::optional<FrFinding> stall_finding(const Place& place, const std::vector<Holder>& present,
+                                       const std::vector<int>& done) {
+  std::vector<int> stalled;
+  for (const Holder& h : present) {
+    if (!completed(*h.unit)) stalled.push_back(h.rank);
+  }
+  if (stalled.empty() || done.empty()) return std::nullopt;
+  const std::string collective = describe(*present.front().unit);
+  return make_finding(FrFindingKind::kStateMismatch, place, collective, stalled,
+                      fmt::format("{} never completed {} {} of {}, which {} completed: {} GPU work stopped", 
+                                  ranks_phrase(stalled), collective, place.sequence(), place.group->label,
+                                  ranks_phrase(done), stalled.size() == 1 ? "its" : "their"));
+}
+
 std::optional<FrFinding> check_collective(const Place& place, std::vector<Holder>& present) {
   present.clear();
-  std::vector<int> missing;
+  std::vector<int> missing, done;
   for (const Member& member : place.group->members) {
     const Unit* unit = nullptr;
-    const Presence p = presence(member, member.collectives, place.seq, &unit);
+    const Presence p = presence(member, place.seq, &unit);
     if (p == Presence::kPresent) present.push_back({member.rank, unit});
+    if (p == Presence::kDone) done.push_back(member.rank);
     if (p == Presence::kMissing) missing.push_back(member.rank);
   }
+  if (present.empty()) return std::nullopt;  // completed wherever it was issued: nothing waits in it
   if (!missing.empty()) {
     const Vote names = vote_on(present, [](const Unit& u) { return describe(u); });
     return missing_finding(place, present, missing, names.majority_value());
   }
-  return compare_collective(place, present);
+  if (auto finding = compare_collective(place, present)) return finding;
+  return stall_finding(place, present, done);
 }
 
-std::optional<FrFinding> check_p2p(const Place& place, std::vector<Holder>& present) {
-  const Group& group = *place.group;
-  present.clear();
-  for (const Member& member : group.members) {
-    if (const Unit* unit = member.p2p.find(place.seq)) present.push_back({member.rank, unit});
-  }
-  std::map<int, std::vector<P2pOp>> ops;  // per present rank
-  for (const Holder& h : present) ops[h.rank] = p2p_ops(*h.unit, group, h.rank);
-  // Peers that should have recorded this p2p sequence number and did not.
-  std::set<int> missing;
-  std::string missing_op;
-  for (const auto& [rank, rank_ops] : ops) {
-    for (const P2pOp& op : rank_ops) {
-      const Member* peer = group.member(peer_of(op));
-      const Unit* unit = nullptr;
-      if (peer && !ops.count(peer->rank) && presence(*peer, peer->p2p, place.seq, &unit) == Presence::kMissing) {
-        if (missing.empty()) missing_op = op.entry->profiling_name;
-        missing.insert(peer->rank);
-      }
-    }
-  }
-  if (!missing.empty()) {
-    std::vector<Holder> waiting;
-    for (const Holder& h : present) {
-      const auto& rank_ops = ops[h.rank];
-      if (std::any_of(rank_ops.begin(), rank_ops.end(), [&](const P2pOp& op) { return missing.count(peer_of(op)); })) {
-        waiting.push_back(h);
-      }
-    }
-    return missing_finding(place, waiting, {missing.begin(), missing.end()}, missing_op);
-  }
-  // Each pair once, lower rank first, each direction.
-  for (const auto& [rank, rank_ops] : ops) {
-    std::set<int> peers;
-    for (const P2pOp& op : rank_ops) peers.insert(peer_of(op));
-    for (int peer : peers) {
-      if (peer < rank && ops.count(peer)) continue;  // done from the peer's side
-      if (!ops.count(peer)) continue;                // peer unknown (truncated) or without a dump
-      if (auto f = compare_direction(place, rank, peer, rank_ops, ops[peer])) return f;
-      if (auto f = compare_direction(place, peer, rank, ops[peer], rank_ops)) return f;
-    }
-  }
-  return std::nullopt;
-}
-
-StreamResult walk_stream(const Group& group, bool p2p) {
+// The group's collectives in sequence order, up to the first divergence (later ones follow from it;
+// PyTorch stops pairing there too). A state divergence does not stop the walk: the first missing
+// rank after it is what the others wait for.
+StreamResult walk_collectives(const Group& group) {
   StreamResult result;
   std::vector<Holder> present;
-  for (int64_t seq : all_sequences(group, p2p)) {
-    const Place place{&group, seq, p2p};
-    std::optional<FrFinding> finding = p2p ? check_p2p(place, present) : check_collective(place, present);
+  for (int64_t seq : all_sequences(group)) {
+    const Place place{&group, seq, false};
+    std::optional<FrFinding> finding = check_collective(place, present);
     if (!finding) {
       ++result.matched;
       continue;
     }
+    if (finding->kind == FrFindingKind::kStateMismatch) {
+      if (!result.stall) {
+        result.stall = std::move(finding);
+        result.stall_time_ns = earliest_time(present);
+      }
+      continue;
+    }
+    if (finding->kind == FrFindingKind::kMissingRanks) {
+      const std::string where = fmt::format("{} {} of {}", finding->collective, place.sequence(), group.label);
+      for (const Holder& h : present) {
+        if (completed(*h.unit)) continue;
+        for (int rank : finding->missing_ranks) result.waits.push_back({h.rank, rank, where});
+      }
+    }
     result.finding = std::move(finding);
-    result.finding_time_ns = present.empty() ? 0 : earliest_time(present);
-    break;  // later units follow from the first divergence (PyTorch stops pairing here too)
+    result.finding_time_ns = earliest_time(present);
+    break;
   }
   return result;
 }
 
-FrFinding missing_dumps_finding(const Group& group) {
+// Members of a group that left no dump, waited on by the members still in its oldest unfinished
+// collective (a crashed rank writes nothing): the wait edges, empty when nothing waits.
+std::vector<WaitEdge> waits_on_missing_dumps(const Group& group, std::string* where) {
+  std::vector<WaitEdge> waits;
+  if (group.missing_dumps.empty()) return waits;
+  for (int64_t seq : all_sequences(group)) {
+    for (const Member& member : group.members) {
+      const Unit* unit = member.collectives.find(seq);
+      if (unit == nullptr || completed(*unit)) continue;
+      *where = fmt::format("{} #{} of {}", describe(*unit), seq, group.label);
+      for (int rank : group.missing_dumps) waits.push_back({member.rank, rank, *where});
+    }
+    if (!waits.empty()) return waits;
+  }
+  return waits;
+}
+
+// `waited_in`: where the members with a dump wait for them ("" when none waits).
+FrFinding missing_dumps_finding(const Group& group, const std::string& waited_in) {
   Place place{&group, -1, false};
-  FrFinding finding =
-      make_finding(FrFindingKind::kMissingDumps, place, "", group.missing_dumps,
-                   fmt::format("{} of {} left no dump: nothing can be said about {}", ranks_phrase(group.missing_dumps),
-                               group.label, group.missing_dumps.size() == 1 ? "it" : "them"));
+  const bool one = group.missing_dumps.size() == 1;
+  const std::string detail =
+      waited_in.empty()
+          ? fmt::format("{} of {} left no dump: nothing can be said about {}", ranks_phrase(group.missing_dumps),
+                        group.label, one ? "it" : "them")
+          : fmt::format("{} of {} left no dump (crashed, or killed before dumping) while the others wait for {} "
+                        "in {}",
+                        ranks_phrase(group.missing_dumps), group.label, one ? "it" : "them", waited_in);
+  FrFinding finding = make_finding(FrFindingKind::kMissingDumps, place, "", group.missing_dumps, detail);
   finding.missing_ranks = group.missing_dumps;
   return finding;
 }
 
+// The order findings are read in: a rank caught issuing the wrong operation first; then the ranks
+// everyone ends up waiting for (most of them named at once, then the earliest); GPU stalls; the
+// findings whose missing ranks are themselves waiting elsewhere; dumps nobody waits for.
+struct Ranked {
+  FrFinding finding;
+  int64_t time_ns = 0;
+  int order = 0;
+  size_t roots_named = 0;
+};
+
+int reading_order(const FrFinding& f, size_t roots_named) {
+  switch (f.kind) {
+    case FrFindingKind::kTypeMismatch:
+    case FrFindingKind::kSizeMismatch:
+    case FrFindingKind::kDtypeMismatch:
+      return 0;
+    case FrFindingKind::kMissingRanks:
+      return roots_named > 0 ? 1 : 3;
+    case FrFindingKind::kMissingDumps:
+      return roots_named > 0 ? 1 : 4;
+    case FrFindingKind::kStateMismatch:
+      return 2;
+  }
+  return 4;
+}
+
 }  // namespace
+
+namespace fr_detail {
+
+// Python's repr of a shape list: [[3, 4], [8]].
+std::string sizes_text(const std::vector<std::vector<int64_t>>& sizes) {
+  std::vector<std::string> shapes;
+  shapes.reserve(sizes.size());
+  for (const auto& shape : sizes) shapes.push_back(fmt::format("[{}]", fmt::join(shape, ", ")));
+  return fmt::format("[{}]", fmt::join(shapes, ", "));
+}
+
+// Dtypes of the tensors that exist (an empty size list has no dtypes worth comparing), "in -> out"
+// when a single op's input and output dtypes differ.
+std::string dtype_text(const FrEntry& op) {
+  const std::set<std::string> in(op.input_dtypes.begin(), op.input_dtypes.end());
+  const std::set<std::string> out(op.output_dtypes.begin(), op.output_dtypes.end());
+  const std::string in_text = op.input_sizes.empty() ? "" : fmt::format("{}", fmt::join(in, "/"));
+  const std::string out_text = op.output_sizes.empty() ? "" : fmt::format("{}", fmt::join(out, "/"));
+  if (in_text.empty() || out_text.empty() || in_text == out_text) return in_text.empty() ? out_text : in_text;
+  return in_text + " -> " + out_text;
+}
+
+std::string Place::sequence() const { return p2p ? fmt::format("p2p #{}", seq) : fmt::format("#{}", seq); }
+
+FrFinding make_finding(FrFindingKind kind, const Place& place, std::string collective, std::vector<int> culprits,
+                       std::string detail) {
+  FrFinding finding;
+  finding.kind = kind;
+  finding.group = place.group->key.name;
+  finding.group_desc = place.group->desc;
+  finding.group_ranks = place.group->key.ranks;
+  finding.sequence = place.seq;
+  finding.p2p = place.p2p;
+  finding.collective = std::move(collective);
+  finding.culprit_ranks = std::move(culprits);
+  finding.detail = std::move(detail);
+  return finding;
+}
+
+std::vector<int> ranks_of(const std::vector<Holder>& holders) {
+  std::vector<int> ranks;
+  for (const Holder& h : holders) ranks.push_back(h.rank);
+  return ranks;
+}
+
+FrFinding missing_finding(const Place& place, const std::vector<Holder>& present, const std::vector<int>& missing,
+                          const std::string& collective) {
+  const bool waiting = std::any_of(present.begin(), present.end(), [](const Holder& h) {
+    return h.unit->entries.back()->state != FrState::kCompleted;
+  });
+  std::string detail =
+      fmt::format("{} never joined {} {} of {}: {} {}", ranks_phrase(missing), collective, place.sequence(),
+                  place.group->label, ranks_phrase(ranks_of(present)),
+                  waiting ? (present.size() == 1 ? "is waiting in it" : "are waiting in it") : "recorded it");
+  // A rank that issued one collective too many looks the same as the others never joining it.
+  if (missing.size() > present.size()) {
+    detail += fmt::format(" (the missing ranks are the majority: did {} issue an extra collective?)",
+                          ranks_phrase(ranks_of(present)));
+  }
+  FrFinding finding = make_finding(FrFindingKind::kMissingRanks, place, collective, missing, std::move(detail));
+  finding.missing_ranks = missing;
+  return finding;
+}
+
+}  // namespace fr_detail
 
 // "nccl:send 0->1" -> "send"; "nccl:all_reduce" -> "all_reduce".
 std::string_view fr_op_type(std::string_view profiling_name) {
@@ -920,24 +861,62 @@ FrAnalysis analyze(const std::vector<FrDump>& dumps) {
   const std::vector<Group> groups = build_groups(sorted);
   analysis.ranks = static_cast<int>(dumps.size());
   analysis.groups = static_cast<int>(groups.size());
-  for (const FrDump& dump : dumps) analysis.entries += static_cast<int64_t>(dump.entries.size());
+  for (const FrDump* dump : sorted) {
+    analysis.entries += static_cast<int64_t>(dump->entries.size());
+    for (const std::string& warning : dump->warnings) analysis.warnings.push_back(fmt::format("rank {}: {}", dump->rank, warning));
+  }
 
   int64_t matched = 0;
-  std::vector<FrFinding> missing_dumps;
+  std::vector<Ranked> ranked;
+  std::vector<WaitEdge> waits;
   for (const Group& group : groups) {
-    StreamResult collectives = walk_stream(group, false);
-    StreamResult p2p = walk_stream(group, true);
+    StreamResult collectives = walk_collectives(group);
+    StreamResult p2p = check_p2p(group);
     matched += collectives.matched + p2p.matched;
+    const size_t waits_before = waits.size();
+    waits.insert(waits.end(), collectives.waits.begin(), collectives.waits.end());
+    waits.insert(waits.end(), p2p.waits.begin(), p2p.waits.end());
+    if (collectives.stall) ranked.push_back({std::move(*collectives.stall), collectives.stall_time_ns});
     // One divergence per group: the stream that diverged first in time.
     if (collectives.finding && (!p2p.finding || collectives.finding_time_ns <= p2p.finding_time_ns)) {
-      analysis.findings.push_back(std::move(*collectives.finding));
+      ranked.push_back({std::move(*collectives.finding), collectives.finding_time_ns});
     } else if (p2p.finding) {
-      analysis.findings.push_back(std::move(*p2p.finding));
+      ranked.push_back({std::move(*p2p.finding), p2p.finding_time_ns});
     }
-    if (!group.missing_dumps.empty()) missing_dumps.push_back(missing_dumps_finding(group));
+    if (!group.missing_dumps.empty()) {
+      std::string waited_in;
+      // Only where no member with a dump explains the wait.
+      if (waits.size() == waits_before) {
+        const std::vector<WaitEdge> on_missing = waits_on_missing_dumps(group, &waited_in);
+        waits.insert(waits.end(), on_missing.begin(), on_missing.end());
+      }
+      ranked.push_back({missing_dumps_finding(group, waited_in), std::numeric_limits<int64_t>::max()});
+    }
   }
-  // Divergences first: a missing dump says less than a rank caught diverging.
-  for (FrFinding& finding : missing_dumps) analysis.findings.push_back(std::move(finding));
+
+  // Follow the waits: a missing rank that is itself waiting elsewhere is a victim, not the cause.
+  const WaitGraph graph(waits);
+  analysis.root_ranks = graph.roots();
+  for (Ranked& r : ranked) {
+    FrFinding& f = r.finding;
+    if (f.kind == FrFindingKind::kMissingRanks || f.kind == FrFindingKind::kMissingDumps) {
+      if (f.kind == FrFindingKind::kMissingRanks) f.culprit_ranks = graph.roots_from(f.missing_ranks);
+      for (int rank : f.missing_ranks) {
+        if (const std::string chain = graph.chain(rank); !chain.empty()) f.detail += "; " + chain;
+      }
+    }
+    for (int rank : f.missing_ranks) {
+      if (std::binary_search(analysis.root_ranks.begin(), analysis.root_ranks.end(), rank)) ++r.roots_named;
+    }
+    r.order = reading_order(f, r.roots_named);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+    if (a.order != b.order) return a.order < b.order;
+    if (a.order == 1 && a.roots_named != b.roots_named) return a.roots_named > b.roots_named;
+    if (a.order == 1) return a.time_ns < b.time_ns;
+    return false;
+  });
+  for (Ranked& r : ranked) analysis.findings.push_back(std::move(r.finding));
 
   if (analysis.findings.empty()) {
     analysis.verdict = fmt::format("no mismatches: {}, {}, {} matched", count_text(analysis.ranks, "rank"),
@@ -954,6 +933,7 @@ std::string format_text(const FrAnalysis& analysis) {
   text += fmt::format("{}, {}, {}; {}\n", count_text(analysis.ranks, "rank"), count_text(analysis.groups, "group"),
                       count_text(analysis.entries, "entry", "entries"),
                       count_text(static_cast<int64_t>(analysis.findings.size()), "finding"));
+  for (const std::string& warning : analysis.warnings) text += "warning: " + warning + "\n";
   for (const FrFinding& f : analysis.findings) {
     text +=
         fmt::format("\n[{}] group {} ({}), ranks {}", name(f.kind), f.group, f.group_desc, rank_ranges(f.group_ranks));
@@ -980,9 +960,10 @@ std::string format_json(const FrAnalysis& analysis) {
                         {"culprit_ranks", f.culprit_ranks},
                         {"detail", f.detail}});
   }
-  nlohmann::ordered_json json = {{"verdict", analysis.verdict}, {"culprit_ranks", analysis.culprit_ranks},
-                                 {"findings", findings},        {"ranks", analysis.ranks},
-                                 {"groups", analysis.groups},   {"entries", analysis.entries}};
+  nlohmann::ordered_json json = {{"verdict", analysis.verdict},   {"culprit_ranks", analysis.culprit_ranks},
+                                 {"root_ranks", analysis.root_ranks}, {"findings", findings},
+                                 {"ranks", analysis.ranks},       {"groups", analysis.groups},
+                                 {"entries", analysis.entries},   {"warnings", analysis.warnings}};
   return json.dump(2) + "\n";
 }
 

@@ -1,6 +1,11 @@
-// Cross-rank analysis of flight-recorder dumps: matches entries by (group, collective_seq_id) as
-// PyTorch's analyzer does (p2p by p2p_seq_id, coalesced groups as one), and reports ranks that
-// never joined a collective and type / size / dtype / state mismatches, with the culprit rank.
+// Cross-rank analysis of flight-recorder dumps: matches collectives by (group, collective_seq_id) as
+// PyTorch's analyzer does (coalesced groups as one), point-to-point operations per (sender,
+// receiver) pair in the order each side issued them, and reports ranks that never joined an
+// operation and type / size / dtype / state mismatches. The culprit is the root cause: a missing
+// rank that is itself waiting in another group is followed to the rank the others wait for,
+// transitively. Reads PyTorch's own dumps as they are: pg_status by pg_id, and dumps that keep only
+// the entries that had not completed (an absent entry the rank's pg_status says it enqueued has
+// completed).
 //
 // Unlike PyTorch's analyzer: the verdict does not depend on the order of the dumps (every
 // decision is taken over all ranks at once, ranks in ascending order), and groups are keyed by
@@ -47,6 +52,8 @@ struct FrAnalysis {
   // (default_pg); ranks 0-4, 6-7 are waiting in it" or "no mismatches: 8 ranks, 120 collectives".
   std::string verdict;
   std::vector<int> culprit_ranks;  // of the first finding (empty when all matched)
+  std::vector<int> root_ranks;     // the ranks every wait leads to, ascending (empty: nothing waits)
+  std::vector<std::string> warnings;  // what the dumps held that could not be used ("rank 3: ...")
 };
 
 FrAnalysis analyze(const std::vector<FrDump>& dumps);
@@ -61,8 +68,8 @@ std::string rank_ranges(const std::vector<int>& ranks);
 std::string ranks_phrase(const std::vector<int>& ranks);
 
 // Text report (verdict first, then each finding) and JSON ({"verdict", "culprit_ranks",
-// "findings": [{"group", "group_desc", "sequence", "kind", "collective", "missing_ranks",
-// "culprit_ranks", "detail"}], "ranks", "groups", "entries"}).
+// "root_ranks", "findings": [{"group", "group_desc", "sequence", "kind", "collective",
+// "missing_ranks", "culprit_ranks", "detail"}], "ranks", "groups", "entries", "warnings"}).
 std::string format_text(const FrAnalysis& analysis);
 std::string format_json(const FrAnalysis& analysis);
 

@@ -46,7 +46,8 @@ class Session::Recorders {
   const FrConfig& config() const { return config_; }
 
   void new_group(const std::vector<int>& ranks, const std::string& desc) {
-    group_ = FrGroup{std::to_string(groups_++), desc, ranks, -1, -1, -1};
+    group_ = FrGroup{std::to_string(groups_), desc, ranks, -1, -1, -1, groups_};
+    ++groups_;
     for (int r : ranks) recorders_[static_cast<size_t>(r)]->add_group(group_);
     seq_.assign(static_cast<size_t>(session_.config().nranks), 0);
   }

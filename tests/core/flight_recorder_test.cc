@@ -98,8 +98,9 @@ FrDump rich_dump(int rank = 0) {
   FrDump dump;
   dump.comm_lib_version = "2.21.5";
   dump.rank = rank;
-  // Creation order is not name order: pg_status refers to groups by position, in both formats.
+  // Creation order is not name order: pg_status refers to groups by pg_id, in both formats.
   dump.groups = {group("0", {0, 1, 2}), group("2", {0, 2}), group("10", {1})};
+  for (size_t i = 0; i < dump.groups.size(); ++i) dump.groups[i].pg_id = static_cast<int>(i);
   dump.groups[2].last_enqueued_collective = 7;
   dump.groups[0].last_enqueued_collective = 2;
   dump.groups[0].last_started_collective = 1;
@@ -480,6 +481,41 @@ TEST(FrFormats, ControlCharactersInNamesAreEscaped) {
   }
 }
 
+// PyTorch keys pg_status by pg_id, sparse where the rank is not in every group created, and its
+// group names sort as strings ('0', '1', '112', '33'): a key is matched through the entries that
+// name it, the others by order (names and pg_ids rise together), and one matched neither way is a
+// warning, not a refusal.
+TEST(FrFormats, PgStatusIsKeyedByPgId) {
+  FrDump dump;
+  dump.comm_lib_version = "2.27.3";
+  dump.groups = {group("0", {0, 1}), group("112", {0}), group("33", {0, 1})};
+  dump.groups[0].pg_id = 0;
+  dump.groups[1].pg_id = 9;
+  dump.groups[2].pg_id = 4;
+  dump.groups[1].last_enqueued_collective = 90;
+  dump.groups[2].last_enqueued_collective = 30;
+  dump.groups[2].last_completed_collective = 29;
+  FrEntry pending = collective(30, "33");
+  pending.pg_id = 4;
+  pending.record_id = 17;  // only-active dumps: the completed ones before it are gone
+  dump.entries = {pending};
+  const Value root = pickle::loads(to_pickle(dump));
+  EXPECT_EQ(root.at("pg_status").at("4").at("last_enqueued_collective").as_int(), 30);
+  EXPECT_EQ(root.at("pg_status").at("9").at("last_enqueued_collective").as_int(), 90);
+  const FrDump read = parse_dump(to_pickle(dump), "d");
+  EXPECT_EQ(read, dump);
+  EXPECT_TRUE(read.warnings.empty());
+
+  // Names that are not numbers cannot be ordered against pg_ids: a key no entry names is a warning.
+  dump.groups[1].name = "experts";
+  const FrDump unmatched = parse_dump(to_pickle(dump), "d");
+  ASSERT_EQ(unmatched.warnings.size(), 2u);
+  EXPECT_NE(unmatched.warnings[0].find("pg_status['0']: no entry names pg_id 0"), std::string::npos)
+      << unmatched.warnings[0];
+  EXPECT_EQ(unmatched.groups[2].last_enqueued_collective, 30);  // matched through its entry
+  EXPECT_EQ(unmatched.groups[1].last_enqueued_collective, -1);  // not used
+}
+
 TEST(FrFormats, ReadsOlderPyTorchVersions) {
   const FrDump dump = parse_dump(pickle::dumps(older_dump("2.7")), "rank_0");
   EXPECT_EQ(dump.version, "2.7");
@@ -581,9 +617,9 @@ TEST(FrFormats, ProblemsNameTheSourceAndTheField) {
       }),
       {"pg_config['0'].name: '1' differs from its key"});
   bad(with([&](Dict& r) {
-        set(r, "pg_status", Dict{{"7", Dict{}}});
+        set(r, "pg_status", Dict{{"x", Dict{}}});
       }),
-      {"pg_status['7']: no group 7 (3 in pg_config)"});
+      {"pg_status['x']: the key is not a pg_id"});
   bad(with([&](Dict& r) { r.erase(r.begin() + 2); }), {"(top level): missing key 'pg_config'"});
   expect_error([] { parse_dump("", "f"); }, ErrorCode::kFormat, {"f: empty flight-recorder dump"});
   // A top-level array is JSON ('[' is no pickle opcode), refused as such rather than as a pickle.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/fr_analysis.h"
+#include "tests/support/shared_files.h"
 
 namespace tandem {
 namespace {
@@ -210,10 +212,11 @@ TEST(FrAnalysis, StateMismatchWhereTheMinorityCompleted) {
     if (s == 2 && r != 0) op.state = FrState::kStarted;
     return true;
   });
+  // A collective completes nowhere unless every member took part: the ranks still in it are behind.
   const FrAnalysis a = analyze(dumps);
-  EXPECT_EQ(a.culprit_ranks, std::vector<int>{0});
+  EXPECT_EQ(a.culprit_ranks, (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(a.verdict,
-            "rank 0 completed nccl:all_reduce #2 of group 0 (default_pg) while ranks 1-3 are still in it (started)");
+            "ranks 1-3 are still in nccl:all_reduce #2 of group 0 (default_pg) (started) while rank 0 completed it");
 }
 
 TEST(FrAnalysis, MajorityAmongThreeValues) {
@@ -493,6 +496,7 @@ TEST(FrAnalysis, P2pSendMeetsRecv) {
 
   // Both send: a type mismatch.
   dumps[1].entries[1] = p2p_entry(1, "nccl:send 1->0");
+  dumps[1].entries[1].record_id = 1;
   const FrAnalysis type = analyze(dumps);
   ASSERT_EQ(type.findings.size(), 1u);
   EXPECT_EQ(type.findings[0].kind, FrFindingKind::kTypeMismatch);
@@ -585,6 +589,49 @@ TEST(FrAnalysis, ThousandRanksTwoHundredEntriesEach) {
             "rank 777 never joined nccl:all_reduce #200 of group 0 (default_pg): ranks 0-776, 778-1023 are "
             "waiting in it");
   EXPECT_LT(seconds, 30.0);  // about 0.5 s in Release; generous for Debug and sanitizer builds
+}
+
+}  // namespace
+}  // namespace tandem
+
+// ---- dumps PyTorch itself wrote
+
+namespace tandem {
+namespace {
+
+struct RealSet {
+  const char* name;
+  std::vector<int> injected;  // fault_injection.log
+  std::vector<int> culprits;  // NVIDIA's analyzer (nvrx_reference_output.txt): the missing ranks
+  const char* verdict_group;  // ... and the group it names
+};
+
+// Two 16-rank Megatron MoE jobs (PyTorch 2.9, NCCL 2.27.3) from nvidia-resiliency-ext: faults on two
+// ranks, then every rank dumped the entries that had not completed. The culprits must be the
+// injected ranks NVIDIA's analyzer names, and no healthy rank may be a culprit anywhere.
+TEST(FrAnalysisRealDumps, CulpritsAreTheInjectedRanksNvidiaNames) {
+  const RealSet sets[] = {{"gpu_error_1st", {12, 14}, {12}, "74"}, {"lock_gil_1st", {9, 14}, {9, 14}, "72"}};
+  for (const RealSet& set : sets) {
+    const auto dir = test::shared_reference("pytorch-files/fr") / set.name;
+    if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " is absent";
+    const std::vector<FrDump> dumps = read_dump_dir(dir, "_dump_");
+    ASSERT_EQ(dumps.size(), 16u);
+    for (const FrDump& d : dumps) EXPECT_TRUE(d.warnings.empty()) << set.name << " rank " << d.rank;
+    const FrAnalysis a = analyze(dumps);
+    SCOPED_TRACE(set.name + std::string(": ") + format_text(a));
+    EXPECT_EQ(a.culprit_ranks, set.culprits);
+    EXPECT_EQ(a.root_ranks, set.culprits);
+    ASSERT_FALSE(a.findings.empty());
+    EXPECT_EQ(a.findings[0].kind, FrFindingKind::kMissingRanks);
+    EXPECT_EQ(a.findings[0].group, set.verdict_group);
+    EXPECT_EQ(a.findings[0].collective, "nccl:all_to_all");
+    for (const FrFinding& f : a.findings) {
+      for (int rank : f.culprit_ranks) {
+        EXPECT_TRUE(std::count(set.injected.begin(), set.injected.end(), rank)) << "healthy rank " << rank << " blamed: "
+                                                                                << f.detail;
+      }
+    }
+  }
 }
 
 }  // namespace
