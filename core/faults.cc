@@ -80,7 +80,8 @@ std::string Fault::describe() const {
     if (desync_dtype) instead += fmt::format(" {}", name(*desync_dtype));
     text += " issuing" + instead;
   }
-  if (trigger.collective) text += fmt::format(" at collective {}", *trigger.collective);
+  if (trigger.collective && !group.empty()) text += fmt::format(" at its {} collective {}", group, *trigger.collective);
+  if (trigger.collective && group.empty()) text += fmt::format(" at collective {}", *trigger.collective);
   if (trigger.at_s) text += fmt::format(" at {}", format_duration(*trigger.at_s));
   if (trigger.op) text += fmt::format(" at op {}", *trigger.op);
   if (trigger.probability) text += fmt::format(" with probability {:g}", *trigger.probability);

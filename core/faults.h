@@ -50,6 +50,9 @@ struct Fault {
   FaultKind kind = FaultKind::kTransient;
   FaultTrigger trigger;
   int rank = -1;                          // rank faults: the rank (required)
+  // Training steps: the communicator kind whose collectives trigger.collective counts on the rank
+  // ("tp", "pp", "fsdp", "dp", "ep", "cp", ...); empty in a collective loop (its one communicator).
+  std::string group;
   std::string link;                       // link faults: the topology link's name (tandem topo)
   int node = -1;                          // nic_down: the node ...
   int nic = -1;                           // ... and its NIC (= rail)

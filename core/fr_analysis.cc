@@ -120,9 +120,11 @@ void build_track(Track& track, std::vector<std::pair<int64_t, const FrEntry*>>& 
 
 // One member's tracks from its dump: the entries of the group that rank calls `group_name` (none
 // when the rank's dump does not declare the group).
+}  // namespace
+
 // Record ids are per rank and consecutive: a first one above 0 means the ring wrapped, a gap that
 // the dump kept only the entries that had not completed.
-bool partial_history(const FrDump& dump) {
+bool fr_partial_history(const FrDump& dump) {
   if (dump.entries.empty()) return false;
   if (dump.entries.front().record_id > 0) return true;
   for (size_t i = 1; i < dump.entries.size(); ++i) {
@@ -130,6 +132,8 @@ bool partial_history(const FrDump& dump) {
   }
   return false;
 }
+
+namespace {
 
 // Which stream the rank's pg_status counts (StatusStream): the kind of the group's last entry the
 // dump holds, when its sequence number is the last enqueued one; a group whose entries (on every
@@ -215,7 +219,7 @@ std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps) {
   // O(ranks^2 log ranks), seconds at 16,384 ranks.
   std::map<std::vector<int>, std::vector<int>> sorted_lists;  // as declared -> sorted
   std::map<int, bool> partial;  // per rank
-  for (const FrDump* dump : dumps) partial[dump->rank] = partial_history(*dump);
+  for (const FrDump* dump : dumps) partial[dump->rank] = fr_partial_history(*dump);
   std::map<GroupKey, std::vector<const FrGroup*>> declarations;  // per group, parallel to its members
   for (const FrDump* dump : dumps) {
     check_entries_name_groups(*dump);

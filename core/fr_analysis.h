@@ -58,6 +58,11 @@ struct FrAnalysis {
 
 FrAnalysis analyze(const std::vector<FrDump>& dumps);
 
+// Whether a dump holds less than its rank's history: its ring wrapped (the first record id is above
+// 0) or it kept only the entries that had not completed (gaps in the record ids, as PyTorch's dumps
+// on a hang do). An entry absent from such a dump may have completed.
+bool fr_partial_history(const FrDump& dump);
+
 // The op of a profiling name, "nccl:send 0->1" -> "send", "nccl:all_reduce" -> "all_reduce"; and
 // the elements of a list of tensor shapes ([[3, 4], [8]] -> 20).
 std::string_view fr_op_type(std::string_view profiling_name);

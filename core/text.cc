@@ -1,5 +1,7 @@
 #include "core/text.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace tandem {
@@ -32,6 +34,28 @@ std::string printable(std::string_view text) {
     }
   }
   return out;
+}
+
+std::string duration_text(double seconds) {
+  if (std::isnan(seconds)) return "nan";
+  if (seconds < 0) {
+    std::string text = duration_text(-seconds);
+    text.insert(text.begin(), '-');
+    return text;
+  }
+  struct Unit {
+    double seconds;
+    const char* name;
+  };
+  static constexpr Unit kUnits[] = {{86400, "d"}, {3600, "h"}, {60, "min"}, {1, "s"},
+                                    {1e-3, "ms"}, {1e-6, "us"}, {1e-9, "ns"}};
+  for (const Unit& unit : kUnits) {
+    const double value = seconds / unit.seconds;
+    if (value < 1 && unit.seconds > 1e-9) continue;
+    if (unit.seconds == 1e-9 || value >= 100) return fmt::format("{:.0f} {}", value, unit.name);
+    return value >= 10 ? fmt::format("{:.1f} {}", value, unit.name) : fmt::format("{:.2f} {}", value, unit.name);
+  }
+  return "0 s";
 }
 
 }  // namespace tandem

@@ -16,4 +16,9 @@ size_t find_control_character(std::string_view text, bool layout_allowed = false
 // `text` with each control character written as \xNN (a backslash stays a backslash).
 std::string printable(std::string_view text);
 
+// A duration for a person: "850 ns", "12.4 us", "3.20 ms", "1.50 s", "10.0 min", "2.5 h", "3.1 d",
+// three significant figures in the largest unit that keeps the number at least 1. Negative
+// durations keep their sign; NaN is "nan".
+std::string duration_text(double seconds);
+
 }  // namespace tandem

@@ -55,6 +55,12 @@ void run_command(const RunOptions& options, CommandStatus& status) {
   }
   const ScenarioBackend backend = backend_for(options, scenario);
   check_output_file(options.trace, "--trace", options.out_dir);
+  if (options.dump_on_exit && !workload_kind_of(scenario).writes_dumps()) {
+    fail(ErrorCode::kInvalidArgument,
+         "--dump-on-exit: a {} workload keeps no flight recorder, so there is nothing to dump; only collective-loop "
+         "scenarios write dumps",
+         workload_kind_of(scenario).type());
+  }
   if (!options.out_dir.empty()) {
     // A run owns its output folder's results: an earlier run's are removed, not mixed with these
     // (its dumps in fr/ go when this run's session starts).

@@ -1,6 +1,7 @@
 #include "app/replay/replay.h"
 
 #include <algorithm>
+#include <cctype>
 #include <array>
 #include <chrono>
 #include <deque>
@@ -15,6 +16,7 @@
 #include "app/scenario/scenario.h"
 #include "app/report/scenario_report.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/torch_names.h"
 #include "sim/collective_timer.h"
 #include "sim/sweep.h"
@@ -101,10 +103,17 @@ class Memberships {
 
 // An op's key: its group (name and membership: an id of Built::group_ids) and sequence number on
 // the collective or p2p stream.
+// A collective: (group, collective_seq_id). A p2p op: (group, sender, receiver, k), the k-th op
+// between the pair in the order each side issued it (docs/flight-recorder.md: a rank's p2p_seq_id
+// counts all of its p2p ops in the group and cannot be compared across ranks). In a dump that
+// holds part of its history, k counts the ops still pending; one that completed there has a key of
+// its own (sender = receiver = its rank) and runs on its rank alone.
 struct OpKey {
   size_t group = 0;
   bool p2p = false;
   int64_t sequence = 0;
+  int src = -1;
+  int dst = -1;
   auto operator<=>(const OpKey&) const = default;
 };
 
@@ -224,18 +233,48 @@ struct Built {
   std::map<int, size_t> dump_of;              // rank -> dump index
   std::map<std::pair<std::string, size_t>, size_t> group_ids;  // (name, membership) -> OpKey::group
   std::vector<size_t> group_of;               // per op: its OpKey::group
+  std::vector<std::pair<int, int>> p2p_pair;  // per op: its OpKey's (sender, receiver); (-1, -1) for a collective
   // Per dump and (group, stream): the oldest sequence number its ring buffer still holds (older
   // ops are unknown for that rank, not missing), when the buffer wrapped.
   std::vector<std::map<std::pair<size_t, bool>, int64_t>> oldest;
   std::vector<bool> truncated;
 };
 
+// See OpKey. `issued` counts, per (group, sender, receiver), the rank's p2p ops so far.
+OpKey op_key(const FrEntry& e, int rank, const FrGroup& group, size_t group_id, const std::map<int, bool>& partial,
+             std::map<std::tuple<size_t, int, int>, int64_t>& issued) {
+  if (!e.is_p2p) return OpKey{group_id, false, e.collective_seq_id};
+  const std::string_view type = fr_op_type(e.profiling_name);
+  // A batch's marker ("nccl:coalesced") names no peer: it goes with its batch's sequence number.
+  if (type != "send" && type != "recv") return OpKey{group_id, true, e.p2p_seq_id, -2, -2};
+  const std::optional<int> peer = p2p_peer(e.profiling_name);
+  if (!peer || *peer < 0 || *peer >= static_cast<int>(group.ranks.size())) {
+    fail(ErrorCode::kFormat, "rank {}: entry {} '{}' does not name a peer among the {} ranks of group {}", rank,
+         e.record_id, e.profiling_name, group.ranks.size(), group.name);
+  }
+  const int other = group.ranks[static_cast<size_t>(*peer)];
+  const bool send = type == "send";
+  const int src = send ? rank : other, dst = send ? other : rank;
+  const auto partial_of = [&](int r) {
+    auto it = partial.find(r);
+    return it != partial.end() && it->second;
+  };
+  const bool whole = !partial_of(src) && !partial_of(dst);
+  if (!whole && e.state == FrState::kCompleted) {
+    return OpKey{group_id, true, -1 - static_cast<int64_t>(e.record_id), rank, rank};
+  }
+  return OpKey{group_id, true, issued[{group_id, src, dst}]++, src, dst};
+}
+
 Built build_ops(const std::vector<FrDump>& dumps, Memberships& memberships, bool recorded_gaps,
                 PhaseProgress& progress) {
   Built built;
   std::map<OpKey, size_t> index;
+  std::map<int, bool> partial;  // per rank
+  for (const FrDump& dump : dumps) partial[dump.rank] = fr_partial_history(dump);
   for (size_t d = 0; d < dumps.size(); ++d) {
     const FrDump& dump = dumps[d];
+    std::map<std::tuple<size_t, int, int>, int64_t> issued;  // (group, src, dst) -> p2p ops counted
     built.rank_of.push_back(dump.rank);
     built.dump_of[dump.rank] = d;
     built.truncated.push_back(!dump.entries.empty() && dump.entries.front().record_id > 0);
@@ -255,7 +294,7 @@ Built build_ops(const std::vector<FrDump>& dumps, Memberships& memberships, bool
              e.record_id, e.pg_name);
       }
       const FrGroup& group = *g->second.first;
-      const OpKey key{g->second.second, e.is_p2p, e.is_p2p ? e.p2p_seq_id : e.collective_seq_id};
+      const OpKey key = op_key(e, dump.rank, group, g->second.second, partial, issued);
       auto found = index.find(key);
       if (found != index.end() && !ops.empty() && ops.back().op == found->second) {  // a coalesced group goes on
         ops.back().entries.push_back(&e);
@@ -267,10 +306,11 @@ Built build_ops(const std::vector<FrDump>& dumps, Memberships& memberships, bool
           op.group_desc = group.desc;
           op.group_ranks = memberships.sorted(memberships.id(group.ranks));
           op.p2p = key.p2p;
-          op.sequence = key.sequence;
+          op.sequence = e.is_p2p ? e.p2p_seq_id : e.collective_seq_id;  // the first recorder's, to show
           op.profiling_name = e.profiling_name;
           built.ops.push_back(std::move(op));
           built.group_of.push_back(key.group);
+          built.p2p_pair.emplace_back(key.src, key.dst);
         }
         ops.push_back(RankOp{it->second, {&e}});
         int64_t gap = 0;
@@ -318,16 +358,12 @@ void describe_ops(Built& built, int gpus) {
     if (!durations.empty()) op.recorded_s = median(durations);
     // Who must take part: a collective's whole group; a p2p op's pair (the recorders and their peers).
     if (op.p2p) {
-      std::set<int> pair(op.joined.begin(), op.joined.end());
-      for (const RankOp* r : records[i]) {
-        for (const FrEntry* e : r->entries) {
-          const std::optional<int> peer = p2p_peer(e->profiling_name);
-          if (peer && *peer >= 0 && *peer < static_cast<int>(op.group_ranks.size())) {
-            pair.insert(op.group_ranks[static_cast<size_t>(*peer)]);
-          }
-        }
+      const auto [src, dst] = built.p2p_pair[i];
+      if (src < 0) {
+        op.ranks = op.joined;
+      } else {
+        op.ranks = src == dst ? std::vector<int>{src} : std::vector<int>{std::min(src, dst), std::max(src, dst)};
       }
-      op.ranks.assign(pair.begin(), pair.end());
     } else {
       op.ranks = op.group_ranks;
     }
@@ -378,6 +414,7 @@ struct Replayed {
 // it (the ring buffer dropped them) has been through it.
 bool required(const Built& built, size_t d, size_t op_index) {
   const ReplayOp& op = built.ops[op_index];
+  if (op.p2p) return true;  // the pair's k-th op: matched exactly (OpKey)
   const auto& oldest = built.oldest[d];
   auto it = oldest.find(std::make_pair(built.group_of[op_index], op.p2p));
   if (it != oldest.end()) return op.sequence >= it->second;
@@ -601,7 +638,10 @@ std::vector<int> culprits_of(const Built& built, const Replayed& logic, const Bl
     std::set<size_t> here(logic.arrived[o].begin(), logic.arrived[o].end());
     for (int r : built.ops[o].ranks) {
       auto it = built.dump_of.find(r);
-      if (it == built.dump_of.end()) continue;  // no dump: cannot be judged
+      if (it == built.dump_of.end()) {  // no dump: the rank crashed (or was killed) before it could write one
+        culprits.insert(r);
+        continue;
+      }
       const size_t d = it->second;
       if (here.count(d) > 0 || !required(built, d, o)) continue;
       auto waits = blocked.op_of.find(d);
@@ -621,6 +661,42 @@ struct BlockedInfo {
   std::vector<int> missing, waiting, culprits;
   std::vector<int> survivors;  // its ranks less the culprits and the missing
 };
+
+// The ranks of `ranks`' model-parallel replicas: the closure over the tensor-, pipeline- and
+// context-parallel groups the dumps declare (Megatron's TENSOR_MODEL_PARALLEL_GROUP, ..., tandem's
+// "tp", "pp", "cp"). A data-parallel job survives the loss of a rank only by dropping its whole
+// replica: the rank's TP and PP peers hold shards that no other replica can stand in for.
+bool model_parallel(std::string_view desc) {
+  std::string upper(desc);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.find("DATA") != std::string::npos || upper.find("EXPERT") != std::string::npos) return false;
+  // tandem's own: "tp", "cp", and the pipeline pairs "ppS-T".
+  if (upper == "TP" || upper == "CP") return true;
+  if (upper.rfind("PP", 0) == 0 && (upper.size() == 2 || std::isdigit(static_cast<unsigned char>(upper[2])))) return true;
+  return upper.find("TENSOR_MODEL_PARALLEL") != std::string::npos ||
+         upper.find("PIPELINE_MODEL_PARALLEL") != std::string::npos ||
+         upper.find("CONTEXT_PARALLEL") != std::string::npos;
+}
+
+std::vector<int> replicas_of(const std::vector<FrDump>& dumps, const std::vector<int>& ranks) {
+  std::map<int, std::set<int>> peers;  // rank -> its model-parallel peers
+  for (const FrDump& dump : dumps) {
+    for (const FrGroup& g : dump.groups) {
+      if (!model_parallel(g.desc)) continue;
+      for (int r : g.ranks) peers[r].insert(g.ranks.begin(), g.ranks.end());
+    }
+  }
+  std::set<int> replica(ranks.begin(), ranks.end());
+  std::vector<int> todo(ranks.begin(), ranks.end());
+  while (!todo.empty()) {
+    const int r = todo.back();
+    todo.pop_back();
+    for (int peer : peers[r]) {
+      if (replica.insert(peer).second) todo.push_back(peer);
+    }
+  }
+  return {replica.begin(), replica.end()};
+}
 
 // Describes each blocked op (BlockedInfo) and records its waiting and missing ranks on the op.
 std::vector<BlockedInfo> describe_blocked(Built& built, const Replayed& logic, const Blocked& blocked) {
@@ -818,17 +894,17 @@ std::string recovery_detail(const ReplayRecovery& rec, const ReplayOp& o, const 
     case Outcome::kRecoveredShrink:
       return fmt::format(
           "the watchdog fires after {} s; the group is rebuilt without {} ({} on) and "
-          "{} #{} runs again in {:.1f} us",
+          "{} #{} runs again in {}",
           watchdog, ranks_phrase(rec.dropped_ranks),
           count_text(o.ranks.size() - rec.dropped_ranks.size()) +
               (o.ranks.size() - rec.dropped_ranks.size() == 1 ? " goes" : " go"),
-          o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+          o.profiling_name, o.sequence, duration_text(rec.rerun_s));
     case Outcome::kRecoveredReroute:
       return fmt::format(
           "the watchdog fires after {} s; the communicator is rebuilt around the failed link "
           "(which the dumps do not name; timed at the fault-free routes) and {} #{} runs "
-          "again in {:.1f} us",
-          watchdog, o.profiling_name, o.sequence, rec.rerun_s * 1e6);
+          "again in {}",
+          watchdog, o.profiling_name, o.sequence, duration_text(rec.rerun_s));
     default: {
       std::string why;
       if (o.state == ReplayState::kDesync) {
@@ -851,7 +927,7 @@ std::string recovery_detail(const ReplayRecovery& rec, const ReplayOp& o, const 
 // What `action` would have done at the first divergence: core/recovery.h's run_resilient, whose
 // first attempt fails as the dumps say and whose later ones run on the simulator.
 ReplayRecovery recover(RecoveryAction action, double watchdog, const ReplayOp& o, const BlockedInfo& first,
-                       const Timings& timings) {
+                       const Timings& timings, const std::vector<int>& replicas) {
   ReplayRecovery rec;
   rec.action = action;
   rec.watchdog_s = watchdog;
@@ -868,6 +944,11 @@ ReplayRecovery recover(RecoveryAction action, double watchdog, const ReplayOp& o
           a.status = o.state == ReplayState::kDesync ? AttemptResult::Status::kDesync : AttemptResult::Status::kStuck;
           a.failed_ranks =
               o.state == ReplayState::kStuck || o.completed.size() > 0 ? first.culprits : std::vector<int>{};
+          if (action == RecoveryAction::kShrink && !a.failed_ranks.empty()) {
+            a.failed_ranks.clear();  // the replicas' members in this op
+            std::set_intersection(replicas.begin(), replicas.end(), o.ranks.begin(), o.ranks.end(),
+                                  std::back_inserter(a.failed_ranks));
+          }
           a.link_fault = o.state == ReplayState::kStalled;
           // A desync hangs in NCCL too (mismatched sizes never finish): the watchdog sees it.
           if (o.state == ReplayState::kDesync) a.seconds = watchdog;
@@ -891,24 +972,149 @@ ReplayRecovery recover(RecoveryAction action, double watchdog, const ReplayOp& o
   return rec;
 }
 
+// Nothing stuck, but slow: a rank the others keep waiting for (it reaches the ops last, by more than
+// kStragglerShare of the recorded communication time), named with its slowdown (its time between
+// ops against the others' median); else ops that took kSlowRatio times the simulator's prediction
+// on every rank alike, which the dumps cannot pin on one rank (a ring is as slow as its slowest
+// hop, and every rank records the same duration). "" when neither.
+constexpr double kStragglerShare = 0.1;
+constexpr double kSlowRatio = 1.5;
+
+std::string slowdown(const Built& built, const Replayed& logic, const ReplayResult& result) {
+  std::map<int, double> waited_for_s;  // rank -> how long the others waited for it, summed
+  std::map<int, int> last_count;
+  for (size_t op : logic.order) {
+    std::vector<std::pair<int64_t, int>> arrivals;  // (time_created_ns, rank)
+    for (size_t d : logic.arrived[op]) {
+      for (const RankOp& r : built.per_rank[d]) {
+        if (r.op == op) arrivals.emplace_back(r.entries.front()->time_created_ns, built.rank_of[d]);
+      }
+    }
+    if (arrivals.size() < 2) continue;
+    std::sort(arrivals.begin(), arrivals.end());
+    const int64_t median_ns = arrivals[arrivals.size() / 2].first;
+    const auto& last = arrivals.back();
+    if (last.first > median_ns) {
+      waited_for_s[last.second] += static_cast<double>(last.first - median_ns) / 1e9;
+      ++last_count[last.second];
+    }
+  }
+  const auto worst = std::max_element(waited_for_s.begin(), waited_for_s.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (worst != waited_for_s.end() && result.recorded_comm_s > 0 &&
+      worst->second > kStragglerShare * result.recorded_comm_s && 2 * last_count[worst->first] > static_cast<int>(logic.order.size())) {
+    // Its time between ops against the others' median.
+    std::vector<double> others;
+    double its = 0;
+    for (size_t d = 0; d < built.gaps_ns.size(); ++d) {
+      double total = 0;
+      for (int64_t gap : built.gaps_ns[d]) total += static_cast<double>(gap);
+      if (built.rank_of[d] == worst->first) {
+        its = total;
+      } else {
+        others.push_back(total);
+      }
+    }
+    const double typical = others.empty() ? 0 : median(others);
+    return fmt::format("rank {} is a straggler: it reached {} of {} ops last and the others waited {} for it{}",
+                       worst->first, last_count[worst->first], logic.order.size(), duration_text(worst->second),
+                       typical > 0 ? fmt::format(" (its time between ops is {:.1f}x the others' median)", its / typical)
+                                   : std::string());
+  }
+  // Uniformly slow: recorded against predicted, per op.
+  std::vector<double> ratios;
+  int64_t first_slow = -1;
+  for (size_t op : logic.order) {
+    const ReplayOp& o = built.ops[op];
+    if (!o.recorded_s || !o.simulated || o.predicted_s <= 0) continue;
+    const double ratio = *o.recorded_s / o.predicted_s;
+    ratios.push_back(ratio);
+    if (ratio >= kSlowRatio && first_slow < 0) first_slow = o.sequence;
+  }
+  if (ratios.empty() || first_slow < 0) return "";
+  std::vector<double> slow;
+  for (double r : ratios) {
+    if (r >= kSlowRatio) slow.push_back(r);
+  }
+  return fmt::format(
+      "{} of {} ops (from #{} on) took {:.1f}x the predicted time on every rank alike: something in their path is slow "
+      "(a straggler or a degraded link); every rank records the same duration, so the dumps cannot name the rank",
+      slow.size(), ratios.size(), first_slow, median(slow));
+}
+
+// The blocked op `tandem fr analyze` leads with, whose culprits are the root cause (the ranks the
+// waits lead to): one answer from both commands. Else the first blocked op.
+BlockedInfo& headline(const Built& built, std::vector<BlockedInfo>& infos, const FrAnalysis& analysis) {
+  if (analysis.findings.empty() || analysis.root_ranks.empty()) return infos.front();
+  const FrFinding& f = analysis.findings.front();
+  for (BlockedInfo& info : infos) {
+    const ReplayOp& o = built.ops[info.op];
+    if (o.group != f.group || o.p2p != f.p2p) continue;
+    const bool same = f.kind == FrFindingKind::kMissingDumps
+                          ? std::includes(info.missing.begin(), info.missing.end(), f.missing_ranks.begin(),
+                                          f.missing_ranks.end())
+                          : o.sequence == f.sequence;
+    if (!same) continue;
+    info.culprits = analysis.culprit_ranks;
+    return info;
+  }
+  return infos.front();
+}
+
 // The verdict: the first divergence (its culprits, and what each policy would have done there),
 // or that the replay ran to the end.
-void judge_replay(const Built& built, const Replayed& logic, const Timings& timings, const RankClock& clock,
-                  const std::vector<BlockedInfo>& infos, const ReplayOptions& options, ReplayResult& result) {
+void judge_replay(const std::vector<FrDump>& dumps, const Built& built, const Replayed& logic, const Timings& timings,
+                  const RankClock& clock, std::vector<BlockedInfo>& infos, const ReplayOptions& options,
+                  ReplayResult& result) {
   if (infos.empty()) {
     result.verdict = fmt::format(
         "the replay ran to the end: {} ops of {} ranks, none stuck; predicted "
-        "communication {:.1f} us",
-        logic.order.size(), result.ranks, result.predicted_comm_s * 1e6);
+        "communication {}",
+        logic.order.size(), result.ranks, duration_text(result.predicted_comm_s));
+    if (const std::string slow = slowdown(built, logic, result); !slow.empty()) result.verdict += "; " + slow;
     return;
   }
-  const BlockedInfo& first = infos.front();
+  const BlockedInfo& first = headline(built, infos, result.analysis);
   const ReplayOp& o = built.ops[first.op];
   result.culprit_ranks = first.culprits;
   result.verdict = o.detail;
   const double watchdog = watchdog_at(built, logic, clock, options, first.op);
+  // Shrink drops the culprits' whole model-parallel replicas, not the culprits alone.
+  const std::vector<int> replicas = replicas_of(dumps, first.culprits);
   for (RecoveryAction action : options.recoveries) {
-    result.recoveries.push_back(recover(action, watchdog, o, first, timings));
+    ReplayRecovery rec = recover(action, watchdog, o, first, timings, replicas);
+    const bool op_leaves = std::includes(replicas.begin(), replicas.end(), o.ranks.begin(), o.ranks.end());
+    if (action == RecoveryAction::kShrink && !first.culprits.empty() && op_leaves &&
+        static_cast<int>(replicas.size()) < result.ranks) {
+      // The stuck op's whole group sits in the replicas that leave: nothing of it is re-run, the
+      // other replicas go on without them (a smaller data-parallel world).
+      rec.outcome = Outcome::kRecoveredShrink;
+      rec.dropped_ranks = replicas;
+      rec.rerun_s = 0;
+      rec.end_s = rec.detected_s;
+      rec.detail = fmt::format(
+          "the watchdog fires after {} s; {}'s model-parallel replica{} (ranks {}, with {} #{} of group {}) leave{} the job: "
+          "{} of {} ranks go on without {}",
+          watchdog, ranks_phrase(first.culprits), first.culprits.size() == 1 ? "" : "s", rank_ranges(replicas),
+          o.profiling_name, o.sequence, o.label, first.culprits.size() == 1 ? "s" : "",
+          result.ranks - static_cast<int>(replicas.size()), result.ranks, first.culprits.size() == 1 ? "it" : "them");
+    }
+    if (action == RecoveryAction::kShrink && rec.outcome == Outcome::kRecoveredShrink && !op_leaves &&
+        replicas.size() > first.culprits.size()) {
+      rec.detail += fmt::format("; {}'s model-parallel replica{} (ranks {}) leave{} the job with {}: {} of {} ranks go on",
+                                ranks_phrase(first.culprits), first.culprits.size() == 1 ? "" : "s",
+                                rank_ranges(replicas), first.culprits.size() == 1 ? "s" : "",
+                                first.culprits.size() == 1 ? "it" : "them", result.ranks - static_cast<int>(replicas.size()),
+                                result.ranks);
+    }
+    if (action == RecoveryAction::kShrink && rec.outcome == Outcome::kAborted && !first.culprits.empty() &&
+        replicas.size() > first.culprits.size() && static_cast<int>(replicas.size()) >= result.ranks) {
+      rec.detail = fmt::format(
+          "the watchdog fires after {} s, every rank dumps, the job aborts: shrink cannot help, {} sit in every "
+          "model-parallel replica (with their tensor- and pipeline-parallel peers: ranks {}), so none is left to go on",
+          watchdog, ranks_phrase(first.culprits), rank_ranges(replicas));
+    }
+    result.recoveries.push_back(std::move(rec));
   }
 }
 
@@ -973,7 +1179,7 @@ ReplayResult replay(const std::vector<FrDump>& input, const ReplayOptions& optio
   std::stable_sort(infos.begin(), infos.end(), [&](const BlockedInfo& a, const BlockedInfo& b) {
     return built.ops[a.op].start_s < built.ops[b.op].start_s;
   });
-  judge_replay(built, logic, timings, clock, infos, options, result);
+  judge_replay(dumps, built, logic, timings, clock, infos, options, result);
   add_stuck_slices(built, logic, clock, infos, result);
   place_ops(built, logic, infos, result);
   return result;
@@ -1023,22 +1229,22 @@ std::string format_text(const ReplayResult& r, size_t max_ops) {
   size_t not_reached = r.ops.size() - stop;
   for (size_t i = stop; i < r.ops.size(); ++i) not_reached -= r.ops[i].state != ReplayState::kNotReached ? 1 : 0;
   if (not_reached > 0) out += fmt::format("   ... {} ops behind the stuck ones, not reached\n", not_reached);
-  out += fmt::format("\nCommunication, completed ops: predicted {} us", us_text(r.predicted_comm_s));
+  out += fmt::format("\nCommunication, completed ops: predicted {}", duration_text(r.predicted_comm_s));
   if (r.ops_with_recorded > 0) {
-    out += fmt::format(", recorded {} us over the {} ops that carry a duration", us_text(r.recorded_comm_s),
+    out += fmt::format(", recorded {} over the {} ops that carry a duration", duration_text(r.recorded_comm_s),
                        r.ops_with_recorded);
   }
-  out += fmt::format("; replayed clock at the last completed op: {} us\n", us_text(r.end_s));
+  out += fmt::format("; replayed clock at the last completed op: {}\n", duration_text(r.end_s));
   for (size_t i = stop; i < r.ops.size(); ++i) {
     const ReplayOp& op = r.ops[i];
     if (op.state == ReplayState::kNotReached || op.state == ReplayState::kCompleted) continue;
-    out += fmt::format("{} at {} us: {}\n", name(op.state), us_text(op.start_s), op.detail);
+    out += fmt::format("{} at {}: {}\n", name(op.state), duration_text(op.start_s), op.detail);
   }
   if (!r.recoveries.empty()) {
     out += "\nWhat a recovery policy would have done there:\n";
     for (const ReplayRecovery& rec : r.recoveries) {
-      out += fmt::format("  {:<8} {:<18} at {:>14} us: {}\n", name(rec.action), name(rec.outcome), us_text(rec.end_s),
-                         rec.detail);
+      out += fmt::format("  {:<8} {:<18} at {:>10}: {}\n", name(rec.action), name(rec.outcome),
+                         duration_text(rec.end_s), rec.detail);
     }
   }
   const std::vector<int>& fr = r.analysis.culprit_ranks;

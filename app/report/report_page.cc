@@ -294,7 +294,8 @@ std::string loop_page(const json& results, const std::optional<json>& compare) {
   row("total",
       fmt::format("{} us (fault-free {} us; faults cost {} us)", num(results.value("total_seconds", 0.0) * 1e6),
                   num(results.value("fault_free_seconds", 0.0) * 1e6),
-                  num((results.value("total_seconds", 0.0) - results.value("fault_free_seconds", 0.0)) * 1e6)));
+                  num(std::max(0.0, results.value("total_seconds", 0.0) - results.value("fault_free_seconds", 0.0)) *
+                      1e6)));
   for (const json& f : results.value("faults", json::array())) row("fault", f.get<std::string>());
   for (const json& d : results.value("dump_reasons", json::array())) row("dumps", d.get<std::string>());
   if (results.contains("analysis")) {

@@ -16,6 +16,7 @@
 #include "app/run/backends.h"
 #include "backend/host/host_attempts.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/flight_recorder.h"
 #include "core/session.h"
 #include "models/cluster.h"
@@ -361,9 +362,11 @@ std::string format_loop_report(const Scenario& scenario, const LoopResults& resu
                         it.attempts, report_us(it.seconds), report_us(it.fault_free_seconds),
                         report_us(it.seconds - it.fault_free_seconds), note);
   }
-  text += fmt::format("Total: {:.1f} us, fault-free {:.1f} us, faults cost {:.1f} us{}\n",
-                      report_us(results.total_seconds()), report_us(results.fault_free_seconds()),
-                      report_us(results.total_seconds() - results.fault_free_seconds()),
+  // An aborted loop stops early: it can take less time than the fault-free one, which is no gain.
+  const double cost_s = std::max(0.0, results.total_seconds() - results.fault_free_seconds());
+  text += fmt::format("Total: {}, fault-free {}, faults cost {}{}\n", duration_text(results.total_seconds()),
+                      duration_text(results.fault_free_seconds()),
+                      results.aborted ? "(not comparable: the loop stopped early)" : duration_text(cost_s),
                       results.aborted ? "; the loop ABORTED" : "");
   if (!results.dump_prefix.empty() && results.dumps_removed) {
     text += fmt::format("Flight-recorder dumps: written for {}, analyzed, then removed (--out DIR keeps them)\n",

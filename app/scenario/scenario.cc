@@ -123,9 +123,9 @@ constexpr std::array<std::string_view, 8> kCollectiveLoopKeys{"type",       "col
                                                               "iterations", "dtype",      "op",   "gpus_per_node"};
 constexpr std::array<std::string_view, 4> kSizeRangeKeys{"min", "max", "factor", "step"};
 constexpr std::array<std::string_view, 5> kOutputKeys{"json", "csv", "dumps", "dump_format", "fr_buffer_size"};
-constexpr std::array<std::string_view, 12> kFaultKeys{
-    "kind",          "rank",       "link",  "node",        "nic",  "factor", "recover_after_us",
-    "at_collective", "at_time_us", "at_op", "probability", "issue"};
+constexpr std::array<std::string_view, 13> kFaultKeys{
+    "kind",          "rank",       "link",  "node",        "nic",   "factor", "recover_after_us",
+    "at_collective", "at_time_us", "at_op", "probability", "issue", "group"};
 constexpr std::array<std::string_view, 3> kIssueKeys{"collective", "count", "dtype"};
 constexpr std::array<std::string_view, 5> kRecoveryKeys{"retry_max", "backoff_us", "watchdog_ms", "action", "verify"};
 constexpr std::array<std::string_view, 7> kLoopExpectKeys{"iteration", "outcome", "culprit_ranks", "backend",
@@ -141,10 +141,10 @@ constexpr std::array<std::string_view, 13> kModelKeys{
     "top_k", "moe_ffn", "shared_experts", "dense_layers"};
 constexpr std::array<std::string_view, 11> kTrainingLayoutKeys{
     "name", "tp", "pp", "vp", "cp", "ep", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
-constexpr std::array<std::string_view, 12> kTrainingExpectKeys{
+constexpr std::array<std::string_view, 13> kTrainingExpectKeys{
     "variant",      "layout",         "backend",  "fits",      "step_time_s",
     "achieved_mfu", "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu",
-    "relative_to",  "speedup"};
+    "relative_to",  "speedup",        "culprit_ranks"};
 constexpr std::array<std::string_view, 4> kStartupKeys{"type", "gpus", "layout", "configs"};
 constexpr std::array<std::string_view, 4> kStartupLayoutKeys{"tp", "cp", "ep", "pp"};
 constexpr std::array<std::string_view, 8> kStartupConfigKeys{
@@ -701,6 +701,17 @@ std::vector<Expectation> read_expectations(const Reader& reader, const Mapping& 
       });
 }
 
+// `culprit_ranks: [3, 5]`, sorted (the analysis reports them in ascending order).
+std::vector<int> read_rank_list(const Reader& reader, const YAML::Node& node, const std::string& path) {
+  std::vector<int> ranks;
+  if (!node.IsSequence()) reader.fail_at(node, "{} must be a list of ranks (may be empty)", path);
+  for (size_t i = 0; i < node.size(); ++i) {
+    ranks.push_back(static_cast<int>(reader.integer(node[i], fmt::format("{}[{}]", path, i), 0, kMaxScenarioGpus - 1)));
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
 LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
                                       const CollectiveLoop& loop);
 
@@ -714,21 +725,24 @@ std::vector<LoopExpectation> read_loop_expectations(const Reader& reader, const 
 
 // ---- faults, recovery -------------------------------------------------------------------------
 
-// The fewest ranks any variant runs the loop on: a fault's rank must exist on every variant.
-int loop_ranks(const ClusterVariant& variant, const CollectiveLoop& loop) {
-  const int per_node = loop.gpus_per_node > 0 ? loop.gpus_per_node : variant.cluster.gpus_per_node;
-  return variant.cluster.nodes * per_node;
+// The fewest ranks any variant runs the workload on: a fault's rank must exist on every variant.
+int fewest_ranks(const Scenario& scenario) {
+  const auto* loop = std::get_if<CollectiveLoop>(&scenario.workload);
+  int fewest = std::numeric_limits<int>::max();
+  for (const ClusterVariant& v : scenario.variants) {
+    const int per_node = loop != nullptr && loop->gpus_per_node > 0 ? loop->gpus_per_node : v.cluster.gpus_per_node;
+    fewest = std::min(fewest, v.cluster.nodes * per_node);
+  }
+  return fewest;
 }
 
 void check_fault_target(const Reader& reader, const YAML::Node& node, const Mapping& mapping, Fault& fault,
-                        const std::vector<ClusterVariant>& variants, const CollectiveLoop& loop) {
+                        const std::vector<ClusterVariant>& variants, int fewest) {
   const bool rank_fault = fault.kind == FaultKind::kRankCrash || fault.kind == FaultKind::kRankHang ||
                           fault.kind == FaultKind::kStraggler || fault.kind == FaultKind::kTransient ||
                           fault.kind == FaultKind::kDesync || fault.kind == FaultKind::kCorrupt;
   if (rank_fault) {
     const YAML::Node& rank = mapping.require("rank");
-    int fewest = std::numeric_limits<int>::max();
-    for (const ClusterVariant& v : variants) fewest = std::min(fewest, loop_ranks(v, loop));
     fault.rank = static_cast<int>(reader.integer(rank, mapping.path("rank"), 0, fewest - 1));
   }
   if (fault.kind == FaultKind::kLinkDown || fault.kind == FaultKind::kLinkDegrade) {
@@ -761,8 +775,9 @@ void check_fault_target(const Reader& reader, const YAML::Node& node, const Mapp
   }
 }
 
-Fault read_fault(const Reader& reader, const YAML::Node& node, const std::string& path,
-                 const std::vector<ClusterVariant>& variants, const CollectiveLoop& loop) {
+// `loop`: the collective loop the faults act on; none: a training step's (Fault::group).
+Fault read_fault(const Reader& reader, const YAML::Node& node, const std::string& path, const Scenario& scenario,
+                 const CollectiveLoop* loop) {
   Mapping mapping(reader, node, path, kFaultKeys);
   Fault fault;
   const YAML::Node& kind = mapping.require("kind");
@@ -783,13 +798,30 @@ Fault read_fault(const Reader& reader, const YAML::Node& node, const std::string
   allowed("recover_after_us", fault.kind == FaultKind::kLinkDown || fault.kind == FaultKind::kNicDown);
   allowed("issue", fault.kind == FaultKind::kDesync);
   allowed("at_op", fault.kind == FaultKind::kTransient || fault.kind == FaultKind::kCorrupt);
-  check_fault_target(reader, node, mapping, fault, variants, loop);
+  allowed("group", loop == nullptr);
+  if (loop == nullptr) {
+    // A training step: the fault strikes a rank at its k-th collective in one communicator kind.
+    if (fault.kind != FaultKind::kRankHang && fault.kind != FaultKind::kRankCrash && fault.kind != FaultKind::kDesync) {
+      reader.fail_at(kind, "{}: a {} fault is not rehearsed in a training step (rank_hang, rank_crash and desync are)",
+                     mapping.path("kind"), name(fault.kind));
+    }
+    for (std::string_view key : {"at_time_us", "probability"}) {
+      if (const YAML::Node* value = mapping.find(key)) {
+        reader.fail_at(*value, "{}: a training step's fault strikes at a collective (group, at_collective)",
+                       mapping.path(key));
+      }
+    }
+    fault.group = reader.text(mapping.require("group"), mapping.path("group"));
+    mapping.require("at_collective");
+  }
+  check_fault_target(reader, node, mapping, fault, scenario.variants, fewest_ranks(scenario));
 
   if (const YAML::Node* value = mapping.find("recover_after_us")) {
     fault.recover_after_s = reader.number(*value, mapping.path("recover_after_us"), 0, 1e12, true) * 1e-6;
   }
   if (const YAML::Node* value = mapping.find("at_collective")) {
-    fault.trigger.collective = reader.integer(*value, mapping.path("at_collective"), 0, loop.iterations - 1);
+    fault.trigger.collective = reader.integer(*value, mapping.path("at_collective"), 0,
+                                              loop != nullptr ? loop->iterations - 1 : int64_t{1} << 40);
   }
   if (const YAML::Node* value = mapping.find("at_time_us")) {
     fault.trigger.at_s = reader.number(*value, mapping.path("at_time_us"), 0, 1e15, false) * 1e-6;
@@ -826,9 +858,11 @@ void read_faults(const Reader& reader, const Mapping& top, Scenario& scenario) {
   const YAML::Node* node = top.find("faults");
   const YAML::Node* seed = top.find("fault_seed");
   const auto* loop = std::get_if<CollectiveLoop>(&scenario.workload);
+  const bool training = std::holds_alternative<TrainingWorkload>(scenario.workload);
   for (const YAML::Node* given : {node, seed}) {
-    if (given != nullptr && loop == nullptr) {
-      reader.fail_at(*given, "faults act on a sequence of collectives: they need workload type collective-loop");
+    if (given != nullptr && loop == nullptr && !training) {
+      reader.fail_at(*given,
+                     "faults act on a sequence of collectives: they need workload type collective-loop or training");
     }
   }
   if (seed != nullptr) {
@@ -842,7 +876,7 @@ void read_faults(const Reader& reader, const Mapping& top, Scenario& scenario) {
   }
   for (size_t i = 0; i < entries.size(); ++i) {
     scenario.faults.faults.push_back(
-        read_fault(reader, entries[i], fmt::format("faults[{}]", i), scenario.variants, *loop));
+        read_fault(reader, entries[i], fmt::format("faults[{}]", i), scenario, loop));
     scenario.fault_marks.push_back(source_mark(entries[i].Mark()));
   }
 }
@@ -885,14 +919,7 @@ LoopExpectation read_loop_expectation(const Reader& reader, const YAML::Node& no
     e.outcome = reader.at(*v, mapping.path("outcome"), [&] { return parse_outcome(text); });
   }
   if (const YAML::Node* v = mapping.find("culprit_ranks")) {
-    std::vector<int> ranks;
-    if (!v->IsSequence())
-      reader.fail_at(*v, "{} must be a list of ranks (may be empty)", mapping.path("culprit_ranks"));
-    for (size_t i = 0; i < v->size(); ++i) {
-      ranks.push_back(static_cast<int>(
-          reader.integer((*v)[i], fmt::format("{}[{}]", mapping.path("culprit_ranks"), i), 0, kMaxScenarioGpus - 1)));
-    }
-    e.culprit_ranks = ranks;
+    e.culprit_ranks = read_rank_list(reader, *v, mapping.path("culprit_ranks"));
   }
   if (const YAML::Node* v = mapping.find("backend")) {
     const std::string text = reader.scalar(*v, mapping.path("backend"));
@@ -943,6 +970,12 @@ TrainingExpectation read_training_expectation(const Reader& reader, const YAML::
     e.backend = reader.at(*v, mapping.path("backend"), [&] { return parse_backend(text); });
   }
   if (const YAML::Node* v = mapping.find("fits")) e.fits = reader.boolean(*v, mapping.path("fits"));
+  if (const YAML::Node* v = mapping.find("culprit_ranks")) {
+    if (scenario.faults.empty()) {
+      reader.fail_at(*v, "{}: culprit_ranks needs faults: to rehearse", mapping.path("culprit_ranks"));
+    }
+    e.culprit_ranks = read_rank_list(reader, *v, mapping.path("culprit_ranks"));
+  }
   const std::array<std::pair<std::string_view, Bound*>, 7> bounds{{{"step_time_s", &e.step_time_s},
                                                                    {"achieved_mfu", &e.achieved_mfu},
                                                                    {"exposed_comm_s", &e.exposed_comm_s},
@@ -950,7 +983,7 @@ TrainingExpectation read_training_expectation(const Reader& reader, const YAML::
                                                                    {"memory_GB", &e.memory_GB},
                                                                    {"tokens_per_s_per_gpu", &e.tokens_per_s_per_gpu},
                                                                    {"speedup", &e.speedup}}};
-  bool any = e.fits.has_value();
+  bool any = e.fits.has_value() || e.culprit_ranks.has_value();
   for (const auto& [key, bound] : bounds) {
     if (const YAML::Node* v = mapping.find(key)) {
       *bound = read_bound_at(reader, *v, mapping.path(key));
@@ -966,7 +999,7 @@ TrainingExpectation read_training_expectation(const Reader& reader, const YAML::
   if (!any) {
     reader.fail_at(node,
                    "{} checks nothing (expected fits, step_time_s, achieved_mfu, exposed_comm_s, bubble_s, "
-                   "memory_GB, tokens_per_s_per_gpu or speedup)",
+                   "memory_GB, tokens_per_s_per_gpu, speedup or culprit_ranks)",
                    path);
   }
   return e;

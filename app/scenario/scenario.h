@@ -270,6 +270,8 @@ struct TrainingExpectation {
   // The step time relative to the same layout on another variant ("speedup over base").
   std::optional<std::string> relative_to;
   Bound speedup;  // other variant's step time / this one's
+  // The flight-recorder analysis of the dumps the scenario's faults left (a rehearsal).
+  std::optional<std::vector<int>> culprit_ranks;
   SourceMark mark;
 };
 

@@ -1,12 +1,16 @@
 #include "app/scenario/training_run.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "app/report/scenario_report.h"
 #include "core/error.h"
+#include "core/flight_recorder.h"
+#include "core/fr_analysis.h"
+#include "core/text.h"
 #include "models/nccl_protocol.h"
 
 namespace tandem::app {
@@ -49,7 +53,7 @@ TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, 
     sim::TrainingRequest request;
     request.cluster = variant.cluster;
     request.network = network_model(scenario);
-    request.keep_timeline = keep_timeline;
+    request.keep_timeline = keep_timeline || !scenario.faults.empty();  // a rehearsal plays the timeline
     for (size_t l = 0; l < training.layouts.size(); ++l) {
       request.configs.push_back(training.config_for(l, gpus_of(variant.cluster)));
       request.configs.back().allocator = variant.allocator;
@@ -62,6 +66,61 @@ TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, 
     results.configs.push_back(request.configs);
   }
   return results;
+}
+
+namespace {
+
+// The rehearsal of a variant's layout, or nullptr (no faults, or no such variant / layout).
+const TrainingResults::Rehearsed* rehearsed(const Scenario& scenario, const TrainingResults& results,
+                                            std::string_view variant, std::string_view layout) {
+  const TrainingWorkload& training = training_of(scenario);
+  for (size_t v = 0; v < results.rehearsals.size(); ++v) {
+    if (scenario.variants[v].name != variant) continue;
+    for (size_t l = 0; l < training.layouts.size() && l < results.rehearsals[v].size(); ++l) {
+      if (training.layouts[l].layout.name == layout) return &results.rehearsals[v][l];
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void rehearse_training(const Scenario& scenario, TrainingResults& results, const std::string& out_dir,
+                       bool keep_timeline) {
+  if (scenario.faults.empty()) return;
+  const TrainingWorkload& training = training_of(scenario);
+  const bool one = scenario.variants.size() * training.layouts.size() == 1;
+  const size_t capacity = scenario.outputs.fr_buffer_size.value_or(FrConfig{}.capacity);
+  results.rehearsals.assign(scenario.variants.size(), {});
+  for (size_t v = 0; v < scenario.variants.size(); ++v) {
+    const ClusterVariant& variant = scenario.variants[v];
+    for (size_t l = 0; l < training.layouts.size(); ++l) {
+      sim::TrainingStepResult& step = results.steps[v][l];
+      TrainingResults::Rehearsed& r = results.rehearsals[v].emplace_back();
+      if (!step.ok) {
+        r.not_rehearsed = "the layout does not run";
+        continue;
+      }
+      const models::StepProgram program = models::build_step(results.configs[v][l], variant.cluster);
+      for (const Fault& f : scenario.faults.faults) {
+        const bool has = std::any_of(program.groups.begin(), program.groups.end(),
+                                     [&](const models::CommGroup& g) { return fault_group_matches(f.group, g.name); });
+        if (!has) r.not_rehearsed = fmt::format("the layout has no {} communicator", f.group);
+      }
+      if (!r.not_rehearsed.empty()) continue;
+      r.rehearsal = rehearse_step(program, step.timeline, gpus_of(variant.cluster), scenario.faults.faults,
+                                  scenario.recovery.watchdog_s, capacity);
+      if (!keep_timeline) step.timeline.clear();
+      if (out_dir.empty() || capacity == 0) continue;
+      const std::filesystem::path dir =
+          one ? std::filesystem::path(out_dir) / "fr"
+              : std::filesystem::path(out_dir) / "fr" / variant.name / training.layouts[l].layout.name;
+      const std::string prefix = (dir / "rank_").string();
+      remove_dumps(prefix);
+      write_dumps(r.rehearsal->dumps, prefix, scenario.outputs.dump_format.value_or(FrFormat::kPickle));
+      r.dumps_dir = dir.string();
+    }
+  }
 }
 
 std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Scenario& scenario,
@@ -80,6 +139,18 @@ std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Sce
     if (step == nullptr) fail(ErrorCode::kInvalidArgument, "no result for layout '{}' on '{}'", e.layout, e.variant);
     bool holds = true;
     std::string& detail = outcome.detail;
+    if (e.culprit_ranks) {
+      const TrainingResults::Rehearsed* r = rehearsed(scenario, results, e.variant, e.layout);
+      if (r == nullptr || !r->rehearsal) {
+        holds = false;
+        detail = fmt::format("not rehearsed: {}", r == nullptr ? "no faults" : r->not_rehearsed);
+      } else {
+        const std::vector<int>& got = r->rehearsal->analysis.culprit_ranks;
+        holds = got == *e.culprit_ranks;
+        detail = fmt::format("flight-recorder culprit [{}] (expected [{}])", fmt::join(got, ", "),
+                             fmt::join(*e.culprit_ranks, ", "));
+      }
+    }
     if (e.fits) {
       holds = step->ok == *e.fits;
       detail = step->ok ? fmt::format("fits ({} per GPU)", format_gigabytes(sim::memory_needed_bytes(*step)))
@@ -233,6 +304,37 @@ std::string top_collectives(const std::vector<sim::TrainingStepResult>& steps) {
   return out;
 }
 
+// The faults rehearsed on each layout: who waits where, when the watchdog fires, the dumps and
+// what `tandem fr analyze` makes of them.
+std::string rehearsal_text(const TrainingWorkload& training, const std::vector<TrainingResults::Rehearsed>& rehearsals) {
+  std::string out;
+  for (size_t l = 0; l < rehearsals.size(); ++l) {
+    const TrainingResults::Rehearsed& r = rehearsals[l];
+    const std::string& layout = training.layouts[l].layout.name;
+    if (!r.rehearsal) {
+      out += fmt::format("rehearsal, {}: not rehearsed ({})\n", layout, r.not_rehearsed);
+      continue;
+    }
+    const StepRehearsal& h = *r.rehearsal;
+    out += fmt::format("rehearsal, {}: {}\n", layout, fmt::join(h.faults, "; "));
+    if (h.first_wait_s < 0) {
+      out += "  every collective of the step completed: the faults stopped nothing\n";
+    } else {
+      out += fmt::format("  {} wait{} in collectives that cannot complete, the first from {} into the step in {}; the "
+                         "watchdog fires at {}\n",
+                         ranks_phrase(h.waiting_ranks), h.waiting_ranks.size() == 1 ? "s" : "", duration_text(h.first_wait_s),
+                         h.first_stuck, duration_text(h.watchdog_fires_s));
+    }
+    if (!h.dead_ranks.empty()) out += fmt::format("  {} crashed: no dump\n", ranks_phrase(h.dead_ranks));
+    out += fmt::format("  {} dumps{}\n", h.dumps.size(),
+                       r.dumps_dir.empty() ? " (not written: run with --out DIR)"
+                                           : fmt::format(" in {} (tandem fr analyze / tandem replay)", r.dumps_dir));
+    out += fmt::format("  fr analyze: {}\n", h.analysis.verdict);
+    if (!h.analysis.culprit_ranks.empty()) out += fmt::format("  culprit: {}\n", ranks_phrase(h.analysis.culprit_ranks));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_training_report(const Scenario& scenario, const TrainingResults& results,
@@ -266,6 +368,7 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
       out += fmt::format("\n== {}: {}\n", variant.name, models::describe(variant.cluster));
       out += layout_table(results.steps[v], results.configs[v]);
       out += top_collectives(results.steps[v]);
+      if (v < results.rehearsals.size()) out += rehearsal_text(training, results.rehearsals[v]);
     }
     if (scenario.variants.size() > 1) {
       out += "\n== comparison: step time (s) per layout, and the speedup over base\n";
@@ -366,6 +469,25 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
                             {"global_batch", c.global_batch},
                             {"micro_batch", c.micro_batch},
                             {"recompute", std::string(models::name(c.recompute))}};
+    }
+    for (size_t l = 0; v < results.rehearsals.size() && l < results.rehearsals[v].size(); ++l) {
+      const TrainingResults::Rehearsed& r = results.rehearsals[v][l];
+      if (!r.rehearsal) {
+        steps[l]["rehearsal"] = {{"not_rehearsed", r.not_rehearsed}};
+        continue;
+      }
+      const StepRehearsal& h = *r.rehearsal;
+      steps[l]["rehearsal"] = {{"faults", h.faults},
+                               {"waiting_ranks", h.waiting_ranks},
+                               {"dead_ranks", h.dead_ranks},
+                               {"first_wait_s", h.first_wait_s},
+                               {"watchdog_fires_s", h.watchdog_fires_s},
+                               {"first_stuck", h.first_stuck},
+                               {"dumps", h.dumps.size()},
+                               {"dumps_dir", r.dumps_dir},
+                               {"verdict", h.analysis.verdict},
+                               {"culprit_ranks", h.analysis.culprit_ranks},
+                               {"root_ranks", h.analysis.root_ranks}};
     }
     variants.push_back({{"name", scenario.variants[v].name},
                         {"cluster", cluster_json(scenario.variants[v].cluster)},

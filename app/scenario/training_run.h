@@ -13,6 +13,7 @@
 
 #include "app/scenario/scenario.h"
 #include "app/scenario/scenario_run.h"
+#include "app/scenario/training_rehearsal.h"
 #include "sim/training.h"
 
 namespace tandem::app {
@@ -22,6 +23,14 @@ struct TrainingResults {
   // resolved for the variant's GPU count).
   std::vector<std::vector<sim::TrainingStepResult>> steps;
   std::vector<std::vector<models::TrainingConfig>> configs;
+  // [variant][layout], where the scenario has faults: the step with its faults rehearsed
+  // (app/scenario/training_rehearsal.h); `not_rehearsed` says why a layout has none.
+  struct Rehearsed {
+    std::optional<StepRehearsal> rehearsal;
+    std::string not_rehearsed;
+    std::string dumps_dir;  // where its dumps went ("" without --out)
+  };
+  std::vector<std::vector<Rehearsed>> rehearsals;
 
   const sim::TrainingStepResult* find(const Scenario& scenario, std::string_view variant,
                                       std::string_view layout) const;
@@ -32,6 +41,12 @@ struct TrainingResults {
 // `keep_timeline`: every task of each step is kept (sim::TrainingStepResult::timeline), for --trace.
 TrainingResults run_training(const Scenario& scenario, ScenarioBackend backend, const ProgressFn& progress = {},
                              bool keep_timeline = false);
+
+// Rehearses the scenario's faults on every layout that ran (TrainingResults::rehearsals) and, with
+// `out_dir`, writes each rehearsal's dumps under out_dir/fr/ (one variant and layout), else
+// out_dir/fr/<variant>/<layout>/. Drops the steps' timelines unless `keep_timeline` (--trace).
+void rehearse_training(const Scenario& scenario, TrainingResults& results, const std::string& out_dir,
+                       bool keep_timeline);
 
 struct TrainingExpectationOutcome {
   TrainingExpectation expectation;

@@ -36,6 +36,7 @@ class SweepKind : public WorkloadKind {
 class LoopKind : public WorkloadKind {
  public:
   std::string_view type() const override { return "collective-loop"; }
+  bool writes_dumps() const override { return true; }
   WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
     const LoopResults results = run_loop(scenario, options.backend, LoopOptions{options.out_dir, options.dump_on_exit});
     const std::vector<LoopExpectationOutcome> outcomes = evaluate_loop_expectations(scenario, results);
@@ -58,8 +59,9 @@ class TrainingKind : public WorkloadKind {
  public:
   std::string_view type() const override { return "training"; }
   WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const override {
-    const TrainingResults results = run_training(scenario, options.backend, options.progress,
-                                                 /*keep_timeline=*/options.trace);
+    TrainingResults results = run_training(scenario, options.backend, options.progress,
+                                           /*keep_timeline=*/options.trace);
+    rehearse_training(scenario, results, options.out_dir, /*keep_timeline=*/options.trace);
     const std::vector<TrainingExpectationOutcome> outcomes = evaluate_training_expectations(scenario, results);
     WorkloadOutput out;
     out.report = format_training_report(scenario, results, outcomes, options.quiet);

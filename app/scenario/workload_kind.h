@@ -38,6 +38,8 @@ class WorkloadKind {
   // The scenario's `workload.type`: "collective-sweep", "collective-loop", "training".
   virtual std::string_view type() const = 0;
   virtual WorkloadOutput run(const Scenario& scenario, const WorkloadRunOptions& options) const = 0;
+  // Whether it keeps a flight recorder and can honour --dump-on-exit.
+  virtual bool writes_dumps() const { return false; }
 };
 
 // The kind that runs `scenario`'s workload.

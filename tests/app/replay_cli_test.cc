@@ -154,12 +154,13 @@ TEST_F(ReplayCli, PyTorchDumpsWithAMissingRank) {
 
 TEST_F(ReplayCli, AHangThatSpreadsThroughGroupsIsTracedToItsRoot) {
   // Rank 13 never enters its DP reduce_scatter; rank 5 waits there for it, rank 5's TP peers wait
-  // for rank 5 in the next TP all_reduce. The analyzer names rank 5 (first finding of the lowest
-  // group); the replay follows the waits to rank 13.
+  // for rank 5 in the next TP all_reduce. Both the analyzer and the replay follow the waits to
+  // rank 13 (the analyzer once named rank 5, the first finding of the lowest group: a victim).
   const json r = replay_json(fixture("training_hang"), "--recovery shrink --watchdog 30s", 1);
   EXPECT_EQ(r.at("ranks"), 16);
   EXPECT_EQ(r.at("culprit_ranks"), json::array({13}));
-  EXPECT_EQ(r.at("analysis").at("culprit_ranks"), json::array({5}));
+  EXPECT_EQ(r.at("analysis").at("culprit_ranks"), json::array({13}));
+  EXPECT_EQ(r.at("analysis").at("root_ranks"), json::array({13}));
   const json& first = op_at(r, r.at("first_divergence").get<size_t>());
   EXPECT_EQ(first.at("label"), "2[5, 13]");
   EXPECT_EQ(first.at("profiling_name"), "nccl:_reduce_scatter_base");
@@ -183,7 +184,54 @@ TEST_F(ReplayCli, AHangThatSpreadsThroughGroupsIsTracedToItsRoot) {
   }
   const Outcome text = run_tandem(fmt::format("replay '{}' --recovery none", fixture("training_hang")));
   EXPECT_TRUE(contains(text.out, "the missing ranks are stuck themselves, behind rank 13")) << text.out;
-  EXPECT_TRUE(contains(text.out, "Note: the flight-recorder analysis names rank 5")) << text.out;
+  EXPECT_TRUE(contains(text.out, "The flight-recorder analysis agrees")) << text.out;
+}
+
+// A crashed rank writes no dump: it is absent, the culprit, and the rank shrink drops.
+TEST_F(ReplayCli, ACrashedRankLeavesNoDumpAndShrinkDropsIt) {
+  const std::string out = *root_ + "/crash";
+  const Outcome run = run_tandem(fmt::format("run scenarios/faults/rank-crash-shrink-64xh100.yaml --out '{}'", out));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const json r = replay_json(out + "/fr", "--recovery shrink --watchdog 100ms", 1);
+  EXPECT_EQ(r.at("culprit_ranks"), json::array({3}));
+  EXPECT_EQ(r.at("analysis").at("culprit_ranks"), json::array({3}));
+  ASSERT_EQ(r.at("recoveries").size(), 1u);
+  EXPECT_EQ(r.at("recoveries")[0].at("outcome"), "recovered_shrink");
+  EXPECT_EQ(r.at("recoveries")[0].at("dropped_ranks"), json::array({3}));
+}
+
+// PyTorch's own dumps of two 16-rank Megatron MoE hangs (nvidia-resiliency-ext): the replay names
+// the injected ranks NVIDIA's analyzer names; shrink drops the culprit's whole model-parallel
+// replica, or says why it cannot.
+TEST_F(ReplayCli, PyTorchsOwnDumpsOfMegatronHangs) {
+  const fs::path sets = "../shared/reference/pytorch-files/fr";
+  if (!fs::exists(sets)) GTEST_SKIP() << sets << " is absent";
+  const json gpu_error = replay_json((sets / "gpu_error_1st").string(), "--recovery shrink", 1);
+  EXPECT_EQ(gpu_error.at("culprit_ranks"), json::array({12}));
+  const json& first = op_at(gpu_error, gpu_error.at("first_divergence").get<size_t>());
+  EXPECT_EQ(first.at("group"), "74");
+  EXPECT_EQ(first.at("profiling_name"), "nccl:all_to_all");
+  const std::string shrink = gpu_error.at("recoveries")[0].at("detail");
+  EXPECT_TRUE(contains(shrink, "rank 12's model-parallel replica (ranks 0-1, 4-5, 8-9, 12-13)")) << shrink;
+  EXPECT_TRUE(contains(shrink, "8 of 16 ranks go on")) << shrink;
+
+  const json lock_gil = replay_json((sets / "lock_gil_1st").string(), "--recovery shrink", 1);
+  EXPECT_EQ(lock_gil.at("culprit_ranks"), json::array({9, 14}));
+  EXPECT_EQ(lock_gil.at("recoveries")[0].at("outcome"), "aborted");
+  const std::string cannot = lock_gil.at("recoveries")[0].at("detail");
+  EXPECT_TRUE(contains(cannot, "shrink cannot help, ranks 9, 14 sit in every model-parallel replica")) << cannot;
+}
+
+// A straggler slows every rank's collectives alike: the replay says how much, and that the dumps
+// cannot say which rank.
+TEST_F(ReplayCli, AStragglersSlowdownIsNamed) {
+  const std::string out = *root_ + "/straggler";
+  const Outcome run =
+      run_tandem(fmt::format("run scenarios/faults/straggler-64xh100.yaml --out '{}' --dump-on-exit", out));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const json r = replay_json(out + "/fr", "--algorithm ring", 0);
+  const std::string verdict = r.at("verdict");
+  EXPECT_TRUE(contains(verdict, "3 of 4 ops (from #2 on) took 2.9x the predicted time on every rank alike")) << verdict;
 }
 
 TEST_F(ReplayCli, CleanDumpsReplayToTheEnd) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -182,6 +183,42 @@ workload:
   std::filesystem::remove(path);
 }
 
+// A 64-GPU Llama-3 70B hang rehearsed in a training step: dumps per TP, PP and DP group, in
+// PyTorch's format, and both fr analyze and replay name the rank that stopped.
+TEST(RunCli, TheLlama70bHangIsRehearsedAndItsCulpritFound) {
+  const std::string out = temp_path("run_cli_hang70b");
+  std::filesystem::remove_all(out);
+  const Outcome run = run_tandem(fmt::format("run scenarios/faults/llama3-70b-hang-64xh100.yaml --out '{}'", out));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_TRUE(contains(run.out, "rehearsal, tp8-pp4: rank_hang rank 13 at its tp collective 40")) << run.out;
+  EXPECT_TRUE(contains(run.out, "ranks 0-12, 14-63 wait in collectives that cannot complete")) << run.out;
+  EXPECT_TRUE(contains(run.out, "culprit: rank 13")) << run.out;
+  const nlohmann::json results = nlohmann::json::parse(read_text(out + "/results.json"));
+  const nlohmann::json& rehearsal = results.at("variants")[0].at("layouts")[0].at("rehearsal");
+  EXPECT_EQ(rehearsal.at("culprit_ranks"), nlohmann::json::array({13}));
+  EXPECT_EQ(rehearsal.at("dumps"), 64);
+
+  const Outcome analyze = run_tandem(fmt::format("fr analyze '{}/fr' --json", out));
+  EXPECT_EQ(analyze.exit_code, 1) << analyze.err;
+  const nlohmann::json fr = nlohmann::json::parse(analyze.out);
+  EXPECT_EQ(fr.at("culprit_ranks"), nlohmann::json::array({13}));
+  EXPECT_EQ(fr.at("ranks"), 64);
+  std::set<std::string> kinds;
+  for (const nlohmann::json& f : fr.at("findings")) {
+    kinds.insert(f.at("group_desc").get<std::string>());
+    EXPECT_EQ(f.at("culprit_ranks"), nlohmann::json::array({13})) << f.dump();
+  }
+  EXPECT_TRUE(kinds.count("tp") && kinds.count("dp") && kinds.count("pp0-1")) << fr.dump();
+
+  const Outcome replay = run_tandem(fmt::format("replay '{}/fr' --recovery shrink --json", out));
+  EXPECT_EQ(replay.exit_code, 1) << replay.err;
+  const nlohmann::json r = nlohmann::json::parse(replay.out);
+  EXPECT_EQ(r.at("culprit_ranks"), nlohmann::json::array({13}));
+  EXPECT_EQ(r.at("recoveries")[0].at("outcome"), "recovered_shrink");
+  EXPECT_EQ(r.at("recoveries")[0].at("dropped_ranks").size(), 32u);  // rank 13's TP8 x PP4 replica
+  std::filesystem::remove_all(out);
+}
+
 TEST(RunCli, UsageErrors) {
   expect_one_line_error(run_tandem("run scenarios/does-not-exist.yaml"), 1,
                         "cannot read scenario 'scenarios/does-not-exist.yaml'");
@@ -191,6 +228,9 @@ TEST(RunCli, UsageErrors) {
   expect_one_line_error(run_tandem("run scenarios/faults/host/link-flap-host.yaml --backend cuda"), 2,
                         "backend 'cuda'");
   expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend nccl-native"), 2, "tandem bench");
+  // Only collective loops keep a flight recorder: elsewhere --dump-on-exit would silently write nothing.
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --dump-on-exit"), 2,
+                        "--dump-on-exit: a collective-sweep workload keeps no flight recorder");
   expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --backend gpu"), 2,
                         "unknown backend 'gpu' (expected: sim, host, cuda, nccl)");
 }

@@ -636,3 +636,49 @@ TEST(FrAnalysisRealDumps, CulpritsAreTheInjectedRanksNvidiaNames) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// TP8 x DP2 on 16 ranks: TP groups {0-7}, {8-15}; DP groups {r, r+8}. Rank 13 hangs before TP #5,
+// so its TP peers wait in TP #5; their DP partners (ranks 0-4, 6-7... of the other replica) never
+// reach DP #3 because they wait in TP too. The DP group {5, 13} shows rank 13 missing, and the
+// DP groups {r, r+8} show the second replica's ranks missing: victims, waiting on rank 13.
+TEST(FrAnalysis, TheCulpritIsTheRankTheWaitsLeadTo) {
+  std::vector<FrDump> dumps;
+  for (int r = 0; r < 16; ++r) {
+    const int replica = r / 8;
+    const std::string tp = replica == 0 ? "1" : "2";
+    const std::string dp = std::to_string(3 + r % 8);
+    std::vector<FrGroup> groups = {group(tp, iota(8, replica * 8)), group(dp, {r % 8, r % 8 + 8})};
+    std::vector<FrEntry> entries;
+    // Replica 0 finished TP #1..#6 and waits in DP #3; replica 1 finished TP #1..#4 and waits in
+    // TP #5, where rank 13 never arrives.
+    const int tp_done = replica == 0 ? 6 : 4;
+    for (int s = 1; s <= tp_done; ++s) entries.push_back(entry(s, {}, tp));
+    for (int s = 1; s <= 2; ++s) entries.push_back(entry(s, {}, dp));
+    if (replica == 0) entries.push_back(entry(3, Op{.state = FrState::kStarted}, dp));
+    if (replica == 1 && r != 13) entries.push_back(entry(5, Op{.state = FrState::kStarted}, tp));
+    // A step's DP collectives follow its TP ones.
+    for (FrEntry& e : entries) {
+      if (e.pg_name == dp) e.time_created_ns += 100'000;
+    }
+    dumps.push_back(dump(r, groups, entries));
+  }
+  const FrAnalysis a = analyze(dumps);
+  EXPECT_EQ(a.root_ranks, std::vector<int>{13}) << format_text(a);
+  EXPECT_EQ(a.culprit_ranks, std::vector<int>{13});
+  EXPECT_EQ(a.findings[0].group, "2");
+  EXPECT_EQ(a.verdict,
+            "rank 13 never joined nccl:all_reduce #5 of group 2 (pg2): ranks 8-12, 14-15 are waiting in it");
+  // The DP groups' findings name their missing ranks, but blame rank 13 and say why.
+  for (const FrFinding& f : a.findings) EXPECT_EQ(f.culprit_ranks, std::vector<int>{13}) << f.detail;
+  const auto dp8 = std::find_if(a.findings.begin(), a.findings.end(), [](const FrFinding& f) { return f.group == "3"; });
+  ASSERT_NE(dp8, a.findings.end());
+  EXPECT_EQ(dp8->missing_ranks, std::vector<int>{8});
+  EXPECT_NE(dp8->detail.find("rank 8 waits on rank 13 in nccl:all_reduce #5 of group 2 (pg2)"), std::string::npos)
+      << dp8->detail;
+}
+
+}  // namespace
+}  // namespace tandem
