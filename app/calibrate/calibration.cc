@@ -15,6 +15,7 @@
 #include "app/scenario/yaml_reader.h"
 #include "core/error.h"
 #include "core/sizes.h"
+#include "core/text.h"
 #include "sim/sweep.h"
 
 namespace tandem::app {
@@ -22,6 +23,20 @@ namespace tandem::app {
 using nlohmann::json;
 
 // ---- The profile ----
+
+namespace {
+
+// `text` as one YAML double-quoted scalar, escaped by yaml-cpp's emitter (quotes, backslashes,
+// line breaks). Control bytes are written as the text \xNN first (core/text.h): the profile reader
+// refuses them in names, and a file name with one is still told apart.
+std::string yaml_quoted(std::string_view text) {
+  YAML::Emitter emitter;
+  emitter.SetOutputCharset(YAML::EmitNonAscii);
+  emitter << YAML::DoubleQuoted << printable(text);
+  return emitter.c_str();
+}
+
+}  // namespace
 
 std::string profile_yaml(const CalibrationProfile& profile) {
   std::string out;
@@ -32,7 +47,7 @@ std::string profile_yaml(const CalibrationProfile& profile) {
   out += fmt::format("  preset: {}\n", profile.preset);
   out += fmt::format("  nodes: {}\n", profile.nodes);
   out += fmt::format("  gpus_per_node: {}\n", profile.gpus_per_node);
-  if (!profile.description.empty()) out += fmt::format("  description: \"{}\"\n", profile.description);
+  if (!profile.description.empty()) out += fmt::format("  description: {}\n", yaml_quoted(profile.description));
   out += "parameters:\n";
   for (const CalibrationProfile::Parameter& p : profile.parameters) {
     std::string extra = p.informed ? "" : ", informed: false";
@@ -44,7 +59,7 @@ std::string profile_yaml(const CalibrationProfile& profile) {
     out += fmt::format("  date: {}\n", profile.date);
     out += "  sources:\n";
     for (const CalibrationProfile::Source& s : profile.sources) {
-      out += fmt::format("    - {{file: \"{}\", rows: {}}}\n", s.file, s.rows);
+      out += fmt::format("    - {{file: {}, rows: {}}}\n", yaml_quoted(s.file), s.rows);
     }
     out += fmt::format("  rows_fitted: {}\n", profile.rows_fitted);
     out += fmt::format("  rows_held_out: {}\n", profile.rows_held_out);
@@ -192,7 +207,36 @@ struct FitRow {
   MeasuredRow row;
   bool held_out = false;
   int gpus_per_node = 0;
+  size_t file = 0;  // index in request.files
+  int samples = 1;  // rows of the logs it stands for (repeats merged)
 };
+
+// Rows that repeat one measurement (collective, size, type, algorithm, protocol, GPUs, held out or
+// not) become one row with their mean time: a log that repeats its sweep says the same thing many
+// times, and the simulator needs to run it once. The first row's label and place stand for all.
+// Returns how many rows were merged away.
+int merge_repeated_rows(std::vector<FitRow>& rows) {
+  using Key = std::tuple<Collective, int64_t, DataType, std::string, std::string, int, bool>;
+  std::map<Key, size_t> first;
+  std::vector<FitRow> merged;
+  std::vector<double> time_sum;
+  for (FitRow& row : rows) {
+    const Key key{row.row.collective, row.row.bytes,     row.row.dtype, row.row.algorithm,
+                  row.row.protocol,   row.gpus_per_node, row.held_out};
+    const auto [at, added] = first.try_emplace(key, merged.size());
+    if (added) {
+      time_sum.push_back(row.row.time_us);
+      merged.push_back(std::move(row));
+    } else {
+      time_sum[at->second] += row.row.time_us;
+      ++merged[at->second].samples;
+    }
+  }
+  const int removed = static_cast<int>(rows.size() - merged.size());
+  for (size_t i = 0; i < merged.size(); ++i) merged[i].row.time_us = time_sum[i] / merged[i].samples;
+  rows = std::move(merged);
+  return removed;
+}
 
 // One run of every row under one network model: what each row took (s), in row order.
 struct Evaluation {
@@ -311,24 +355,40 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
   const int cluster_gpus = cluster.nodes * per_node;
   CalibrationResult result;
   std::vector<FitRow> rows;
-  for (const MeasurementFile& file : request.files) {
+  for (size_t file_index = 0; file_index < request.files.size(); ++file_index) {
+    const MeasurementFile& file = request.files[file_index];
+    const std::string shown_path = printable(file.path);
+    for (const std::string& line : file.skipped) result.skipped.push_back(line);
+    if (!file.published && file.nranks == 0) {
+      // The log does not say how many GPUs ran: the cluster given says it, as long as the log's Rank
+      // lines fit in it.
+      if (file.least_ranks > cluster_gpus) {
+        fail(ErrorCode::kInvalidArgument,
+             "{}: the log names rank {} and the cluster given has {} GPUs ({} node{} x {} GPUs)", shown_path,
+             file.least_ranks - 1, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
+      }
+      result.warnings.push_back(fmt::format(
+          "warning: {} does not say how many GPUs ran it (no '# nThread' header, no full list of '#  Rank' lines): "
+          "taken as the cluster given's {} ({} node{} x {} GPUs)",
+          shown_path, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node));
+    }
     if (file.nranks > 0) {
       if (file.nranks != cluster_gpus) {
         fail(ErrorCode::kInvalidArgument,
              "{}: the log ran on {} GPUs and the cluster given has {} ({} node{} x {} GPUs): give the cluster it ran "
              "on (--nodes, --gpus-per-node, or -g for some GPUs of each node)",
-             file.path, file.nranks, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
+             shown_path, file.nranks, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
       }
       if (file.nodes > 0 && file.nodes != cluster.nodes) {
         fail(ErrorCode::kInvalidArgument,
-             "{}: the log ran on {} nodes (hosts of its Rank lines) and the cluster given has {}", file.path,
+             "{}: the log ran on {} nodes (hosts of its Rank lines) and the cluster given has {}", shown_path,
              file.nodes, cluster.nodes);
       }
     }
     int used = 0;
     for (const MeasuredRow& row : file.rows) {
-      FitRow fit{row, held_out_by(request.hold_out, row, file.path), per_node};
-      if (file.nranks == 0) {
+      FitRow fit{row, held_out_by(request.hold_out, row, file.path), per_node, file_index};
+      if (file.published) {
         // A published row: its own system and GPU count.
         const std::string preset = preset_of_system(row.system);
         if (preset != cluster.preset) {
@@ -355,7 +415,13 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
         fit.gpus_per_node = row.gpus / row.nodes;
       }
       if (row.time_us <= 0) {
-        result.skipped.push_back(fmt::format("{}: a time of 0 us carries nothing to fit", row.label));
+        result.skipped.push_back(fmt::format("{}: a time of 0 us carries nothing to fit", printable(row.label)));
+        continue;
+      }
+      if (row.bytes == 0) {
+        // NCCL returns at once for a count of 0: the time is nccl-tests' own overhead, no collective.
+        result.skipped.push_back(
+            fmt::format("{}: 0 B moves nothing (the time is nccl-tests' own)", printable(row.label)));
         continue;
       }
       rows.push_back(fit);
@@ -363,8 +429,8 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
     }
     result.profile.sources.push_back({file.path, used});
   }
-  const auto fitted_count = std::count_if(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; });
-  if (fitted_count == 0) fail(ErrorCode::kInvalidArgument, "no rows to fit (every row was skipped or held out)");
+  if (std::none_of(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; }))
+    fail(ErrorCode::kInvalidArgument, "no rows to fit (every row was skipped or held out)");
   // A --hold-out name that matches nothing is a typo, not a wish.
   for (const std::string& h : request.hold_out) {
     const bool a_file =
@@ -372,8 +438,10 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
     const bool a_row =
         std::any_of(rows.begin(), rows.end(), [&](const FitRow& r) { return held_out_by({h}, r.row, ""); });
     if (!a_file && !a_row)
-      fail(ErrorCode::kInvalidArgument, "--hold-out {}: no row (not skipped) or file of that name", h);
+      fail(ErrorCode::kInvalidArgument, "--hold-out {}: no row (not skipped) or file of that name", printable(h));
   }
+  result.rows_merged = merge_repeated_rows(rows);
+  const auto fitted_count = std::count_if(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; });
 
   // The parameters to fit, in log space.
   std::vector<const sim::NetworkParameter*> candidates;
@@ -501,8 +569,38 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
   profile.rms_log_error_before = rms_log_error(rows, before.seconds, false);
   profile.rms_log_error_after = rms_log_error(rows, after.seconds, false);
   for (size_t i = 0; i < rows.size(); ++i) {
-    result.rows.push_back(
-        {rows[i].row, rows[i].held_out, before.seconds[i] * 1e6, after.seconds[i] * 1e6, after.ran[i]});
+    result.rows.push_back({rows[i].row, rows[i].held_out, rows[i].samples, before.seconds[i] * 1e6,
+                           after.seconds[i] * 1e6, after.ran[i]});
+  }
+  // Rows whose logs named no algorithm ran with NCCL's tuner's pick: say, per file, what that was.
+  for (size_t f = 0; f < request.files.size(); ++f) {
+    std::string picks;
+    size_t guessed = 0;
+    for (size_t begin = 0; begin < rows.size();) {
+      const auto is_guess = [&](size_t i) {
+        const Collective c = rows[i].row.collective;
+        return rows[i].file == f && rows[i].row.algorithm == "auto" && c != Collective::kAllToAll &&
+               c != Collective::kSendRecv;
+      };
+      if (!is_guess(begin)) {
+        ++begin;
+        continue;
+      }
+      size_t end = begin + 1;
+      while (end < rows.size() && is_guess(end) && after.ran[end] == after.ran[begin] &&
+             rows[end].row.collective == rows[begin].row.collective)
+        ++end;
+      picks += fmt::format("{}{} {} for {} .. {}", picks.empty() ? "" : ", ", name(rows[begin].row.collective),
+                           after.ran[begin], compact_size_text(rows[begin].row.bytes),
+                           compact_size_text(rows[end - 1].row.bytes));
+      guessed += end - begin;
+      begin = end;
+    }
+    if (guessed == 0) continue;
+    result.warnings.push_back(fmt::format(
+        "warning: {} names no algorithm for {} row{} (no NCCL_ALGO, no tandem bench header): guessed NCCL's tuner's "
+        "pick: {}",
+        printable(request.files[f].path), guessed, guessed == 1 ? "" : "s", picks));
   }
   return result;
 }
@@ -521,18 +619,24 @@ std::string calibration_report(const CalibrationResult& result) {
                      profile.rows_fitted, profile.rows_held_out);
   out += fmt::format("# Cluster: {}\n", profile.description);
   for (const std::string& s : result.skipped) out += fmt::format("# skipped {}\n", s);
+  if (result.rows_merged > 0) {
+    out += fmt::format(
+        "# merged {} rows that repeat a measurement (collective, size, type, algorithm, protocol) into the first of "
+        "each: {} rows, times averaged\n",
+        result.rows_merged, result.rows.size());
+  }
   out += fmt::format("\n{:<34} {:<14} {:>8} {:>12} {:>12} {:>12} {:>8} {:>8}  {}\n", "row", "collective", "size",
                      "measured_us", "default_us", "fitted_us", "err_def", "err_fit", "ran");
-  std::vector<std::string> warnings;
+  std::vector<std::string> warnings = result.warnings;
   for (const CalibratedRow& r : result.rows) {
-    std::string label = r.row.label;
+    std::string label = printable(r.row.label);
     if (label.size() > 34) label = "..." + label.substr(label.size() - 31);
-    out += fmt::format("{:<34} {:<14} {:>8} {:>12.2f} {:>12.2f} {:>12.2f} {:>8} {:>8}  {}{}\n", label,
+    out += fmt::format("{:<34} {:<14} {:>8} {:>12.2f} {:>12.2f} {:>12.2f} {:>8} {:>8}  {}{}{}\n", label,
                        name(r.row.collective), compact_size_text(r.row.bytes), r.row.time_us, r.before_us, r.after_us,
                        signed_percent(r.before_us / r.row.time_us), signed_percent(r.after_us / r.row.time_us), r.ran,
-                       r.held_out ? " (held out)" : "");
+                       r.held_out ? " (held out)" : "", r.samples > 1 ? fmt::format(" (mean of {})", r.samples) : "");
     if (std::abs(r.after_us / r.row.time_us - 1) > kRowWarning) {
-      warnings.push_back(fmt::format("warning: row {} is still off by {} after the fit", r.row.label,
+      warnings.push_back(fmt::format("warning: row {} is still off by {} after the fit", printable(r.row.label),
                                      signed_percent(r.after_us / r.row.time_us)));
     }
   }
@@ -593,6 +697,7 @@ std::string calibration_json(const CalibrationResult& result) {
                     {"default_us", r.before_us},
                     {"calibrated_us", r.after_us},
                     {"held_out", r.held_out},
+                    {"samples", r.samples},
                     {"ran", r.ran}});
   }
   json parameters = json::array();
@@ -611,7 +716,8 @@ std::string calibration_json(const CalibrationResult& result) {
                     {"parameters", parameters},
                     {"rms_log_error_before", result.profile.rms_log_error_before},
                     {"rms_log_error_after", result.profile.rms_log_error_after}};
-  return out.dump(2) + "\n";
+  // Labels hold file names as given, which need not be UTF-8.
+  return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace tandem::app

@@ -25,6 +25,8 @@ namespace tandem::app {
 inline constexpr int kCalibrationProfileVersion = 1;
 // A profile file larger than this is not a profile.
 inline constexpr uint64_t kMaxProfileBytes = 1 << 20;
+// More simulations at once than this is a typo: each is a child process.
+inline constexpr int kMaxCalibrationJobs = 1024;
 
 struct CalibrationProfile {
   std::string path;  // the file it was read from (not written)
@@ -84,8 +86,9 @@ struct CalibrationRequest {
 };
 
 struct CalibratedRow {
-  MeasuredRow row;
+  MeasuredRow row;  // a merged row: the first's label, the mean time
   bool held_out = false;
+  int samples = 1;       // rows of the logs it stands for: repeats of one measurement are merged
   double before_us = 0;  // predicted with the defaults
   double after_us = 0;   // predicted with the fitted parameters
   std::string ran;       // algorithm/protocol the simulator ran
@@ -94,7 +97,9 @@ struct CalibratedRow {
 struct CalibrationResult {
   CalibrationProfile profile;  // every parameter, informed or not
   std::vector<CalibratedRow> rows;
-  std::vector<std::string> skipped;  // CSV rows of other systems / sizes, with the reason
+  std::vector<std::string> skipped;   // lines and rows not fitted (CSV rows of other systems, elided rows), with why
+  std::vector<std::string> warnings;  // "warning: ..." lines for the report: what was assumed
+  int rows_merged = 0;                // rows that repeated a measurement, merged into another
   int iterations = 0;
   int evaluations = 0;
   bool converged = true;  // false: the fit stopped at its iteration limit

@@ -8,11 +8,16 @@
 #include <fmt/format.h>
 
 #include "app/common/common.h"
+#include "app/report/nccl_tests_table.h"
 #include "core/error.h"
 #include "core/sizes.h"
+#include "core/text.h"
 
 namespace tandem::app {
 namespace {
+
+// What some editors put at the start of a UTF-8 file: not part of the log.
+constexpr std::string_view kUtf8ByteOrderMark = "\xEF\xBB\xBF";
 
 std::vector<std::string_view> split_words(std::string_view line) {
   std::vector<std::string_view> words;
@@ -57,8 +62,10 @@ std::optional<Collective> collective_of(std::string_view text) {
   return std::nullopt;
 }
 
-// NCCL_ALGO's spelling -> the simulator's.
+// NCCL_ALGO's spelling -> the simulator's. A list ("Ring,Tree") or an exclusion ("^NVLS") leaves
+// NCCL's tuner a choice: auto.
 std::string algorithm_of(std::string_view nccl, const std::string& where) {
+  if (nccl.find(',') != std::string_view::npos || nccl.starts_with('^')) return "auto";
   std::string lower;
   for (char c : nccl) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "ring" || lower == "tree" || lower == "nvls" || lower == "pat") return lower;
@@ -68,7 +75,17 @@ std::string algorithm_of(std::string_view nccl, const std::string& where) {
   fail(ErrorCode::kFormat,
        "{}: NCCL_ALGO '{}' is not one algorithm tandem simulates (Ring, Tree, NVLS, NVLSTree, PAT, "
        "CollNetDirect, CollNetChain)",
-       where, nccl);
+       where, printable(nccl));
+}
+
+// tandem bench's "algorithm: X" (a core algorithm or a simulator model, tandem's spelling).
+std::string tandem_algorithm_of(std::string_view algorithm, const std::string& where) {
+  for (const std::string_view known :
+       {"ring", "tree", "recursive_doubling", "halving_doubling", "direct", "hierarchical", "pat", "nvls", "nvls_tree",
+        "collnet_direct", "collnet_chain", "p2p"}) {
+    if (algorithm == known) return std::string(algorithm);
+  }
+  fail(ErrorCode::kFormat, "{}: algorithm '{}' is not one tandem bench runs", where, printable(algorithm));
 }
 
 std::string protocol_of(std::string_view nccl, const std::string& where) {
@@ -76,7 +93,7 @@ std::string protocol_of(std::string_view nccl, const std::string& where) {
   if (nccl == "ll") return "LL";
   if (nccl == "ll128") return "LL128";
   if (nccl == "simple") return "Simple";
-  fail(ErrorCode::kFormat, "{}: NCCL_PROTO '{}' is not one protocol (LL, LL128, Simple)", where, nccl);
+  fail(ErrorCode::kFormat, "{}: NCCL_PROTO '{}' is not one protocol (LL, LL128, Simple)", where, printable(nccl));
 }
 
 // The value after "KEY=" or "KEY set by environment to " in `line`; empty when absent.
@@ -86,23 +103,96 @@ std::string_view setting(std::string_view line, std::string_view key) {
     const size_t at = line.find(needle);
     if (at == std::string_view::npos) continue;
     std::string_view rest = line.substr(at + needle.size());
-    const size_t end = rest.find_first_of(" \t\r,;");
+    const size_t end = rest.find_first_of(" \t\r;");
     return trim(rest.substr(0, end));
   }
   return {};
 }
 
-struct LogState {
-  std::string path;
+// One run of a benchmark binary (one table) in a log: what its header said, and its rows.
+struct Run {
+  int first_line = 0;  // its first line (a header line, or its first row)
   std::optional<Collective> collective;
   std::string algorithm = "auto";
   std::string protocol = "auto";
-  int header_ranks = 0;
-  int rank_lines = 0;
+  int algorithm_line = 0;  // where algorithm / protocol were set (0: not set)
+  int protocol_line = 0;
+  std::string nccl_version;
+  int64_t header_ranks = 0;  // nThread x nGpus; 0 when absent
+  std::set<int64_t> ranks;   // of its "#  Rank" lines
   std::set<std::string> hosts;
+  struct Row {
+    MeasuredRow row;
+    int64_t count = 0;  // the count column
+    int line = 0;
+  };
+  std::vector<Row> rows;
 };
 
-void read_comment(std::string_view line, LogState& state, MeasurementFile& file, const std::string& where) {
+// The state of one log's read: the file's runs, the last being read.
+struct LogReader {
+  std::string path;        // as given (row labels for --hold-out use it)
+  std::string shown_path;  // printable: for messages
+  std::vector<Run> runs;
+  std::vector<std::string> skipped;
+
+  std::string where(int line) const { return fmt::format("{}:{}", shown_path, line); }
+  Run& run() { return runs.back(); }
+  // A run header line at `line`: after table rows it starts the next run.
+  void header_line(int line) {
+    if (runs.empty() || !run().rows.empty()) {
+      runs.emplace_back();
+      run().first_line = line;
+    }
+  }
+};
+
+// Sets `value` (a run's algorithm or protocol) once: a second, different setting in one run is an
+// error (two logs run together without a header between them).
+void set_once(std::string& value, int& set_at, const std::string& to, std::string_view what, int line,
+              const LogReader& reader) {
+  if (set_at != 0 && value != to) {
+    fail(ErrorCode::kFormat, "{}: {} {} here, and {} at line {} of the same run: one run, one {}", reader.where(line),
+         what, printable(to), printable(value), set_at, what);
+  }
+  value = to;
+  set_at = line;
+}
+
+// NCCL_ALGO / NCCL_PROTO in `line` (an NCCL INFO line or a comment), for the run being read.
+void read_settings(std::string_view line, int line_number, LogReader& reader) {
+  const std::string where = reader.where(line_number);
+  if (const std::string_view algo = setting(line, "NCCL_ALGO"); !algo.empty()) {
+    reader.header_line(line_number);
+    set_once(reader.run().algorithm, reader.run().algorithm_line, algorithm_of(algo, where), "NCCL_ALGO", line_number,
+             reader);
+  }
+  if (const std::string_view proto = setting(line, "NCCL_PROTO"); !proto.empty()) {
+    reader.header_line(line_number);
+    set_once(reader.run().protocol, reader.run().protocol_line, protocol_of(proto, where), "NCCL_PROTO", line_number,
+             reader);
+  }
+  if (const size_t at = line.find("NCCL version "); at != std::string_view::npos) {
+    const std::vector<std::string_view> words = split_words(line.substr(at + 13));
+    if (!words.empty()) {
+      reader.header_line(line_number);
+      reader.run().nccl_version = std::string(words.front());
+    }
+  }
+}
+
+// A count from a log header or a CSV field: an integer in [low, high], or Error(kFormat) at `where`.
+int64_t bounded_integer(std::string_view word, int64_t low, int64_t high, std::string_view what,
+                        const std::string& where) {
+  const auto value = parse_integer(word);
+  if (!value || *value < low || *value > high) {
+    fail(ErrorCode::kFormat, "{}: {} '{}' is not an integer from {} to {}", where, what, printable(word), low, high);
+  }
+  return *value;
+}
+
+void read_comment(std::string_view line, int line_number, LogReader& reader) {
+  const std::string where = reader.where(line_number);
   const std::vector<std::string_view> words = split_words(line.substr(1));
   if (words.empty()) return;
   if (words[0] == "nThread") {
@@ -112,68 +202,90 @@ void read_comment(std::string_view line, LogState& state, MeasurementFile& file,
     const auto threads = parse_integer(words[1]);
     const auto gpus = parse_integer(words[3]);
     if (!threads || !gpus || *threads < 1 || *gpus < 1) {
-      fail(ErrorCode::kFormat, "{}: nThread '{}' and nGpus '{}' must be positive integers", where, words[1], words[3]);
+      fail(ErrorCode::kFormat, "{}: nThread '{}' and nGpus '{}' must be positive integers", where, printable(words[1]),
+           printable(words[3]));
     }
-    state.header_ranks = static_cast<int>(*threads * *gpus);
+    // Each alone first: their product must not wrap.
+    if (*threads > kMaxMeasuredRanks || *gpus > kMaxMeasuredRanks || *threads * *gpus > kMaxMeasuredRanks) {
+      fail(ErrorCode::kFormat, "{}: nThread {} x nGpus {} is more than {} GPUs: not a cluster", where, *threads, *gpus,
+           kMaxMeasuredRanks);
+    }
+    reader.header_line(line_number);
+    if (reader.run().header_ranks != 0) fail(ErrorCode::kFormat, "{}: a second '# nThread' line in one run", where);
+    reader.run().header_ranks = *threads * *gpus;
+    return;
+  }
+  if (words[0] == "Using" && words.size() == 2 && words[1] == "devices") {
+    reader.header_line(line_number);
+    return;
+  }
+  if (words[0] == "nccl-tests" && words.size() >= 2 && words[1] == "version") {
+    reader.header_line(line_number);
     return;
   }
   if (words[0] == "Rank" && words.size() >= 7 && words[2] == "Group") {
     // "#  Rank  0 Group  0 Pid  12345 on   host-a device  0 [0x18] NVIDIA H100 80GB HBM3"
-    if (!parse_integer(words[1])) fail(ErrorCode::kFormat, "{}: rank '{}' is not an integer", where, words[1]);
-    ++state.rank_lines;
+    const int64_t rank = bounded_integer(words[1], 0, kMaxMeasuredRanks - 1, "rank", where);
+    reader.header_line(line_number);
+    if (!reader.run().ranks.insert(rank).second) {
+      fail(ErrorCode::kFormat, "{}: rank {} is listed twice in one run (two logs run together?)", where, rank);
+    }
     for (size_t i = 0; i + 1 < words.size(); ++i) {
       if (words[i] == "on") {
-        state.hosts.insert(std::string(words[i + 1]));
+        reader.run().hosts.insert(std::string(words[i + 1]));
         break;
       }
     }
     return;
   }
+  auto named = [&](std::string_view name) {
+    const auto collective = collective_of(name);
+    if (!collective) {
+      fail(ErrorCode::kFormat, "{}: '{}' is not a collective tandem calibrates on", where, printable(name));
+    }
+    reader.header_line(line_number);
+    if (reader.run().collective && *reader.run().collective != *collective) {
+      fail(ErrorCode::kFormat, "{}: {} named here in a run of {} with no table between", where,
+           tandem::name(*collective), tandem::name(*reader.run().collective));
+    }
+    reader.run().collective = collective;
+  };
   // "# Collective test starting: all_reduce_perf" (nccl-tests 2.13+)
   if (words.size() >= 4 && words[0] == "Collective" && words[1] == "test" && words[2] == "starting:") {
-    const auto collective = collective_of(words[3]);
-    if (!collective) fail(ErrorCode::kFormat, "{}: '{}' is not a collective tandem calibrates on", where, words[3]);
-    state.collective = collective;
+    named(words[3]);
     return;
   }
   // "# Collective: all_reduce"
   if (words.size() >= 2 && words[0] == "Collective:") {
-    const auto collective = collective_of(words[1]);
-    if (!collective) fail(ErrorCode::kFormat, "{}: '{}' is not a collective tandem calibrates on", where, words[1]);
-    state.collective = collective;
+    named(words[1]);
     return;
   }
   // "# tandem 0.9.0 bench all_reduce: nccl-tests-style table"
   if (words.size() >= 4 && words[0] == "tandem" && words[2] == "bench") {
     std::string_view name = words[3];
     if (name.ends_with(':')) name.remove_suffix(1);
-    const auto collective = collective_of(name);
-    if (!collective) fail(ErrorCode::kFormat, "{}: '{}' is not a collective tandem calibrates on", where, name);
-    state.collective = collective;
+    named(name);
     return;
   }
-  if (const std::string_view algo = setting(line, "NCCL_ALGO"); !algo.empty())
-    state.algorithm = algorithm_of(algo, where);
-  if (const std::string_view proto = setting(line, "NCCL_PROTO"); !proto.empty())
-    state.protocol = protocol_of(proto, where);
-  if (const size_t at = line.find("NCCL version "); at != std::string_view::npos) {
-    file.nccl_version = std::string(split_words(line.substr(at + 13)).front());
+  // tandem bench's "# Backend: sim (fluid network), 4 GPUs per node, node-major ring order, algorithm: ring"
+  // (or "# Backend: nccl, algorithm: ring, ranks per node: 8, channels: 2"): the algorithm it ran.
+  if (words[0] == "Backend:") {
+    if (const size_t at = line.find("algorithm: "); at != std::string_view::npos) {
+      std::string_view rest = line.substr(at + 11);
+      const std::string_view algorithm = trim(rest.substr(0, rest.find_first_of(",;")));
+      if (algorithm != "auto") {
+        reader.header_line(line_number);
+        set_once(reader.run().algorithm, reader.run().algorithm_line, tandem_algorithm_of(algorithm, where),
+                 "algorithm", line_number, reader);
+      }
+    }
+    return;
   }
-}
-
-void read_nccl_line(std::string_view line, LogState& state, MeasurementFile& file, const std::string& where) {
-  if (const std::string_view algo = setting(line, "NCCL_ALGO"); !algo.empty())
-    state.algorithm = algorithm_of(algo, where);
-  if (const std::string_view proto = setting(line, "NCCL_PROTO"); !proto.empty())
-    state.protocol = protocol_of(proto, where);
-  if (const size_t at = line.find("NCCL version "); at != std::string_view::npos) {
-    const std::vector<std::string_view> words = split_words(line.substr(at + 13));
-    if (!words.empty()) file.nccl_version = std::string(words.front());
-  }
+  read_settings(line, line_number, reader);
 }
 
 // "  size  count  type  redop  root  time algbw busbw #wrong  time algbw busbw #wrong"
-MeasuredRow read_row(std::string_view line, const std::string& where) {
+Run::Row read_row(std::string_view line, const std::string& where) {
   const std::vector<std::string_view> words = split_words(line);
   if (words.size() != 13) {
     fail(ErrorCode::kFormat,
@@ -181,39 +293,52 @@ MeasuredRow read_row(std::string_view line, const std::string& where) {
          "and in-place), this one has {}",
          where, words.size());
   }
-  MeasuredRow row;
+  Run::Row parsed;
+  MeasuredRow& row = parsed.row;
   const auto size = parse_integer(words[0]);
-  if (!size || *size < 0) fail(ErrorCode::kFormat, "{}: size '{}' is not a byte count", where, words[0]);
-  if (!parse_integer(words[1])) fail(ErrorCode::kFormat, "{}: count '{}' is not an integer", where, words[1]);
+  if (!size || *size < 0) fail(ErrorCode::kFormat, "{}: size '{}' is not a byte count", where, printable(words[0]));
+  const auto count = parse_integer(words[1]);
+  if (!count || *count < 0) {
+    fail(ErrorCode::kFormat, "{}: count '{}' is not a number of elements", where, printable(words[1]));
+  }
   row.bytes = *size;
+  parsed.count = *count;
   try {
     row.dtype = parse_data_type(words[2]);
   } catch (const Error&) {
     fail(ErrorCode::kFormat, "{}: type '{}' is not one of nccl-tests' (float, half, bfloat16, double, int32, int64)",
-         where, words[2]);
+         where, printable(words[2]));
   }
-  if (!parse_integer(words[4])) fail(ErrorCode::kFormat, "{}: root '{}' is not an integer", where, words[4]);
+  const auto root = parse_integer(words[4]);
+  if (!root || *root < -1 || *root >= kMaxMeasuredRanks) {
+    fail(ErrorCode::kFormat, "{}: root '{}' is neither -1 nor a rank", where, printable(words[4]));
+  }
   const auto time = parse_number(words[5]);
-  if (!time || *time < 0) fail(ErrorCode::kFormat, "{}: out-of-place time '{}' is not a number of us", where, words[5]);
-  for (size_t i : {6, 7}) {
-    if (!parse_number(words[i])) fail(ErrorCode::kFormat, "{}: bandwidth '{}' is not a number", where, words[i]);
+  if (!time || *time < 0) {
+    fail(ErrorCode::kFormat, "{}: out-of-place time '{}' is not a number of us", where, printable(words[5]));
   }
-  if (words[8] != "N/A" && !parse_integer(words[8])) {
-    fail(ErrorCode::kFormat, "{}: #wrong '{}' is neither a count nor N/A", where, words[8]);
+  for (size_t i : {6, 7}) {
+    if (!parse_number(words[i])) {
+      fail(ErrorCode::kFormat, "{}: bandwidth '{}' is not a number", where, printable(words[i]));
+    }
+  }
+  for (size_t i : {8, 12}) {
+    const auto wrong = parse_integer(words[i]);
+    if (words[i] != "N/A" && (!wrong || *wrong < 0)) {
+      fail(ErrorCode::kFormat, "{}: {}#wrong '{}' is neither a count nor N/A", where, i == 12 ? "in-place " : "",
+           printable(words[i]));
+    }
   }
   for (size_t i : {9, 10, 11}) {
     if (words[i] != "N/A" && !parse_number(words[i])) {
-      fail(ErrorCode::kFormat, "{}: in-place column '{}' is neither a number nor N/A", where, words[i]);
+      fail(ErrorCode::kFormat, "{}: in-place column '{}' is neither a number nor N/A", where, printable(words[i]));
     }
-  }
-  if (words[12] != "N/A" && !parse_integer(words[12])) {
-    fail(ErrorCode::kFormat, "{}: in-place #wrong '{}' is neither a count nor N/A", where, words[12]);
   }
   if (words[8] != "N/A" && *parse_integer(words[8]) > 0) {
     fail(ErrorCode::kFormat, "{}: the row has {} wrong elements: a failed run is no measurement", where, words[8]);
   }
   row.time_us = *time;
-  return row;
+  return parsed;
 }
 
 // mpirun --tag-output prefixes every line with "[JOB,RANK]<stdout>:"; srun --label with "RANK: ".
@@ -240,15 +365,50 @@ std::optional<Collective> collective_from_file_name(const std::string& path) {
   return std::nullopt;
 }
 
+// "..." (or "…"): rows a log's author cut out.
+bool is_elision_mark(std::string_view line) {
+  if (line == "\xE2\x80\xA6") return true;
+  return line.size() >= 3 && line.find_first_not_of('.') == std::string_view::npos;
+}
+
+// The GPU count the run states: its Rank lines when they are ranks 0..N-1, else nThread x nGpus
+// when there are no Rank lines; 0 when it does not say.
+int64_t stated_ranks(const Run& run) {
+  if (!run.ranks.empty()) {
+    const int64_t listed = static_cast<int64_t>(run.ranks.size());
+    return *run.ranks.rbegin() + 1 == listed ? listed : 0;
+  }
+  return run.header_ranks;
+}
+
+// "host a, b and 6 more" for messages.
+std::string host_list(const std::set<std::string>& hosts) {
+  constexpr size_t kShown = 3;
+  std::string out = hosts.size() == 1 ? "host " : "hosts ";
+  size_t shown = 0;
+  for (const std::string& host : hosts) {
+    if (shown == kShown) break;
+    out += (shown++ == 0 ? "" : ", ") + printable(host);
+  }
+  if (hosts.size() > kShown) out += fmt::format(" and {} more", hosts.size() - kShown);
+  return out;
+}
+
+// How a row's size and count relate (nccl-tests' getCollByteCount): size = count x type size, times
+// the rank count for the collectives whose count is one rank's share.
+bool count_is_per_rank(Collective collective) {
+  return collective == Collective::kAllGather || collective == Collective::kReduceScatter ||
+         collective == Collective::kAllToAll;
+}
+
 }  // namespace
 
 MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& path,
                                      std::optional<Collective> collective) {
-  MeasurementFile file;
-  file.path = path;
-  LogState state;
-  state.path = path;
-  std::vector<std::pair<MeasuredRow, std::string>> rows;
+  if (text.starts_with(kUtf8ByteOrderMark)) text.remove_prefix(kUtf8ByteOrderMark.size());
+  LogReader reader;
+  reader.path = path;
+  reader.shown_path = printable(path);
   int line_number = 0;
   size_t begin = 0;
   while (begin < text.size()) {
@@ -257,45 +417,131 @@ MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& p
     std::string_view line = trim(text.substr(begin, end - begin));
     begin = end + 1;
     ++line_number;
-    const std::string where = fmt::format("{}:{}", path, line_number);
     line = without_launcher_tag(line);
     if (line.empty()) continue;
     if (line.front() == '#') {
-      read_comment(line, state, file, where);
+      read_comment(line, line_number, reader);
     } else if (line.find("NCCL") != std::string_view::npos) {
-      read_nccl_line(line, state, file, where);
+      read_settings(line, line_number, reader);
     } else if (std::isdigit(static_cast<unsigned char>(line.front()))) {
-      MeasuredRow row = read_row(line, where);
-      row.label = where;
-      row.algorithm = state.algorithm;
-      row.protocol = state.protocol;
-      rows.emplace_back(std::move(row), where);
+      const std::string where = reader.where(line_number);
+      Run::Row row = read_row(line, where);
+      row.row.label = fmt::format("{}:{}", path, line_number);
+      row.line = line_number;
+      if (reader.runs.empty()) {
+        reader.runs.emplace_back();
+        reader.run().first_line = line_number;
+      }
+      reader.run().rows.push_back(std::move(row));
+    } else if (is_elision_mark(line)) {
+      reader.skipped.push_back(
+          fmt::format("{}: '{}' (rows cut from the log where it was posted)", reader.where(line_number), line));
     } else {
       fail(ErrorCode::kFormat, "{}: not a line of nccl-tests output (a table row, a # comment or an NCCL line): '{}'",
-           where, line.substr(0, 60));
+           reader.where(line_number), printable(line.substr(0, 60)));
     }
   }
-  if (!state.collective) state.collective = collective_from_file_name(path);
-  if (!state.collective) state.collective = collective;
-  if (!state.collective) {
-    fail(ErrorCode::kFormat,
-         "{}: the log does not say which collective it measured (no '# Collective test starting:' or '# tandem .. "
-         "bench' line, no <collective>_perf in the file name): give it with --collective",
-         path);
+  // Runs without rows (a header at the end, a run that failed before its table) measured nothing.
+  std::erase_if(reader.runs, [](const Run& run) { return run.rows.empty(); });
+  if (reader.runs.empty()) fail(ErrorCode::kFormat, "{}: no table rows", reader.shown_path);
+
+  MeasurementFile file;
+  file.path = path;
+  file.runs = static_cast<int>(reader.runs.size());
+  file.skipped = std::move(reader.skipped);
+  const Run* stated_by = nullptr;  // the first run that states its GPU count
+  const Run* hosts_by = nullptr;   // the first run that lists its hosts
+  const Run* version_by = nullptr;
+  const bool one_run = reader.runs.size() == 1;
+  for (Run& run : reader.runs) {
+    const std::string where = reader.where(run.first_line);
+    if (!run.collective && one_run) run.collective = collective_from_file_name(path);
+    if (!run.collective) run.collective = collective;
+    if (!run.collective) {
+      if (one_run) {
+        fail(ErrorCode::kFormat,
+             "{}: the log does not say which collective it measured (no '# Collective test starting:' or '# tandem "
+             ".. bench' line, no <collective>_perf in the file name): give it with --collective",
+             reader.shown_path);
+      }
+      fail(ErrorCode::kFormat,
+           "{}: this run (one of {} in the file) does not say which collective it measured (no '# Collective test "
+           "starting:' or '# tandem .. bench' line): split the file, or give the collective with --collective",
+           where, reader.runs.size());
+    }
+    // The GPU count: stated, or implied by a per-rank count (size = count x type size x ranks).
+    int64_t ranks = stated_ranks(run);
+    if (ranks == 0 && count_is_per_rank(*run.collective)) {
+      for (const Run::Row& row : run.rows) {
+        const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
+        if (row.count > 0 && row.row.bytes % (row.count * element_bytes) == 0) {
+          ranks = row.row.bytes / (row.count * element_bytes);
+          break;
+        }
+      }
+    }
+    for (const Run::Row& row : run.rows) {
+      const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
+      const int64_t per_count = count_is_per_rank(*run.collective) ? ranks : 1;
+      // size / (type size x ranks) == count, without multiplying a count that could overflow.
+      const bool agrees = per_count == 0 ? row.row.bytes % element_bytes == 0
+                                         : row.row.bytes % (element_bytes * per_count) == 0 &&
+                                               row.row.bytes / (element_bytes * per_count) == row.count;
+      if (!agrees) {
+        fail(ErrorCode::kFormat, "{}: size {} B and count {} disagree for {} of {} ({} B each{}): expected {}",
+             reader.where(row.line), row.row.bytes, row.count, name(*run.collective),
+             nccl_tests_type_name(row.row.dtype), element_bytes,
+             per_count > 1 ? fmt::format(", on {} ranks", per_count) : "",
+             per_count == 0 ? std::string("a whole number of elements")
+                            : fmt::format("count {}", row.row.bytes / (element_bytes * per_count)));
+      }
+    }
+    // One file, one cluster: every run on the same GPUs and NCCL.
+    if (ranks > 0) {
+      if (stated_by != nullptr && ranks != file.nranks) {
+        fail(ErrorCode::kFormat,
+             "{}: this run ran on {} GPUs and the run at line {} on {}: a log holds runs of one cluster (split the "
+             "file)",
+             where, ranks, stated_by->first_line, file.nranks);
+      }
+      if (stated_by == nullptr) {
+        stated_by = &run;
+        file.nranks = static_cast<int>(ranks);
+      }
+    }
+    const bool all_ranks_listed = !run.ranks.empty() && stated_ranks(run) > 0;
+    if (all_ranks_listed) {
+      if (hosts_by != nullptr && run.hosts != hosts_by->hosts) {
+        fail(ErrorCode::kFormat,
+             "{}: this run ran on {} and the run at line {} on {}: a log holds runs of one cluster (split the file)",
+             where, host_list(run.hosts), hosts_by->first_line, host_list(hosts_by->hosts));
+      }
+      if (hosts_by == nullptr) hosts_by = &run;
+    }
+    if (!run.ranks.empty()) file.least_ranks = std::max(file.least_ranks, static_cast<int>(*run.ranks.rbegin() + 1));
+    if (!run.nccl_version.empty()) {
+      if (version_by != nullptr && run.nccl_version != version_by->nccl_version) {
+        fail(ErrorCode::kFormat, "{}: this run shows NCCL {} and the run at line {} NCCL {}: split the file", where,
+             printable(run.nccl_version), version_by->first_line, printable(version_by->nccl_version));
+      }
+      if (version_by == nullptr) version_by = &run;
+    }
   }
-  if (rows.empty()) fail(ErrorCode::kFormat, "{}: no table rows", path);
-  file.nranks = state.rank_lines > 0 ? state.rank_lines : state.header_ranks;
-  if (file.nranks == 0) {
-    fail(ErrorCode::kFormat, "{}: no '# nThread .. nGpus ..' header and no '#  Rank' lines: the GPU count is unknown",
-         path);
+  if (version_by != nullptr) file.nccl_version = version_by->nccl_version;
+  if (hosts_by != nullptr) file.nodes = static_cast<int>(hosts_by->hosts.size());
+  if (file.nranks > 0 && file.least_ranks > file.nranks) {
+    fail(ErrorCode::kFormat, "{}: a Rank line names rank {} in a log of {} GPUs", reader.shown_path,
+         file.least_ranks - 1, file.nranks);
   }
-  file.nodes = static_cast<int>(state.hosts.size());
-  for (auto& [row, where] : rows) {
-    row.collective = *state.collective;
-    row.gpus = file.nranks;
-    row.nodes = file.nodes;
-    // The table's size and count must agree for this collective and rank count.
-    file.rows.push_back(std::move(row));
+  for (Run& run : reader.runs) {
+    for (Run::Row& row : run.rows) {
+      row.row.collective = *run.collective;
+      row.row.algorithm = run.algorithm;
+      row.row.protocol = run.protocol;
+      row.row.gpus = file.nranks;
+      row.row.nodes = file.nodes;
+      file.rows.push_back(std::move(row.row));
+    }
   }
   return file;
 }
@@ -330,8 +576,11 @@ std::optional<double> configuration_number(std::string_view field) {
 }  // namespace
 
 MeasurementFile parse_reference_csv(std::string_view text, const std::string& path) {
+  if (text.starts_with(kUtf8ByteOrderMark)) text.remove_prefix(kUtf8ByteOrderMark.size());
   MeasurementFile file;
   file.path = path;
+  file.published = true;
+  const std::string shown_path = printable(path);
   bool header_seen = false;
   bool multi_node = false;
   int line_number = 0;
@@ -343,7 +592,7 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
     const std::string_view line = trim(text.substr(begin, end - begin));
     begin = end + 1;
     ++line_number;
-    const std::string where = fmt::format("{}:{}", path, line_number);
+    const std::string where = fmt::format("{}:{}", shown_path, line_number);
     if (line.empty() || line.front() == '#') continue;
     if (!header_seen) {
       if (line != kSingleNodeHeader && line != kMultiNodeHeader) {
@@ -366,19 +615,26 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
     MeasuredRow row;
     row.label = fmt::format("{}#{}", base, fields[0]);
     row.system = std::string(fields[1]);
-    const auto gpus = parse_integer(fields[2]);
-    const auto nodes = parse_integer(fields[3]);
-    if (!gpus || !nodes || *gpus < 1 || *nodes < 1)
-      fail(ErrorCode::kFormat, "{}: gpus and nodes must be positive", where);
-    row.gpus = static_cast<int>(*gpus);
-    row.nodes = static_cast<int>(*nodes);
+    row.gpus = static_cast<int>(bounded_integer(fields[2], 1, kMaxMeasuredRanks, "gpus", where));
+    row.nodes = static_cast<int>(bounded_integer(fields[3], 1, models::kMaxNodes, "nodes", where));
     if (multi_node) {
+      const int64_t per_node = bounded_integer(fields[4], 1, models::kMaxGpusPerNode, "gpus_per_node", where);
+      if (per_node * row.nodes != row.gpus) {
+        fail(ErrorCode::kFormat, "{}: {} nodes of {} GPUs are not {} GPUs", where, row.nodes, per_node, row.gpus);
+      }
       row.nics_per_node = configuration_number(fields[5]);
       row.nic_gbps = configuration_number(fields[6]);
+      for (const auto& [value, field] : {std::pair{row.nics_per_node, fields[5]}, std::pair{row.nic_gbps, fields[6]}}) {
+        if (value ? !(*value > 0 && *value <= 1e6) : field != "-") {
+          fail(ErrorCode::kFormat, "{}: nics_per_node / nic_gbps '{}' is neither a positive number nor -", where,
+               printable(field));
+        }
+      }
     }
     const auto collective = collective_of(fields[collective_at]);
     if (!collective) {
-      fail(ErrorCode::kFormat, "{}: collective '{}' is not one tandem calibrates on", where, fields[collective_at]);
+      fail(ErrorCode::kFormat, "{}: collective '{}' is not one tandem calibrates on", where,
+           printable(fields[collective_at]));
     }
     row.collective = *collective;
     const std::string_view algorithm = fields[collective_at + 1];
@@ -386,13 +642,13 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
     if (multi_node && fields[10] != "auto") row.protocol = protocol_of(fields[10], where);
     const auto bytes = parse_integer(fields[size_at]);
     if (!bytes || *bytes <= 0)
-      fail(ErrorCode::kFormat, "{}: size_bytes '{}' is not a byte count", where, fields[size_at]);
+      fail(ErrorCode::kFormat, "{}: size_bytes '{}' is not a byte count", where, printable(fields[size_at]));
     row.bytes = *bytes;
     const auto low = parse_number(fields[size_at + 2]);
     const auto high = parse_number(fields[size_at + 3]);
     if (!low || !high || *low <= 0 || *high < *low) {
       fail(ErrorCode::kFormat, "{}: value_low '{}' and value_high '{}' must be positive with low <= high", where,
-           fields[size_at + 2], fields[size_at + 3]);
+           printable(fields[size_at + 2]), printable(fields[size_at + 3]));
     }
     const double value = (*low + *high) / 2;
     const std::string_view metric = fields[size_at + 1];
@@ -403,12 +659,12 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
       row.time_us = static_cast<double>(row.bytes) / (algbw * 1e9) * 1e6;
     } else {
       fail(ErrorCode::kFormat, "{}: metric '{}' is none of time_us, algbw_GBps, busbw_GBps, busbw_per_nic_GBps", where,
-           metric);
+           printable(metric));
     }
     file.rows.push_back(std::move(row));
   }
-  if (!header_seen) fail(ErrorCode::kFormat, "{}: no header line '{}'", path, kSingleNodeHeader);
-  if (file.rows.empty()) fail(ErrorCode::kFormat, "{}: no rows", path);
+  if (!header_seen) fail(ErrorCode::kFormat, "{}: no header line '{}'", shown_path, kSingleNodeHeader);
+  if (file.rows.empty()) fail(ErrorCode::kFormat, "{}: no rows", shown_path);
   return file;
 }
 

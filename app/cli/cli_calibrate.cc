@@ -116,7 +116,8 @@ void add_calibrate_command(CLI::App& app, CommandStatus& status) {
                       "FILE.csv#ID), a CSV row id, or a whole file; comma-separated or repeated");
   command->add_option("--fit", options->fit,
                       "fit only these parameters (comma-separated names; default: every parameter the rows inform)");
-  command->add_option("-j,--jobs", options->jobs, "simulations at once (default: the CPU count)");
+  command->add_option("-j,--jobs", options->jobs, "simulations at once (default: the CPU count)")
+      ->check(CLI::Range(1, kMaxCalibrationJobs));
   command->add_flag("-q,--quiet", options->quiet, "no progress lines on stderr");
   command->callback([options, &status] {
     run_calibrate(*options);

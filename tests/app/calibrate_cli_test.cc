@@ -129,4 +129,68 @@ TEST(CalibrateCli, TheShippedCalibratedScenarioRunsAndNamesItsProfile) {
   expect_one_line_error(run_tandem(fmt::format("run '{}/a100.yaml'", dir)), 1, "fitted on dgx-h100");
 }
 
+TEST(CalibrateCli, TheJobCountMustBePositive) {
+  const std::string ar = changed_log("all_reduce");
+  for (const char* jobs : {"-3", "0"}) {
+    const Outcome outcome = run_tandem(fmt::format("calibrate '{}' {} -q -j {}", ar, kCluster, jobs));
+    tandem::testing::expect_usage_error(outcome, "--jobs");
+  }
+}
+
+// tandem bench's own table says the algorithm it ran ("# Backend: sim ..., algorithm: ring"): the
+// defaults that wrote it predict it again, row by row (to the table's 4 digits).
+TEST(CalibrateCli, TandemBenchsAlgorithmIsTheOneRefitted) {
+  const std::string path = temp_path("ring_all_reduce_perf.log");
+  const Outcome bench =
+      run_tandem("bench all_reduce --backend sim --cluster dgx-h100 --nodes 2 --algo ring -b 1K -e 64M -f 2");
+  ASSERT_EQ(bench.exit_code, 0) << bench.err;
+  std::ofstream(path) << bench.out;
+  const std::string dir = temp_path("ring_fit");
+  std::filesystem::remove_all(dir);
+  const Outcome fit = run_tandem(fmt::format("calibrate '{}' --cluster dgx-h100 --nodes 2 -q --out '{}'", path, dir));
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  const nlohmann::json results = nlohmann::json::parse(read_text(dir + "/results.json"));
+  EXPECT_LT(results.at("rms_log_error_before").get<double>(), 0.005) << fit.out;
+  for (const nlohmann::json& row : results.at("rows")) {
+    EXPECT_EQ(row.at("ran").get<std::string>().rfind("ring/", 0), 0u) << row;
+  }
+  EXPECT_FALSE(contains(fit.out, "names no algorithm")) << fit.out;
+}
+
+// Everything tandem writes, tandem reads: a profile fitted from a log whose path holds quotes and
+// backslashes applies.
+TEST(CalibrateCli, AProfileOfALogWithAnOddPathReadsBack) {
+  const std::string dir = temp_path("odd\"dir\\x");
+  std::filesystem::create_directories(dir);
+  const std::string log = dir + "/a\\\"b: #c.log";
+  std::filesystem::copy_file(changed_log("all_reduce"), log, std::filesystem::copy_options::overwrite_existing);
+  const std::string profile = temp_path("odd_profile.yaml");
+  // The shell sees the path in single quotes: every character but ' as it is.
+  const Outcome fit =
+      run_tandem(fmt::format("calibrate '{}' {} -q -o '{}' --collective all_reduce", log, kCluster, profile));
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  const Outcome again =
+      run_tandem(fmt::format("bench all_reduce --backend sim {} -b 1M -e 1M --calibration '{}'", kCluster, profile));
+  EXPECT_EQ(again.exit_code, 0) << again.err << read_text(profile);
+}
+
+// The logs operators posted (../shared/reference/nccl-tests-logs): read as they are, what was cut
+// listed, what was assumed said.
+TEST(CalibrateCli, ReadsAPostedLog) {
+  const std::string aws = "../shared/reference/nccl-tests-logs/aws_p5_eks_2node_all_reduce_excerpt.txt";
+  if (!std::filesystem::exists(aws)) GTEST_SKIP() << aws << " is not here";
+  const Outcome fit =
+      run_tandem(fmt::format("calibrate {} --cluster dgx-h100 --nodes 2 --collective all_reduce -q", aws));
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  EXPECT_TRUE(contains(fit.out, "# skipped " + aws + ":5: '...' (rows cut from the log where it was posted)"))
+      << fit.out;
+  EXPECT_TRUE(contains(fit.out, "# skipped " + aws + ":4: 0 B moves nothing")) << fit.out;
+  EXPECT_TRUE(contains(fit.out, "does not say how many GPUs ran it")) << fit.out;
+  EXPECT_TRUE(contains(fit.out, "on 6 rows (6 fitted, 0 held out)")) << fit.out;
+  const std::string coreweave = "../shared/reference/nccl-tests-logs/coreweave_gb200_nvl72_all_reduce.txt";
+  expect_one_line_error(
+      run_tandem(fmt::format("calibrate {} --cluster dgx-h100 --nodes 2 --collective all_reduce -q", coreweave)), 2,
+      "names rank 71 and the cluster given has 16 GPUs");
+}
+
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "app/scenario/scenario.h"
 #include "core/error.h"
 #include "core/sizes.h"
+#include "core/text.h"
 #include "sim/sweep.h"
 
 namespace tandem::app {
@@ -170,7 +172,13 @@ TEST(NcclTestsLog, TheCollectiveComesFromTheFileNameOrTheCaller) {
       "           8             2     float     sum      -1    10.00    0.00    0.00      0    10.00    0.00    0.00   "
       "   0\n";
   EXPECT_EQ(parse_nccl_tests_log(table, "logs/sendrecv_perf.txt").rows[0].collective, Collective::kSendRecv);
-  EXPECT_EQ(parse_nccl_tests_log(table, "x.log", Collective::kAllToAll).rows[0].collective, Collective::kAllToAll);
+  // An alltoall row's count is one peer's share: 8 B on 2 ranks is 1 float each.
+  const std::string alltoall_table =
+      "# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n"
+      "           8             1     float     none     -1    10.00    0.00    0.00      0    10.00    0.00    0.00   "
+      "   0\n";
+  EXPECT_EQ(parse_nccl_tests_log(alltoall_table, "x.log", Collective::kAllToAll).rows[0].collective,
+            Collective::kAllToAll);
   EXPECT_NE(
       error_of([&] { parse_nccl_tests_log(table, "x.log"); }).find("x.log: the log does not say which collective"),
       std::string::npos);
@@ -245,6 +253,229 @@ TEST(NcclTestsLog, ReadsTheMultiNodeRowsCsv) {
   EXPECT_DOUBLE_EQ(file.rows[1].time_us, 13.5);
 }
 
+// ---- The reader's hardening (issue 32) ----
+
+// A tandem bench table of `collective` on `gpus` GPUs (one row of 1 MiB per entry of `sizes`).
+std::string bench_table(Collective collective, int gpus, const std::string& backend_line,
+                        const std::vector<int64_t>& sizes = {1 << 20}) {
+  std::string log = fmt::format(
+      "# tandem 0.1.0 bench {}: nccl-tests-style table from simulation\n"
+      "# nThread 1 nGpus {} minBytes 1024 maxBytes 1048576 step: 2(factor) warmup iters: 0 iters: 1 agg iters: 1 "
+      "validation: 0 graph: 0\n#\n{}#\n",
+      name(collective), gpus, backend_line);
+  log += format_column_header();
+  for (int64_t bytes : sizes) {
+    BenchRow row;
+    row.counts = nccl_tests_counts(collective, bytes, DataType::kF32, gpus);
+    row.type_name = "float";
+    row.redop = is_reduction(collective) ? "sum" : "none";
+    row.out_of_place = make_result(50e-6, row.counts, collective, gpus, std::nullopt);
+    row.in_place = row.out_of_place;
+    log += format_row(row);
+  }
+  log += format_footer({});
+  return log;
+}
+
+constexpr const char* kSimBackendLine =
+    "# Backend: sim (fluid network), 4 GPUs per node, node-major ring order, algorithm: auto\n";
+
+TEST(NcclTestsLog, EachRunOfALogKeepsItsOwnCollective) {
+  const std::string log = bench_table(Collective::kAllReduce, 8, kSimBackendLine) +
+                          bench_table(Collective::kAllGather, 8, kSimBackendLine, {1 << 20, 2 << 20});
+  const MeasurementFile file = parse_nccl_tests_log(log, "all_gather_perf.log");
+  EXPECT_EQ(file.runs, 2);
+  EXPECT_EQ(file.nranks, 8);
+  ASSERT_EQ(file.rows.size(), 3u);
+  EXPECT_EQ(file.rows[0].collective, Collective::kAllReduce);
+  EXPECT_EQ(file.rows[1].collective, Collective::kAllGather);
+  EXPECT_EQ(file.rows[2].collective, Collective::kAllGather);
+  // Two runs that do not name their collective: the file name names one, not two.
+  const std::string unnamed =
+      "# nThread 1 nGpus 2 minBytes 8 maxBytes 8 step: 2(factor)\n"
+      "           8             2     float     sum      -1    10.00    0.00    0.00      0    10.00    0.00    0.00   "
+      "   0\n";
+  const std::string message = error_of([&] { parse_nccl_tests_log(unnamed + unnamed, "all_gather_perf.log"); });
+  EXPECT_EQ(message.rfind("all_gather_perf.log:1: this run (one of 2 in the file) does not say which collective", 0),
+            0u)
+      << message;
+  // --collective says it for every run.
+  EXPECT_EQ(parse_nccl_tests_log(unnamed + unnamed, "x.log", Collective::kAllReduce).rows.size(), 2u);
+}
+
+TEST(NcclTestsLog, ConcatenatedRunsOnOtherGpusAreRefused) {
+  // Two nccl-tests runs, 2 ranks on host a then 2 on host b: not one run on 4 GPUs.
+  auto run = [](const std::string& host) {
+    return "# Collective test starting: all_reduce_perf\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8\n# Using devices\n"
+           "#  Rank  0 Group  0 Pid  41 on " +
+           host +
+           " device  0 [0x18] NVIDIA H100 80GB HBM3\n"
+           "#  Rank  1 Group  0 Pid  42 on " +
+           host +
+           " device  1 [0x2a] NVIDIA H100 80GB HBM3\n"
+           "           8             2     float     sum      -1    10.00    0.00    0.00      0    10.00    0.00    "
+           "0.00      0\n";
+  };
+  const MeasurementFile same = parse_nccl_tests_log(run("a") + run("a"), "ar.log");
+  EXPECT_EQ(same.nranks, 2);
+  EXPECT_EQ(same.nodes, 1);
+  EXPECT_EQ(same.rows.size(), 2u);
+  std::string message = error_of([&] { parse_nccl_tests_log(run("a") + run("b"), "ar.log"); });
+  EXPECT_EQ(message.rfind(
+                "ar.log:7: this run ran on host b and the run at line 1 on host a: a log holds runs of one cluster", 0),
+            0u)
+      << message;
+  message = error_of([&] {
+    parse_nccl_tests_log(bench_table(Collective::kAllReduce, 8, kSimBackendLine) +
+                             bench_table(Collective::kAllReduce, 16, kSimBackendLine),
+                         "ar.log");
+  });
+  EXPECT_NE(message.find("ar.log:13: this run ran on 16 GPUs and the run at line 1 on 8"), std::string::npos)
+      << message;
+}
+
+TEST(NcclTestsLog, TandemBenchsAlgorithmLineIsRead) {
+  const std::string ring = "# Backend: sim (fluid network), 4 GPUs per node, node-major ring order, algorithm: ring\n";
+  EXPECT_EQ(parse_nccl_tests_log(bench_table(Collective::kAllReduce, 8, ring), "ar.log").rows[0].algorithm, "ring");
+  const std::string nccl = "# Backend: nccl, algorithm: tree, ranks per node: 8, channels: 2\n";
+  EXPECT_EQ(parse_nccl_tests_log(bench_table(Collective::kAllReduce, 8, nccl), "ar.log").rows[0].algorithm, "tree");
+  EXPECT_EQ(parse_nccl_tests_log(bench_table(Collective::kAllReduce, 8, kSimBackendLine), "ar.log").rows[0].algorithm,
+            "auto");
+  // NCCL_ALGO=Ring,Tree leaves NCCL a choice: not the ring.
+  EXPECT_EQ(parse_nccl_tests_log("# NCCL_ALGO=Ring,Tree\n" + bench_table(Collective::kAllReduce, 8, kSimBackendLine),
+                                 "ar.log")
+                .rows[0]
+                .algorithm,
+            "auto");
+}
+
+TEST(NcclTestsLog, CountsAreRangeCheckedNotWrapped) {
+  const std::string row =
+      "           8             2     float     sum      -1    10.00    0.00    0.00      0    10.00    0.00    0.00   "
+      "   0\n";
+  struct Case {
+    std::string header;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"# nThread 1 nGpus 4294967297 minBytes 8\n", "bad.log:1: nThread 1 x nGpus 4294967297 is more than"},
+      {"# nThread 4294967297 nGpus 1 minBytes 8\n", "bad.log:1: nThread 4294967297 x nGpus 1 is more than"},
+      {"# nThread 65536 nGpus 65536 minBytes 8\n", "bad.log:1: nThread 65536 x nGpus 65536 is more than"},
+      {"#  Rank 4294967296 Group  0 Pid  41 on a device  0 [0x18] H100\n", "bad.log:1: rank '4294967296' is not"},
+  };
+  for (const Case& c : cases) {
+    const std::string message =
+        error_of([&] { parse_nccl_tests_log(c.header + row, "bad.log", Collective::kAllReduce); });
+    EXPECT_EQ(message.rfind(c.message, 0), 0u) << message;
+  }
+  const std::string header =
+      "id,system,gpus,nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source\n";
+  for (const auto& [fields, message] : std::vector<std::pair<std::string, std::string>>{
+           {"1,8xH100-SXM,4294967304,1", "r.csv:2: gpus '4294967304' is not an integer from 1 to"},
+           {"1,8xH100-SXM,8,4294967297", "r.csv:2: nodes '4294967297' is not an integer from 1 to"},
+           {"1,8xH100-SXM,-8,1", "r.csv:2: gpus '-8' is not an integer"}}) {
+    const std::string got =
+        error_of([&] { parse_reference_csv(header + fields + ",all_reduce,ring,8,time_us,1,2,x\n", "r.csv"); });
+    EXPECT_EQ(got.rfind(message, 0), 0u) << got;
+  }
+  const std::string multi =
+      "id,system,gpus,nodes,gpus_per_node,nics_per_node,nic_gbps,fabric,collective,algorithm,protocol,size_bytes,"
+      "metric,value_low,value_high,source,notes\n";
+  const std::string got = error_of([&] {
+    parse_reference_csv(multi + "M,x,16,2,4294967304,4,400,IB,all_reduce,ring,auto,8,time_us,1,2,x,\n", "m.csv");
+  });
+  EXPECT_EQ(got.rfind("m.csv:2: gpus_per_node '4294967304' is not an integer", 0), 0u) << got;
+}
+
+TEST(NcclTestsLog, ARowsSizeAndCountMustAgree) {
+  const std::string header = "# nThread 1 nGpus 4 minBytes 8\n";
+  auto row = [](const std::string& size, const std::string& count) {
+    return fmt::format(
+        "{:>12}  {:>12}     float     sum      -1    10.00    0.00    0.00      0    10.00    0.00    "
+        "0.00      0\n",
+        size, count);
+  };
+  struct Case {
+    Collective collective;
+    std::string row;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {Collective::kAllReduce, row("8", "3"), "bad.log:2: size 8 B and count 3 disagree for all_reduce of float"},
+      {Collective::kAllReduce, row("8", "-2"), "bad.log:2: count '-2' is not a number of elements"},
+      {Collective::kAllReduce, row("6", "1"), "bad.log:2: size 6 B and count 1 disagree"},
+      {Collective::kAllGather, row("1024", "256"),
+       "bad.log:2: size 1024 B and count 256 disagree for all_gather of "
+       "float (4 B each, on 4 ranks): expected count 64"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = error_of([&] { parse_nccl_tests_log(header + c.row, "bad.log", c.collective); });
+    EXPECT_EQ(message.rfind(c.message, 0), 0u) << message;
+  }
+  EXPECT_EQ(parse_nccl_tests_log(header + row("1024", "64"), "ok.log", Collective::kAllGather).rows.size(), 1u);
+  // With no GPU count stated, an all_gather row says it: size / (count x 4 B).
+  EXPECT_EQ(parse_nccl_tests_log(row("1024", "64"), "ok.log", Collective::kAllGather).nranks, 4);
+}
+
+TEST(NcclTestsLog, AByteOrderMarkIsReadAndControlBytesAreShownEscaped) {
+  const MeasurementFile file = parse_nccl_tests_log(std::string("\xEF\xBB\xBF") + kNcclTestsLog, "ar.log");
+  EXPECT_EQ(file.rows.size(), 2u);
+  const std::string csv =
+      "\xEF\xBB\xBFid,system,gpus,nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source\n"
+      "1,8xH100-SXM,8,1,all_reduce,ring,2000000000,busbw_GBps,365,375,x\n";
+  EXPECT_EQ(parse_reference_csv(csv, "r.csv").rows.size(), 1u);
+  for (const std::string& message :
+       {error_of([] { parse_nccl_tests_log("# nThread 1 nGpus 2\n\x1b[2J\x1b]0;pwned\x07\n", "bad\x1b.log"); }),
+        error_of([] {
+          parse_nccl_tests_log("# nThread 1 nGpus 2\n8 2 fl\x1b[31moat sum -1 1 0 0 0 1 0 0 0\n", "x.log",
+                               Collective::kAllReduce);
+        }),
+        error_of([] {
+          parse_reference_csv(
+              "id,system,gpus,nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source\n"
+              "1,x,8,1,all\x1b[2J,ring,8,time_us,1,2,x\n",
+              "r.csv");
+        })}) {
+    EXPECT_NE(message.find("\\x1b"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+    EXPECT_EQ(message.find('\x07'), std::string::npos) << message;
+  }
+}
+
+// The logs as their authors posted them (../shared/reference/nccl-tests-logs, README there).
+std::optional<std::string> reference_log(const std::string& name) {
+  const std::string path = "../shared/reference/nccl-tests-logs/" + name;
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(NcclTestsLog, ReadsThePostedLogs) {
+  const auto aws = reference_log("aws_p5_eks_2node_all_reduce_excerpt.txt");
+  const auto coreweave = reference_log("coreweave_gb200_nvl72_all_reduce.txt");
+  const auto dstack = reference_log("dstack_p6_b200_2node_small_msgs_truncated.txt");
+  if (!aws || !coreweave || !dstack) GTEST_SKIP() << "../shared/reference/nccl-tests-logs is not here";
+  // Launcher tags, "..." where rows were cut, no header: the rows there, the cut listed, no GPU count.
+  const MeasurementFile a = parse_nccl_tests_log(*aws, "aws.txt", Collective::kAllReduce);
+  ASSERT_EQ(a.rows.size(), 7u);
+  EXPECT_EQ(a.rows[0].bytes, 0);
+  EXPECT_EQ(a.rows[6].bytes, int64_t{2147483648});
+  EXPECT_DOUBLE_EQ(a.rows[6].time_us, 9197.5);
+  ASSERT_EQ(a.skipped.size(), 1u);
+  EXPECT_EQ(a.skipped[0].rfind("aws.txt:5: '...'", 0), 0u) << a.skipped[0];
+  EXPECT_EQ(a.nranks, 0);
+  // One Rank line, of rank 71: at least 72 GPUs, the count and the hosts unknown.
+  const MeasurementFile c = parse_nccl_tests_log(*coreweave, "coreweave.txt", Collective::kAllReduce);
+  EXPECT_EQ(c.rows.size(), 5u);
+  EXPECT_EQ(c.nranks, 0);
+  EXPECT_EQ(c.least_ranks, 72);
+  EXPECT_EQ(c.nodes, 0);
+  EXPECT_EQ(c.rows[4].bytes, int64_t{8589934592});
+  const MeasurementFile d = parse_nccl_tests_log(*dstack, "dstack.txt", Collective::kAllReduce);
+  EXPECT_EQ(d.rows.size(), 6u);
+  EXPECT_DOUBLE_EQ(d.rows[0].time_us, 50.58);
+}
+
 // ---- Profiles ----
 
 TEST(CalibrationProfile, WritesAndReadsBack) {
@@ -312,6 +543,38 @@ TEST(CalibrationProfile, AnotherPresetIsAnError) {
               check_profile_cluster(profile, models::cluster_preset("hgx-a100"));
             }).find("fitted on dgx-h100 and this cluster is hgx-a100"),
             std::string::npos);
+}
+
+TEST(CalibrationProfile, EveryFileNameItWritesReadsBack) {
+  CalibrationProfile profile;
+  profile.preset = "dgx-h100";
+  profile.gpus_per_node = 8;
+  profile.description = "a \"quoted\" description: with a back\\slash # and more";
+  profile.parameters = {{"nvlink_efficiency", 0.824, 0.8, true}};
+  profile.date = "2026-12-04";
+  const std::vector<std::string> names = {"a\"b.log",
+                                          "c:\\logs\\d.log",
+                                          "odd\"dir\\x/a\\\"b.log",
+                                          "x: y #z.log",
+                                          "- {e}, [f].log",
+                                          "'single'.log",
+                                          "caf\xC3\xA9.log",
+                                          "*anchor &x !tag %p @q `r`.log",
+                                          " lead and trail ",
+                                          "null",
+                                          "true",
+                                          "123",
+                                          "two\nlines.log",
+                                          "tab\there.log",
+                                          "esc\x1b[31m.log"};
+  for (const std::string& file : names) profile.sources.push_back({file, 1});
+  const CalibrationProfile back = parse_profile(profile_yaml(profile), "p.yaml");
+  EXPECT_EQ(back.description, profile.description);
+  ASSERT_EQ(back.sources.size(), names.size());
+  // Control bytes are written as the text \xNN (the reader refuses them in names); the rest exactly.
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(back.sources[i].file, printable(names[i])) << names[i];
+  EXPECT_EQ(back.sources[0].file, "a\"b.log");
+  EXPECT_EQ(back.sources[12].file, "two\\x0alines.log");
 }
 
 // ---- The fit, end to end ----
@@ -447,6 +710,52 @@ TEST(Calibrate, HeldOutRowsArePredictedNotFitted) {
   for (const CalibratedRow& row : result.rows) EXPECT_EQ(row.held_out, row.row.label.starts_with("all_gather.log"));
   request.hold_out = {"nothing.log"};
   EXPECT_NE(error_of([&] { calibrate(request); }).find("--hold-out nothing.log"), std::string::npos);
+}
+
+TEST(Calibrate, RepeatedRowsAreMergedIntoTheirMeanAndGuessesAreNamed) {
+  CalibrationRequest request = request_for(LogCluster{2, 4}, no_noise);
+  // The all_reduce log's sweep run twice, the second 10% slower.
+  MeasurementFile& all_reduce = request.files[0];
+  const size_t sizes = all_reduce.rows.size();
+  const double first_time = all_reduce.rows[0].time_us;
+  for (size_t i = 0; i < sizes; ++i) {
+    MeasuredRow again = all_reduce.rows[i];
+    again.label += "+";
+    again.time_us *= 1.1;
+    all_reduce.rows.push_back(again);
+  }
+  const CalibrationResult result = calibrate(request);
+  EXPECT_EQ(result.rows_merged, 17);
+  ASSERT_EQ(result.rows.size(), 34u);
+  EXPECT_EQ(result.rows[0].samples, 2);
+  EXPECT_EQ(result.rows[0].row.label, "all_reduce.log:6");
+  EXPECT_DOUBLE_EQ(result.rows[0].row.time_us, first_time * 1.05);
+  EXPECT_EQ(result.rows[17].samples, 1);
+  const std::string report = calibration_report(result);
+  EXPECT_NE(report.find("# merged 17 rows that repeat a measurement"), std::string::npos) << report;
+  EXPECT_NE(report.find("(mean of 2)"), std::string::npos);
+  // The simulated logs name no algorithm: the report says what NCCL's tuner was taken to pick.
+  EXPECT_NE(report.find("warning: all_reduce.log names no algorithm for 17 rows (no NCCL_ALGO, no tandem bench "
+                        "header): guessed NCCL's tuner's pick: all_reduce "),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("warning: all_gather.log names no algorithm for 17 rows"), std::string::npos);
+}
+
+TEST(Calibrate, ALogWithoutAGpuCountTakesTheClustersAndSaysSo) {
+  CalibrationRequest request = request_for(LogCluster{2, 4}, no_noise);
+  request.files.resize(1);
+  request.files[0].nranks = 0;
+  for (MeasuredRow& row : request.files[0].rows) row.gpus = 0;
+  const CalibrationResult result = calibrate(request);
+  ASSERT_EQ(result.warnings.size(), 2u);
+  EXPECT_EQ(result.warnings[0],
+            "warning: all_reduce.log does not say how many GPUs ran it (no '# nThread' header, no full list of '#  "
+            "Rank' lines): taken as the cluster given's 8 (2 nodes x 4 GPUs)");
+  request.files[0].least_ranks = 72;
+  EXPECT_NE(
+      error_of([&] { calibrate(request); }).find("all_reduce.log: the log names rank 71 and the cluster given has 8"),
+      std::string::npos);
 }
 
 // ---- A scenario's calibration: key ----
