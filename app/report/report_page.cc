@@ -37,7 +37,7 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eef1f4}
 th{background:#f7f9fb;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
-#blocked td.num,#recoveries td.num{white-space:nowrap}
+#blocked td.num,#recoveries td.num,#recoveries td:first-child{white-space:nowrap}
 tr.aborted td,tr.culprit td{background:#fdecea}
 tr.recovered td{background:#fff4e5}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px;margin:0}
