@@ -1,5 +1,6 @@
-// tandem report RUN_DIR [-o report.html] [--compare OTHER_RUN_DIR]: the report page of a run, one
-// self-contained HTML file (app/report/report_page.h, docs/report.md).
+// tandem report RUN_DIR [-o report.html] [--compare OTHER_RUN_DIR]: the report page of a run (or of
+// a tandem memory / tandem replay folder), one self-contained HTML file (app/report/report_page.h,
+// docs/report.md).
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -77,7 +78,42 @@ std::string memory_page(const ReportOptions& options) {
   }
 }
 
+// A folder `tandem replay DUMPS_DIR --out` wrote: replay.json and replay.csv, no results.json.
+bool is_replay_folder(const std::string& dir) {
+  std::error_code error;
+  const std::filesystem::path path(dir);
+  return !std::filesystem::exists(path / "results.json", error) && std::filesystem::exists(path / "replay.json", error);
+}
+
+std::string replay_page(const ReportOptions& options) {
+  if (!options.compare.empty()) fail(ErrorCode::kInvalidArgument, "--compare is for runs, not a tandem replay folder");
+  const std::string path = (std::filesystem::path(options.run_dir) / "replay.json").string();
+  const std::string text = read_text_file(path, "replay", kMaxResultsFileBytes);
+  nlohmann::json replay;
+  try {
+    replay = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", path, e.what());
+  }
+  try {
+    return replay_report_html(replay);
+  } catch (const Error& error) {
+    if (error.code() != ErrorCode::kFormat) throw;
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: {} (not a replay.json this tandem reads; write one with tandem replay DUMPS_DIR "
+                            "--out DIR)",
+                            path, error.what()));
+  }
+}
+
 int run_report(const ReportOptions& options) {
+  if (is_replay_folder(options.run_dir)) {
+    const std::string output =
+        options.output.empty() ? (std::filesystem::path(options.run_dir) / "report.html").string() : options.output;
+    write_text_file(output, replay_page(options));
+    std::cout << "tandem report: wrote " << output << "\n";
+    return kExitSuccess;
+  }
   if (is_memory_folder(options.run_dir)) {
     const std::string output =
         options.output.empty() ? (std::filesystem::path(options.run_dir) / "report.html").string() : options.output;
@@ -119,10 +155,13 @@ void add_report_command(CLI::App& app, CommandStatus& status) {
       "busbw against size. Training: the step per layout. Start-up: phases per lever set. Claims: each claim's "
       "verdict. A calibration (the folder tandem calibrate --out wrote): measured time against size with the default "
       "and the calibrated prediction, every row and parameter. A folder tandem memory --out wrote: the settings side "
-      "by side and memory over the trace.");
+      "by side and memory over the trace. A folder tandem replay --out wrote (an incident): the culprit, a timeline "
+      "per group on the replayed clock with the stuck op and the waiting ranks marked, the recovery policies side by "
+      "side.");
   command
       ->add_option("run_dir", options->run_dir,
-                   "the run's folder (holding results.json), or a tandem memory --out folder (memory.json)")
+                   "the run's folder (holding results.json), a tandem memory --out folder (memory.json) or a tandem "
+                   "replay --out folder (replay.json)")
       ->required();
   command->add_option("-o,--output", options->output, "the HTML file to write (default: RUN_DIR/report.html)")
       ->check(output_file_path())

@@ -1297,7 +1297,9 @@ json to_json(const ReplayResult& r) {
   }
   json slices = json::array();
   for (const ReplaySlice& s : r.slices) slices.push_back({s.rank, s.op, s.start_s * 1e6, s.end_s * 1e6});
-  return {{"ranks", r.ranks},
+  return {{"kind", "replay"},
+          {"format_version", kReplayFormatVersion},
+          {"ranks", r.ranks},
           {"groups", r.groups},
           {"entries", r.entries},
           {"version", r.version},

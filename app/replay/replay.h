@@ -128,6 +128,10 @@ struct ReplayResult {
 ReplayResult replay(const std::vector<FrDump>& dumps, const ReplayOptions& options);
 
 std::string format_text(const ReplayResult& result, size_t max_ops);  // the report a user reads
+
+// replay.json (`tandem replay --json`, `--out`): {"kind": "replay", "format_version":
+// kReplayFormatVersion, ...}; `tandem report` reads it and refuses another kind or version.
+inline constexpr int kReplayFormatVersion = 1;
 nlohmann::json to_json(const ReplayResult& result);
 std::string ops_csv(const ReplayResult& result);  // one row per op
 

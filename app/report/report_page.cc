@@ -5,13 +5,17 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "app/replay/replay.h"
 #include "core/error.h"
+#include "core/fr_analysis.h"
+#include "core/sizes.h"
 
 namespace tandem::app {
 namespace {
@@ -28,10 +32,12 @@ section{background:#fff;border:1px solid #dde3ea;border-radius:6px;margin:16px 0
 h2{font-size:16px;margin:0 0 10px}
 .badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600;font-size:13px;margin-left:10px}
 .pass{background:#2ca02c;color:#fff}.fail{background:#d62728;color:#fff}.warn{background:#ff7f0e;color:#fff}
+.incident{background:#fdecea;color:#a31d1d;border:1px solid #d62728}.neutral{background:#e8edf3;color:#1d2430}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:4px 8px;border-bottom:1px solid #eef1f4}
 th{background:#f7f9fb;font-weight:600}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
+#blocked td.num,#recoveries td.num,#recoveries td:first-child{white-space:nowrap}
 tr.aborted td,tr.culprit td{background:#fdecea}
 tr.recovered td{background:#fff4e5}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px;margin:0}
@@ -92,13 +98,15 @@ std::string expectations_section(const json& results) {
          "</table></section>\n";
 }
 
-std::string page(const std::string& title, const std::string& subtitle, const std::string& body) {
+// `source`: the file the page was written from, for its footer.
+std::string page(const std::string& title, const std::string& subtitle, const std::string& body,
+                 const std::string& source = "results.json") {
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>{}</title>\n<style>{}</style></head>\n"
       "<body>\n<header><h1>{}</h1><p>{}</p></header>\n<main>\n{}</main>\n"
-      "<footer>Written by tandem report from results.json. Self-contained: no scripts, nothing loaded from the "
+      "<footer>Written by tandem report from {}. Self-contained: no scripts, nothing loaded from the "
       "network.</footer>\n</body></html>\n",
-      html_escape(title), kStyle, html_escape(title), html_escape(subtitle), body);
+      html_escape(title), kStyle, html_escape(title), html_escape(subtitle), body, html_escape(source));
 }
 
 // ---- collective loop ------------------------------------------------------------------------------
@@ -872,6 +880,669 @@ std::string memory_report_html(const json& memory, std::string_view over_time_cs
   body += memory_plot(series);
   return page("tandem report: memory snapshot", "PyTorch's caching allocator replayed (docs/memory.md)", body);
 }
+
+// ---- replay (tandem replay DUMPS_DIR --out DIR) -----------------------------------------------------
+
+namespace {
+
+// The page of an incident: what broke, not whether expectations held, so it carries an "incident"
+// label (or "no divergence" for clean dumps) and never a PASS / FAIL verdict badge.
+
+// Timeline rows: one per group; one per rank as well up to this many ranks (a 16,384-rank job
+// gets its waiting and missing ranks as ranges in the tables instead).
+constexpr int kMaxReplayRankRows = 64;
+// Groups drawn; the groups holding a blocked op first. The rest are in replay.csv.
+constexpr size_t kMaxReplayGroupRows = 40;
+// The time axis breaks where a linear one would squeeze the ops before the watchdog into less
+// than 1 / kReplayBreakFactor of the plot (a 600 s watchdog after microsecond collectives).
+constexpr double kReplayBreakFactor = 4;
+constexpr int kPolicyRow = 16;  // px: a policy's line under the timeline's rows
+
+// A policy's colour on the timeline and in its table: the palette after the completed ops' blue.
+const char* policy_colour(size_t index) { return kPalette[1 + index % (std::size(kPalette) - 1)]; }
+
+struct ReplayPageOp {
+  std::string label, group_desc, profiling_name, state, detail, algorithm;
+  int64_t sequence = 0, bytes = 0;
+  bool p2p = false;
+  std::vector<int> ranks, waiting, missing;
+  double start_us = 0, end_us = 0, predicted_us = 0;
+  std::optional<double> recorded_us;
+  double watchdog_fires_us = 0;  // blocked ops: the latest end of its waiting ranks' slices
+};
+
+struct ReplayPageSlice {
+  int rank = 0;
+  size_t op = 0;
+  double start_us = 0, end_us = 0;
+};
+
+struct ReplayPageRecovery {
+  std::string action, outcome, detail;
+  int attempts = 0;
+  double watchdog_s = 0, detected_us = 0, end_us = 0, rerun_us = 0;
+  std::vector<int> dropped_ranks;
+};
+
+// The fields of replay.json as app/replay/replay.cc's to_json writes them, each with its type:
+// missing, unknown or mistyped ones are errors naming the field (docs/report.md).
+enum class ReplayKind { kInt, kInt64, kNumber, kString, kBool, kInts, kIntOrNull, kNumberOrNull, kObject, kList };
+
+struct ReplayField {
+  const char* key;
+  ReplayKind kind;
+};
+
+constexpr ReplayField kReplayTop[] = {
+    {"kind", ReplayKind::kString},
+    {"format_version", ReplayKind::kInt},
+    {"ranks", ReplayKind::kInt},
+    {"groups", ReplayKind::kInt},
+    {"entries", ReplayKind::kInt64},
+    {"version", ReplayKind::kString},
+    {"comm_lib_version", ReplayKind::kString},
+    {"cluster", ReplayKind::kString},
+    {"verdict", ReplayKind::kString},
+    {"culprit_ranks", ReplayKind::kInts},
+    {"first_divergence", ReplayKind::kIntOrNull},
+    {"end_us", ReplayKind::kNumber},
+    {"predicted_comm_us", ReplayKind::kNumber},
+    {"recorded_comm_us", ReplayKind::kNumber},
+    {"ops_with_recorded", ReplayKind::kInt},
+    {"ops", ReplayKind::kList},
+    {"slices", ReplayKind::kList},
+    {"recoveries", ReplayKind::kList},
+    {"analysis", ReplayKind::kObject},
+};
+constexpr ReplayField kReplayOp[] = {
+    {"group", ReplayKind::kString},
+    {"label", ReplayKind::kString},
+    {"group_desc", ReplayKind::kString},
+    {"p2p", ReplayKind::kBool},
+    {"sequence", ReplayKind::kInt64},
+    {"profiling_name", ReplayKind::kString},
+    {"dtype", ReplayKind::kString},
+    {"bytes", ReplayKind::kInt64},
+    {"ranks", ReplayKind::kInts},
+    {"joined", ReplayKind::kInt64},
+    {"state", ReplayKind::kString},
+    {"simulated", ReplayKind::kBool},
+    {"note", ReplayKind::kString},
+    {"predicted_us", ReplayKind::kNumber},
+    {"recorded_us", ReplayKind::kNumberOrNull},
+    {"algorithm", ReplayKind::kString},
+    {"busbw_GBps", ReplayKind::kNumber},
+    {"start_us", ReplayKind::kNumber},
+    {"end_us", ReplayKind::kNumber},
+    {"waiting", ReplayKind::kInts},
+    {"missing", ReplayKind::kInts},
+    {"detail", ReplayKind::kString},
+};
+constexpr ReplayField kReplayRecovery[] = {
+    {"action", ReplayKind::kString},      {"outcome", ReplayKind::kString},     {"attempts", ReplayKind::kInt},
+    {"watchdog_s", ReplayKind::kNumber},  {"detected_us", ReplayKind::kNumber}, {"end_us", ReplayKind::kNumber},
+    {"dropped_ranks", ReplayKind::kInts}, {"rerun_us", ReplayKind::kNumber},    {"detail", ReplayKind::kString},
+};
+// The flight-recorder analysis is `tandem fr analyze --json`'s format (core/fr_analysis.h): the
+// page reads these two of it.
+constexpr ReplayField kReplayAnalysis[] = {{"verdict", ReplayKind::kString}, {"culprit_ranks", ReplayKind::kInts}};
+
+const char* replay_kind_name(ReplayKind kind) {
+  switch (kind) {
+    case ReplayKind::kInt:
+    case ReplayKind::kInt64:
+      return "an integer";
+    case ReplayKind::kNumber:
+      return "a number";
+    case ReplayKind::kString:
+      return "a string";
+    case ReplayKind::kBool:
+      return "true or false";
+    case ReplayKind::kInts:
+      return "a list of integers";
+    case ReplayKind::kIntOrNull:
+      return "an integer or null";
+    case ReplayKind::kNumberOrNull:
+      return "a number or null";
+    case ReplayKind::kObject:
+      return "an object";
+    case ReplayKind::kList:
+      return "a list";
+  }
+  return "?";
+}
+
+bool replay_has_kind(const json& v, ReplayKind kind) {
+  switch (kind) {
+    case ReplayKind::kInt:
+      return fits_int(v);
+    case ReplayKind::kInt64:
+      return v.is_number_integer();
+    case ReplayKind::kNumber:
+      return v.is_number();
+    case ReplayKind::kString:
+      return v.is_string();
+    case ReplayKind::kBool:
+      return v.is_boolean();
+    case ReplayKind::kInts:
+      return v.is_array() && std::all_of(v.begin(), v.end(), fits_int);
+    case ReplayKind::kIntOrNull:
+      return v.is_null() || fits_int(v);
+    case ReplayKind::kNumberOrNull:
+      return v.is_null() || v.is_number();
+    case ReplayKind::kObject:
+      return v.is_object();
+    case ReplayKind::kList:
+      return v.is_array();
+  }
+  return false;
+}
+
+// `exact`: a key outside `fields` is an error too (replay.json's own objects; not the analysis,
+// whose other fields belong to fr analyze's format).
+void check_replay_fields(const json& object, const std::string& where, std::span<const ReplayField> fields,
+                         bool exact) {
+  if (!object.is_object()) fail(ErrorCode::kFormat, "{}: expected an object, got {}", where, object.type_name());
+  for (const ReplayField& field : fields) {
+    const std::string path = where.empty() ? field.key : where + "." + field.key;
+    const auto found = object.find(field.key);
+    if (found == object.end()) fail(ErrorCode::kFormat, "{}: missing", path);
+    if (!replay_has_kind(*found, field.kind)) {
+      fail(ErrorCode::kFormat, "{}: expected {}, got {}", path, replay_kind_name(field.kind), found->type_name());
+    }
+  }
+  if (!exact) return;
+  for (const auto& [key, value] : object.items()) {
+    const bool known =
+        std::any_of(fields.begin(), fields.end(), [&](const ReplayField& field) { return key == field.key; });
+    if (!known) fail(ErrorCode::kFormat, "{}: unknown field '{}'", where.empty() ? "(top level)" : where, key);
+  }
+}
+
+std::vector<int> ints_of(const json& list) { return list.get<std::vector<int>>(); }
+
+// The waiting ranks' slices end when the watchdog fires: the page draws a blocked op up to there.
+struct ReplayPageData {
+  std::vector<ReplayPageOp> ops;
+  std::vector<ReplayPageSlice> slices;
+  std::vector<ReplayPageRecovery> recoveries;
+  std::optional<size_t> first_divergence;
+};
+
+ReplayPageData read_replay_page_data(const json& replay) {
+  check_replay_fields(replay, "", kReplayTop, true);
+  if (replay.at("kind") != "replay") {
+    fail(ErrorCode::kFormat, "kind: expected \"replay\", got \"{}\"", replay.at("kind").get<std::string>());
+  }
+  if (replay.at("format_version") != kReplayFormatVersion) {
+    fail(ErrorCode::kFormat, "format_version {} is not supported (this tandem reads version {})",
+         replay.at("format_version").get<int>(), kReplayFormatVersion);
+  }
+  check_replay_fields(replay.at("analysis"), "analysis", kReplayAnalysis, false);
+  ReplayPageData data;
+  const json& ops = replay.at("ops");
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const json& o = ops[i];
+    check_replay_fields(o, fmt::format("ops[{}]", i), kReplayOp, true);
+    ReplayPageOp op;
+    op.label = o.at("label").get<std::string>();
+    op.group_desc = o.at("group_desc").get<std::string>();
+    op.profiling_name = o.at("profiling_name").get<std::string>();
+    op.state = o.at("state").get<std::string>();
+    op.detail = o.at("detail").get<std::string>();
+    op.algorithm = o.at("algorithm").get<std::string>();
+    op.sequence = o.at("sequence").get<int64_t>();
+    op.bytes = o.at("bytes").get<int64_t>();
+    op.p2p = o.at("p2p").get<bool>();
+    op.ranks = ints_of(o.at("ranks"));
+    op.waiting = ints_of(o.at("waiting"));
+    op.missing = ints_of(o.at("missing"));
+    op.start_us = o.at("start_us").get<double>();
+    op.end_us = o.at("end_us").get<double>();
+    op.predicted_us = o.at("predicted_us").get<double>();
+    if (!o.at("recorded_us").is_null()) op.recorded_us = o.at("recorded_us").get<double>();
+    data.ops.push_back(std::move(op));
+  }
+  const json& slices = replay.at("slices");
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const json& s = slices[i];
+    if (!s.is_array() || s.size() != 4 || !fits_int(s[0]) || !s[1].is_number_unsigned() || !s[2].is_number() ||
+        !s[3].is_number()) {
+      fail(ErrorCode::kFormat, "slices[{}]: expected [rank, op index, start_us, end_us], got {}", i,
+           s.dump().substr(0, 80));
+    }
+    ReplayPageSlice slice{s[0].get<int>(), s[1].get<size_t>(), s[2].get<double>(), s[3].get<double>()};
+    if (slice.op >= data.ops.size()) {
+      fail(ErrorCode::kFormat, "slices[{}]: op {} is not in ops (it has {})", i, slice.op, data.ops.size());
+    }
+    ReplayPageOp& op = data.ops[slice.op];
+    if (op.state != "completed") op.watchdog_fires_us = std::max(op.watchdog_fires_us, slice.end_us);
+    data.slices.push_back(slice);
+  }
+  const json& recoveries = replay.at("recoveries");
+  for (size_t i = 0; i < recoveries.size(); ++i) {
+    const json& r = recoveries[i];
+    check_replay_fields(r, fmt::format("recoveries[{}]", i), kReplayRecovery, true);
+    data.recoveries.push_back(
+        {r.at("action").get<std::string>(), r.at("outcome").get<std::string>(), r.at("detail").get<std::string>(),
+         r.at("attempts").get<int>(), r.at("watchdog_s").get<double>(), r.at("detected_us").get<double>(),
+         r.at("end_us").get<double>(), r.at("rerun_us").get<double>(), ints_of(r.at("dropped_ranks"))});
+  }
+  if (!replay.at("first_divergence").is_null()) {
+    const int64_t first = replay.at("first_divergence").get<int64_t>();
+    if (first < 0 || static_cast<size_t>(first) >= data.ops.size()) {
+      fail(ErrorCode::kFormat, "first_divergence: op {} is not in ops (it has {})", first, data.ops.size());
+    }
+    data.first_divergence = static_cast<size_t>(first);
+  }
+  return data;
+}
+
+// A time on the replayed clock for a label: "12.3 us", "4.56 ms", "600.00 s".
+std::string replay_time_text(double us) {
+  if (std::abs(us) < 1e3) return num(us, 1) + " us";
+  if (std::abs(us) < 1e6) return num(us / 1e3, 2) + " ms";
+  return num(us / 1e6, 2) + " s";
+}
+
+std::string ranks_text(const std::vector<int>& ranks) { return ranks.empty() ? "-" : rank_ranges(ranks); }
+
+// The replayed clock on x, broken in two where the watchdog's wait dwarfs the ops before it:
+//
+//   left                 early_end            late_lo            late_hi
+//    |=====ops (us)=========|   //  gap  //   |==watchdog, recovery (s)==|
+//    <------ kEarlyShare of the plot ------>  <--- the rest less the gap --->
+//
+// A bar that starts before the break and ends after it (a rank waiting in a stuck op) crosses it.
+struct ReplayAxis {
+  double left = 0, plot = 0;
+  double early_end = 1;  // us: the early segment is [0, early_end]
+  bool broken = false;
+  double late_lo = 0, late_hi = 0;  // us: the late segment, when broken
+  static constexpr double kEarlyShare = 0.68;
+  static constexpr double kGap = 26;
+
+  double early_width() const { return broken ? plot * kEarlyShare : plot; }
+  double late_x0() const { return left + early_width() + kGap; }
+  double x(double us) const {
+    if (!broken) return left + std::clamp(us / early_end, 0.0, 1.0) * plot;
+    if (us <= early_end) return left + std::max(0.0, us / early_end) * early_width();
+    if (us < late_lo) return left + early_width() + kGap / 2;  // inside the break
+    const double late_width = plot - early_width() - kGap;
+    return late_x0() + std::min(1.0, (us - late_lo) / (late_hi - late_lo)) * late_width;
+  }
+};
+
+ReplayAxis replay_axis(const ReplayPageData& data, double left, double plot) {
+  ReplayAxis axis;
+  axis.left = left;
+  axis.plot = plot;
+  double early = 0, late_min = std::numeric_limits<double>::infinity(), late_max = 0;
+  for (const ReplayPageOp& op : data.ops) {
+    if (op.state == "completed") early = std::max(early, op.end_us);
+    if (op.state != "completed" && op.state != "not_reached") early = std::max(early, op.start_us);
+  }
+  for (const ReplayPageSlice& s : data.slices) {
+    early = std::max(early, s.start_us);
+    if (data.ops[s.op].state == "completed") early = std::max(early, s.end_us);
+  }
+  auto late = [&](double us) {
+    late_min = std::min(late_min, us);
+    late_max = std::max(late_max, us);
+  };
+  for (const ReplayPageOp& op : data.ops) {
+    if (op.watchdog_fires_us > 0) late(op.watchdog_fires_us);
+  }
+  for (const ReplayPageRecovery& r : data.recoveries) {
+    late(r.detected_us);
+    late(r.end_us);
+  }
+  if (early <= 0) early = 1;
+  if (late_max > 0 && late_min > kReplayBreakFactor * early) {
+    axis.broken = true;
+    axis.early_end = early * 1.04;
+    // A margin either side: a tenth of the late span, or 1% of where it starts when the watchdog
+    // and the policies' ends coincide.
+    const double margin = std::max(late_max - late_min, late_min * 0.01) * 0.1 + 1;
+    axis.late_lo = std::max(axis.early_end, late_min - margin);
+    axis.late_hi = late_max + margin;
+  } else {
+    axis.early_end = std::max(early, late_max) * 1.04;
+  }
+  return axis;
+}
+
+std::string replay_timeline(const ReplayPageData& data, int ranks, const std::vector<int>& culprits) {
+  // Groups, in the order their first op appears; those with a blocked op are always drawn.
+  std::vector<std::string> groups;
+  std::map<std::string, std::vector<size_t>> ops_of;
+  std::set<std::string> blocked_groups;
+  std::map<std::string, std::string> desc_of;
+  for (size_t i = 0; i < data.ops.size(); ++i) {
+    const ReplayPageOp& op = data.ops[i];
+    if (!ops_of.contains(op.label)) groups.push_back(op.label);
+    ops_of[op.label].push_back(i);
+    desc_of.emplace(op.label, op.group_desc);
+    if (op.state != "completed" && op.state != "not_reached") blocked_groups.insert(op.label);
+  }
+  std::vector<std::string> drawn;
+  for (const std::string& g : groups) {
+    if (drawn.size() < kMaxReplayGroupRows && blocked_groups.contains(g)) drawn.push_back(g);
+  }
+  for (const std::string& g : groups) {
+    if (drawn.size() >= kMaxReplayGroupRows) break;
+    if (!blocked_groups.contains(g)) drawn.push_back(g);
+  }
+  std::stable_sort(drawn.begin(), drawn.end(), [&](const std::string& a, const std::string& b) {
+    return std::find(groups.begin(), groups.end(), a) < std::find(groups.begin(), groups.end(), b);
+  });
+  const bool rank_rows = ranks <= kMaxReplayRankRows;
+  std::set<int> missing, waiting;
+  if (data.first_divergence) {
+    for (const ReplayPageOp& op : data.ops) {
+      if (op.state == "completed" || op.state == "not_reached") continue;
+      missing.insert(op.missing.begin(), op.missing.end());
+      waiting.insert(op.waiting.begin(), op.waiting.end());
+    }
+  }
+
+  const int width = 1120, left = 150, right = 24, top = 8, group_row = 20, rank_row = ranks > 32 ? 10 : 16;
+  const int group_rows_h = static_cast<int>(drawn.size()) * group_row;
+  const int ranks_top = top + group_rows_h + (rank_rows ? 10 : 0);
+  const int bottom = ranks_top + (rank_rows ? ranks * rank_row : 0);
+  const int height = bottom + 8 + static_cast<int>(data.recoveries.size()) * kPolicyRow + 6 + 28;
+  const ReplayAxis axis = replay_axis(data, left, width - left - right);
+  std::string svg = svg_open("replay-timeline", width, height);
+
+  auto op_title = [&](const ReplayPageOp& op) {
+    std::string title =
+        fmt::format("group {} #{}{}: {}", op.label, op.p2p ? "p2p " : "", op.sequence, op.profiling_name);
+    if (op.bytes > 0) title += ", " + compact_size_text(op.bytes);
+    title += fmt::format(" ({}) at {}", op.state, replay_time_text(op.start_us));
+    if (op.state == "completed") {
+      title += fmt::format(", predicted {} us", num(op.predicted_us));
+      if (op.recorded_us) title += fmt::format(", recorded {} us", num(*op.recorded_us));
+    } else if (!op.detail.empty()) {
+      title += ": " + op.detail;
+    }
+    return html_escape(title);
+  };
+
+  // Group rows: the completed ops as bars; a blocked op from its last arrival to the watchdog.
+  for (size_t g = 0; g < drawn.size(); ++g) {
+    const std::string& label = drawn[g];
+    const int y = top + static_cast<int>(g) * group_row;
+    const bool blocked = blocked_groups.contains(label);
+    svg += fmt::format("<g class=\"group-row{}\" data-group=\"{}\">", blocked ? " blocked" : "", html_escape(label));
+    if (g % 2 == 1) {
+      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{}\" fill=\"#f2f4f7\"/>", left, y,
+                         axis.plot, group_row);
+    }
+    const std::string desc = desc_of[label].empty() ? "" : " (" + desc_of[label] + ")";
+    svg += fmt::format("<text x=\"4\" y=\"{}\"{}>group {}</text>", y + group_row - 6,
+                       blocked ? " style=\"font-weight:700\"" : "", html_escape((label + desc).substr(0, 22)));
+    for (size_t i : ops_of[label]) {
+      const ReplayPageOp& op = data.ops[i];
+      if (op.state == "not_reached") continue;
+      if (op.state == "completed") {
+        svg += fmt::format(
+            "<rect class=\"op completed\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" "
+            "stroke=\"#fff\" stroke-width=\"0.5\">"
+            "<title>{}</title></rect>",
+            axis.x(op.start_us), y + 3, std::max(1.0, axis.x(op.end_us) - axis.x(op.start_us)), group_row - 6,
+            kCompleted, op_title(op));
+        continue;
+      }
+      const double x0 = axis.x(op.start_us), x1 = std::max(x0 + 2, axis.x(std::max(op.watchdog_fires_us, op.start_us)));
+      svg += fmt::format(
+          "<g class=\"op blocked\" data-state=\"{0}\"><rect x=\"{1:.2f}\" y=\"{2}\" width=\"{3:.2f}\" height=\"{4}\" "
+          "fill=\"{5}\" opacity=\"0.85\"/><polygon points=\"{6:.2f},{7} {8:.2f},{7} {1:.2f},{9}\" fill=\"{5}\"/>"
+          "<title>{10}</title></g>",
+          html_escape(op.state), x0, y + 3, x1 - x0, group_row - 6, kFailed, x0 - 5, y - 2, x0 + 5, y + 5,
+          op_title(op));
+      if (x1 - x0 > 140) {
+        svg += fmt::format("<text x=\"{:.2f}\" y=\"{}\" style=\"fill:#fff;font-weight:600\">{} #{} {}</text>",
+                           std::max(x0 + 6, axis.broken ? axis.late_x0() + 4 : x0 + 6), y + group_row - 6,
+                           html_escape(op.state), op.sequence, html_escape(std::string(fr_op_type(op.profiling_name))));
+      }
+    }
+    svg += "</g>\n";
+  }
+
+  // Rank rows: each rank's part in each op; the culprits tinted, the missing ranks' absence outlined.
+  if (rank_rows) {
+    std::map<int, std::vector<const ReplayPageSlice*>> by_rank;
+    for (const ReplayPageSlice& s : data.slices) by_rank[s.rank].push_back(&s);
+    svg += fmt::format("<line x1=\"0\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#c9d1dc\"/>\n", ranks_top - 5, width);
+    for (int r = 0; r < ranks; ++r) {
+      const bool culprit = std::find(culprits.begin(), culprits.end(), r) != culprits.end();
+      const bool absent = missing.contains(r);
+      const int y = ranks_top + r * rank_row;
+      svg += fmt::format("<g class=\"rank-row{}{}{}\" data-rank=\"{}\">", culprit ? " culprit" : "",
+                         absent ? " missing" : "", waiting.contains(r) ? " waiting" : "", r);
+      if (culprit) {
+        svg += fmt::format("<rect x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\" opacity=\"0.14\"/>", y, width,
+                           rank_row, kFault);
+      } else if (r % 2 == 1) {
+        svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{}\" fill=\"#f2f4f7\"/>", left, y,
+                           axis.plot, rank_row);
+      }
+      // A missing rank that waits in another blocked op did arrive somewhere: only its outline says so.
+      const bool never_arrived = absent && !waiting.contains(r);
+      if (ranks <= 32 || r % 8 == 0 || culprit || never_arrived) {
+        svg += fmt::format("<text x=\"4\" y=\"{}\"{}>rank {}{}</text>", y + rank_row - 2,
+                           culprit || never_arrived ? " style=\"fill:#d62728;font-weight:700\"" : "", r,
+                           culprit         ? " (culprit)"
+                           : never_arrived ? " (never arrived)"
+                                           : "");
+      }
+      for (const ReplayPageSlice* s : by_rank[r]) {
+        const ReplayPageOp& op = data.ops[s->op];
+        const bool ok = op.state == "completed";
+        svg += fmt::format(
+            "<rect class=\"slice {}\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"{}><title>rank "
+            "{}: {} us in {}</title></rect>",
+            ok ? "completed" : "waiting", axis.x(s->start_us), y + 1,
+            std::max(0.8, axis.x(s->end_us) - axis.x(s->start_us)), rank_row - 2, ok ? kCompleted : kFailed,
+            ok ? "" : " opacity=\"0.85\"", r, num(s->end_us - s->start_us), op_title(op));
+      }
+      // A missing rank: an outline where the others wait for it.
+      for (const ReplayPageOp& op : data.ops) {
+        if (op.state != "stuck" || std::find(op.missing.begin(), op.missing.end(), r) == op.missing.end()) continue;
+        const double x0 = axis.x(op.start_us), x1 = std::max(x0 + 2, axis.x(op.watchdog_fires_us));
+        svg += fmt::format(
+            "<rect class=\"absent\" x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"none\" stroke=\"{}\" "
+            "stroke-dasharray=\"4 3\"><title>rank {} never reached {}</title></rect>",
+            x0, y + 1, x1 - x0, rank_row - 2, kFault, r, op_title(op));
+      }
+      svg += "</g>\n";
+    }
+  }
+
+  // The first divergence, the watchdog and each policy's end, over every row.
+  if (data.first_divergence) {
+    const ReplayPageOp& first = data.ops[*data.first_divergence];
+    svg += fmt::format(
+        "<g class=\"divergence-marker\"><line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"{3}\" "
+        "stroke-width=\"2\" stroke-dasharray=\"4 3\"/><title>the ranks stop agreeing: {4}</title></g>\n",
+        axis.x(first.start_us), top, bottom, kFault, html_escape(first.detail));
+  }
+  std::set<double> watchdogs;
+  for (const ReplayPageRecovery& r : data.recoveries) watchdogs.insert(r.detected_us);
+  for (double at : watchdogs) {
+    svg += fmt::format(
+        "<g class=\"watchdog-marker\"><line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#1d2430\" "
+        "stroke-width=\"1.5\"/><title>the watchdog fires at {3}</title></g>\n",
+        axis.x(at), top, bottom, replay_time_text(at));
+  }
+  // Each policy on its own line under the rows: from the watchdog firing to where it ends.
+  for (size_t i = 0; i < data.recoveries.size(); ++i) {
+    const ReplayPageRecovery& r = data.recoveries[i];
+    const int y = bottom + 8 + static_cast<int>(i) * kPolicyRow;
+    const char* colour = policy_colour(i);
+    const double x0 = axis.x(r.detected_us), x1 = std::max(x0, axis.x(r.end_us));
+    svg += fmt::format(
+        "<g class=\"recovery-marker\" data-action=\"{0}\" data-outcome=\"{1}\"><line x1=\"{2:.2f}\" y1=\"{3}\" "
+        "x2=\"{4:.2f}\" y2=\"{3}\" stroke=\"{5}\" stroke-width=\"3\"/><circle cx=\"{4:.2f}\" cy=\"{3}\" r=\"5\" "
+        "fill=\"{5}\"/><text x=\"{6:.2f}\" y=\"{7}\" text-anchor=\"end\">{0}: {1}</text><title>{0}: {1} at {8}"
+        "</title></g>\n",
+        html_escape(r.action), html_escape(r.outcome), x0, y, x1, colour, x0 - 8, y + 4, replay_time_text(r.end_us));
+  }
+
+  // The axis: ticks on each segment, and the break drawn over the rows it cuts.
+  const int axis_y = bottom + 8 + static_cast<int>(data.recoveries.size()) * kPolicyRow + 6;
+  svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{:.2f}\" y2=\"{}\" stroke=\"#8a94a3\"/>\n", left, axis_y,
+                     left + axis.early_width(), axis_y);
+  auto tick = [&](double us, const char* anchor) {
+    svg += fmt::format(
+        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#8a94a3\"/>"
+        "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"{4}\">{5}</text>\n",
+        axis.x(us), axis_y, axis_y + 5, axis_y + 18, anchor, replay_time_text(us));
+  };
+  const double early_last = axis.broken ? axis.early_end / 1.04 : axis.early_end;
+  for (int i = 0; i <= 4; ++i) tick(early_last * i / 4, i == 0 ? "start" : "middle");
+  if (axis.broken) {
+    const double x0 = left + axis.early_width();
+    svg +=
+        fmt::format("<line class=\"late-axis\" x1=\"{:.2f}\" y1=\"{}\" x2=\"{:.2f}\" y2=\"{}\" stroke=\"#8a94a3\"/>\n",
+                    axis.late_x0(), axis_y, axis.x(axis.late_hi), axis_y);
+    svg += fmt::format(
+        "<g class=\"axis-break\"><rect x=\"{0:.2f}\" y=\"{1}\" width=\"{2:.2f}\" height=\"{3}\" fill=\"#fff\" "
+        "opacity=\"0.9\"/><path d=\"M{4:.2f},{5} l8,-10 M{6:.2f},{5} l8,-10\" stroke=\"#1d2430\" stroke-width=\"1.5\"/>"
+        "<text x=\"{7:.2f}\" y=\"{8}\" text-anchor=\"middle\">...</text><title>the time axis is broken: {9} to {10} "
+        "left out</title></g>\n",
+        x0 + 6, top, ReplayAxis::kGap - 12, bottom - top, x0 + 4, axis_y + 5, x0 + ReplayAxis::kGap - 12,
+        x0 + ReplayAxis::kGap / 2, axis_y + 18, replay_time_text(early_last), replay_time_text(axis.late_lo));
+    std::set<double> late_ticks(watchdogs.begin(), watchdogs.end());
+    for (const ReplayPageRecovery& r : data.recoveries) late_ticks.insert(r.end_us);
+    double shown = -1e300;
+    for (double us : late_ticks) {
+      if (axis.x(us) - shown < 70) continue;  // labels closer than that would overlap
+      tick(us, "middle");
+      shown = axis.x(us);
+    }
+  }
+  svg += "</svg>\n";
+  std::string legend = fmt::format(
+      "<p class=\"legend\"><span><i class=\"swatch\" style=\"background:{}\"></i>completed op</span>"
+      "<span><i class=\"swatch\" style=\"background:{}\"></i>stuck / desync / stalled: the ranks in it wait until "
+      "the watchdog fires</span><span><i class=\"swatch\" style=\"border:1px dashed {};width:10px;height:10px\">"
+      "</i>a rank that never reached the op</span><span>black line: the watchdog fires; below the rows, each policy "
+      "from there to where it ends"
+      "</span></p>",
+      kCompleted, kFailed, kFault);
+  if (axis.broken) {
+    legend += fmt::format(
+        "<p>The time axis is broken between {} and {}: the watchdog's wait would squeeze every op before it into a "
+        "sliver of a linear axis.</p>",
+        replay_time_text(axis.early_end / 1.04), replay_time_text(axis.late_lo));
+  }
+  if (drawn.size() < groups.size()) {
+    legend += fmt::format("<p>{} of {} groups drawn (those with a blocked op first); every op is in replay.csv.</p>",
+                          drawn.size(), groups.size());
+  }
+  if (!rank_rows) {
+    legend += fmt::format(
+        "<p>{} ranks: one row per group; the waiting and missing ranks are listed under Blocked ops.</p>", ranks);
+  }
+  return "<section><h2>Timeline on the replayed clock</h2>" + legend + svg + "</section>\n";
+}
+
+std::string replay_page(const json& replay) {
+  const ReplayPageData data = read_replay_page_data(replay);
+  const std::vector<int> culprits = ints_of(replay.at("culprit_ranks"));
+  const json& analysis = replay.at("analysis");
+  const std::vector<int> fr_culprits = ints_of(analysis.at("culprit_ranks"));
+  const int ranks = replay.at("ranks").get<int>();
+  std::string label = "no divergence";
+  if (data.first_divergence) label = "incident: " + data.ops[*data.first_divergence].state;
+  std::string body = fmt::format("<section><h2>Incident<span class=\"badge {}\" id=\"incident\">{}</span></h2><dl>",
+                                 data.first_divergence ? "incident" : "neutral", html_escape(label));
+  auto row = [&](const std::string& key, const std::string& value, const char* id = nullptr) {
+    body += fmt::format("<dt>{}</dt><dd{}>{}</dd>", html_escape(key), id ? fmt::format(" id=\"{}\"", id) : "", value);
+  };
+  row("verdict", "<strong>" + html_escape(replay.at("verdict").get<std::string>()) + "</strong>", "replay-verdict");
+  row("culprit ranks", "<strong>" + html_escape(ranks_text(culprits)) + "</strong>", "culprits");
+  if (data.first_divergence) {
+    const ReplayPageOp& first = data.ops[*data.first_divergence];
+    // Its detail where it says more than the verdict (which is often the same sentence).
+    std::string text = fmt::format("{} {} #{} of group {} at {}", first.state, first.profiling_name, first.sequence,
+                                   first.label, replay_time_text(first.start_us));
+    if (first.detail != replay.at("verdict").get<std::string>()) text += ": " + first.detail;
+    row("first divergence", html_escape(text));
+  }
+  row("flight-recorder analysis", html_escape(analysis.at("verdict").get<std::string>()), "analysis");
+  row("its culprit ranks",
+      html_escape(ranks_text(fr_culprits)) + (fr_culprits == culprits
+                                                  ? " (agrees with the replay)"
+                                                  : " (not the replay's: it follows the waits from each "
+                                                    "group's first mismatch, the replay over the replayed clock)"));
+  const int groups = replay.at("groups").get<int>();
+  row("dumps", html_escape(fmt::format("{} ranks, {} group{}, {} entries; flight recorder {}{}", ranks, groups,
+                                       groups == 1 ? "" : "s", replay.at("entries").get<int64_t>(),
+                                       replay.at("version").get<std::string>(),
+                                       replay.at("comm_lib_version").get<std::string>().empty()
+                                           ? std::string()
+                                           : ", " + replay.at("comm_lib_version").get<std::string>())));
+  row("cluster", html_escape(replay.at("cluster").get<std::string>()) + " (rank r on GPU r)");
+  std::string comm = fmt::format("predicted {}", replay_time_text(replay.at("predicted_comm_us").get<double>()));
+  if (replay.at("ops_with_recorded").get<int>() > 0) {
+    comm += fmt::format(", recorded {} over the {} ops that carry a duration",
+                        replay_time_text(replay.at("recorded_comm_us").get<double>()),
+                        replay.at("ops_with_recorded").get<int>());
+  }
+  row("communication, completed ops", html_escape(comm));
+  body += "</dl></section>\n";
+
+  body += replay_timeline(data, ranks, culprits);
+
+  std::string blocked;
+  for (const ReplayPageOp& op : data.ops) {
+    if (op.state == "completed" || op.state == "not_reached") continue;
+    blocked += fmt::format(
+        "<tr class=\"blocked\"><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td>"
+        "<td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+        html_escape(op.state), html_escape(op.label), op.sequence, html_escape(op.profiling_name),
+        op.bytes > 0 ? compact_size_text(op.bytes) : std::string("-"), html_escape(ranks_text(op.waiting)),
+        html_escape(ranks_text(op.missing)), replay_time_text(op.start_us), html_escape(op.detail));
+  }
+  if (!blocked.empty()) {
+    body +=
+        "<section><h2>Blocked ops</h2><table id=\"blocked\"><tr><th>state</th><th>group</th><th class=\"num\">seq"
+        "</th><th>op</th><th class=\"num\">size</th><th>waiting ranks</th><th>missing ranks</th><th class=\"num\">"
+        "last arrival</th><th>detail</th></tr>\n" +
+        blocked + "</table></section>\n";
+  }
+
+  std::string policies;
+  for (size_t i = 0; i < data.recoveries.size(); ++i) {
+    const ReplayPageRecovery& r = data.recoveries[i];
+    const bool aborted = r.outcome == "aborted";
+    policies += fmt::format(
+        "<tr class=\"policy {}\"><td><i class=\"swatch\" style=\"background:{}\"></i>{}</td><td>{}</td>"
+        "<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+        "<td class=\"num\">+{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+        aborted ? "aborted" : "recovered", policy_colour(i), html_escape(r.action), html_escape(r.outcome), r.attempts,
+        num(r.watchdog_s, 1), replay_time_text(r.detected_us), replay_time_text(r.end_us),
+        replay_time_text(r.end_us - r.detected_us), html_escape(ranks_text(r.dropped_ranks)), num(r.rerun_us),
+        html_escape(r.detail));
+  }
+  if (!policies.empty()) {
+    body +=
+        "<section><h2>Recovery policies side by side</h2><table id=\"recoveries\"><tr><th>policy</th><th>outcome"
+        "</th><th class=\"num\">attempts</th><th class=\"num\">watchdog (s)</th><th class=\"num\">watchdog fires"
+        "</th><th class=\"num\">ends</th><th class=\"num\">after the watchdog</th><th>dropped ranks</th><th "
+        "class=\"num\">re-run (us)</th><th>detail</th>"
+        "</tr>\n" +
+        policies + "</table></section>\n";
+  }
+  return page(fmt::format("tandem report: replay of {} dumps", ranks), replay.at("verdict").get<std::string>(), body,
+              "replay.json");
+}
+
+}  // namespace
+
+std::string replay_report_html(const json& replay) { return replay_page(replay); }
 
 // ---- calibration (tandem calibrate --out DIR) ---------------------------------------------------
 
