@@ -26,7 +26,7 @@ using pickle::Dict;
 using pickle::List;
 using pickle::Value;
 
-// The keys each dict may hold: PyTorch 2.1 (allocator_settings appeared) to 2.10 and main
+// The keys each dict may hold: PyTorch 2.1 to 2.10 and main (allocator_settings from 2.3 on)
 // (torch/csrc/cuda/Module.cpp, torch/csrc/cuda/memory_snapshot.cpp).
 constexpr std::string_view kTopKeys[] = {"segments", "device_traces", "allocator_settings", "external_annotations",
                                          "host_segments", "host_traces"};
