@@ -156,6 +156,18 @@ void write_int(std::string& out, int64_t value) {
   }
 }
 
+void write_sized(std::string& out, Op op, std::string_view data, int length_bytes);
+
+void write_big_int(std::string& out, const BigInt& value) {
+  if (value.bytes.size() < 0x100) {
+    write_sized(out, Op::kLong1, value.bytes, 1);
+  } else if (value.bytes.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    write_sized(out, Op::kLong4, value.bytes, 4);
+  } else {
+    fail(ErrorCode::kInvalidArgument, "pickle: an integer of {} bytes does not fit LONG4", value.bytes.size());
+  }
+}
+
 void write_float(std::string& out, double value) {
   put_op(out, Op::kBinFloat);
   const auto bits = std::bit_cast<uint64_t>(value);
@@ -210,6 +222,7 @@ struct WriteVisitor {
       fail(ErrorCode::kInvalidArgument, "pickle: {} bytes do not fit protocol 2", b.data.size());
     }
   }
+  void operator()(const BigInt& i) const { write_big_int(out, i); }
   void operator()(const List& list) const {
     put_op(out, Op::kEmptyList);
     if (list.empty()) return;
@@ -249,7 +262,10 @@ void write_value(std::string& out, const Value& value) { std::visit(WriteVisitor
 //                 up, so every error and every shared structure gets GraphReader's answer.
 // ---------------------------------------------------------------------------------------------
 
-enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kBytes, kList, kTuple, kDict };
+enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kString, kBytes, kBigInt, kList, kTuple, kDict };
+
+// Text-like scalars: their payload is a view into the input (or into Input::decoded_).
+constexpr bool has_text(Kind kind) { return kind == Kind::kString || kind == Kind::kBytes || kind == Kind::kBigInt; }
 
 constexpr uint32_t kNoIndex = std::numeric_limits<uint32_t>::max();
 // Indices are 32-bit: every input byte adds at most one node, stack entry, item or chunk, and
@@ -284,7 +300,7 @@ uint64_t hash_bytes(size_t type, std::string_view bytes) {
 struct Scalar {
   Kind kind = Kind::kNone;
   uint64_t bits = 0;      // kBool, kInt, kFloat: the value
-  std::string_view text;  // kString, kBytes: in the input, or in Input::decoded_ when `decoded`
+  std::string_view text;  // kString, kBytes, kBigInt: in the input, or in Input::decoded_ when `decoded`
   bool decoded = false;
 };
 
@@ -419,22 +435,23 @@ class Input {
       case Op::kBinInt1: return integer(static_cast<int64_t>(take_uint(1)));
       case Op::kBinInt2: return integer(static_cast<int64_t>(take_uint(2)));
       case Op::kBinInt: return integer(int64_t{static_cast<int32_t>(take_uint(4))});
-      case Op::kLong1: return integer(decode_long(take(take_uint(1))));
+      case Op::kLong1:
+        return long_value(take(take_uint(1)), scalar);
       case Op::kLong4: {
         const auto length = static_cast<int32_t>(take_uint(4));
         if (length < 0) bad("pickle LONG4 with a negative length");
-        return integer(decode_long(take(static_cast<uint64_t>(length))));
+        return long_value(take(static_cast<uint64_t>(length)), scalar);
       }
       case Op::kInt: {
         // Protocol 0 writes bools as INT "01" / "00".
         const std::string_view line = take_line();
         if (line == "00" || line == "01") return number(Kind::kBool, line == "01" ? 1 : 0);
-        return integer(parse_decimal(line));
+        return decimal_value(line, scalar);
       }
       case Op::kLong: {
         std::string_view line = take_line();
         if (line.ends_with('L')) line.remove_suffix(1);
-        return integer(parse_decimal(line));
+        return decimal_value(line, scalar);
       }
       case Op::kFloat: return number(Kind::kFloat, std::bit_cast<uint64_t>(parse_float(take_line())));
       case Op::kBinFloat: return number(Kind::kFloat, take_uint_big_endian(8));
@@ -568,19 +585,82 @@ class Input {
     }
   }
 
-  // LONG1 / LONG4 payload: little-endian two's complement of any length; it must fit in int64.
-  int64_t decode_long(std::string_view data) {
-    if (data.empty()) return 0;
-    const size_t low = std::min<size_t>(data.size(), 8);
-    uint64_t bits = 0;
-    for (size_t i = low; i-- > 0;) bits = (bits << 8) | static_cast<uint8_t>(data[i]);
-    const bool negative = (static_cast<uint8_t>(data[low - 1]) & 0x80) != 0;
-    if (low < 8 && negative) bits |= ~uint64_t{0} << (8 * low);  // sign-extend
-    const char extension = negative ? '\xff' : '\0';
-    for (size_t i = low; i < data.size(); ++i) {
-      if (data[i] != extension) bad("pickle integer does not fit in 64 bits");
+  // LONG1 / LONG4 payload: little-endian two's complement of any length. An int when it fits in
+  // int64, else a BigInt of its shortest form (a prefix of `data`: the bytes dropped at the end
+  // only repeat the sign).
+  bool long_value(std::string_view data, Scalar& scalar) {
+    scalar.decoded = false;
+    const std::string_view shortest = shortest_long(data);
+    if (shortest.size() > 8) {
+      scalar.kind = Kind::kBigInt;
+      scalar.text = shortest;
+      return true;
     }
-    return static_cast<int64_t>(bits);
+    scalar.kind = Kind::kInt;
+    scalar.bits = 0;
+    if (shortest.empty()) return true;
+    for (size_t i = shortest.size(); i-- > 0;) scalar.bits = (scalar.bits << 8) | static_cast<uint8_t>(shortest[i]);
+    const bool negative = (static_cast<uint8_t>(shortest.back()) & 0x80) != 0;
+    if (shortest.size() < 8 && negative) scalar.bits |= ~uint64_t{0} << (8 * shortest.size());  // sign-extend
+    return true;
+  }
+
+  // INT / LONG text: an int, or a BigInt whose two's complement bytes go to decoded_.
+  bool decimal_value(std::string_view text, Scalar& scalar) {
+    std::string_view digits = text;
+    if (!digits.empty() && (digits.front() == '+' || digits.front() == '-')) digits.remove_prefix(1);
+    const bool all_digits = !digits.empty() && digits.find_first_not_of("0123456789") == std::string_view::npos;
+    if (!all_digits || digits.size() < 19) {  // 18 digits always fit; parse_decimal words the errors
+      scalar.kind = Kind::kInt;
+      scalar.bits = static_cast<uint64_t>(parse_decimal(text));
+      return true;
+    }
+    int64_t value = 0;
+    const std::string_view signed_text = text.front() == '+' ? text.substr(1) : text;
+    const auto [end, error] = std::from_chars(signed_text.data(), signed_text.data() + signed_text.size(), value);
+    if (error == std::errc() && end == signed_text.data() + signed_text.size()) {
+      scalar.kind = Kind::kInt;
+      scalar.bits = static_cast<uint64_t>(value);
+      return true;
+    }
+    // Magnitude in base 256, little-endian: multiply by 10 and add each digit.
+    std::string magnitude;
+    for (const char digit : digits) {
+      unsigned carry = static_cast<unsigned>(digit - '0');
+      for (char& byte : magnitude) {
+        const unsigned product = static_cast<uint8_t>(byte) * 10u + carry;
+        byte = static_cast<char>(product & 0xff);
+        carry = product >> 8;
+      }
+      if (carry != 0) magnitude.push_back(static_cast<char>(carry));
+    }
+    magnitude.push_back('\0');  // room for the sign bit
+    if (text.front() == '-') {  // two's complement: invert, add one
+      unsigned carry = 1;
+      for (char& byte : magnitude) {
+        const unsigned sum = static_cast<uint8_t>(~static_cast<uint8_t>(byte)) + carry;
+        byte = static_cast<char>(sum & 0xff);
+        carry = sum >> 8;
+      }
+    }
+    const size_t offset = decoded_.size();
+    decoded_ += shortest_long(magnitude);
+    scalar.kind = Kind::kBigInt;
+    scalar.text = std::string_view(decoded_).substr(offset);
+    scalar.decoded = true;
+    return true;
+  }
+
+  // Two's complement without the trailing bytes that only repeat the sign of the byte before.
+  static std::string_view shortest_long(std::string_view data) {
+    while (data.size() > 1) {
+      const auto last = static_cast<uint8_t>(data.back());
+      const bool sign = (static_cast<uint8_t>(data[data.size() - 2]) & 0x80) != 0;
+      if (!((last == 0 && !sign) || (last == 0xff && sign))) break;
+      data.remove_suffix(1);
+    }
+    if (data.size() == 1 && data[0] == 0) data.remove_suffix(1);
+    return data;
   }
 };
 
@@ -609,9 +689,9 @@ struct Node {  // 24 bytes
   bool decoded = false;        // kString: the text is in decoded_, not in the input
   bool hashable = true;        // false for lists, dicts and tuples that hold one
   uint32_t key_id = kNoIndex;  // in keys_, once used as a dict key
-  uint32_t first = kNoIndex;   // kString, kBytes: offset of the text; kTuple: first item in items_;
+  uint32_t first = kNoIndex;   // kString, kBytes, kBigInt: offset of the text; kTuple: first item in items_;
                                // kList, kDict: first chunk
-  uint32_t count = 0;          // kString, kBytes: bytes; kList, kTuple: items; kDict: key-value
+  uint32_t count = 0;          // kString, kBytes, kBigInt: bytes; kList, kTuple: items; kDict: key-value
                                // pairs, repeated keys included
   uint64_t bits = 0;           // kBool, kInt, kFloat: the value; kList, kDict: last chunk
 };
@@ -631,8 +711,11 @@ struct Key {  // one distinct dict key: its kind and canonical bytes (key_text_[
 
 class GraphReader : Input {
  public:
-  explicit GraphReader(std::string_view bytes)
-      : Input(bytes), memo_(dense_memo_keys()), budget_bytes_(kMaxExpansion * bytes.size() + kExpansionAllowanceBytes) {}
+  GraphReader(std::string_view bytes, const LoadOptions& options)
+      : Input(bytes),
+        options_(options),
+        memo_(dense_memo_keys()),
+        budget_bytes_(kMaxExpansion * bytes.size() + kExpansionAllowanceBytes) {}
 
   Value run() {
     check_size();
@@ -679,7 +762,7 @@ class GraphReader : Input {
 
   void push_scalar(const Scalar& scalar) {
     Node node{.kind = scalar.kind, .bits = scalar.bits};
-    if (scalar.kind == Kind::kString || scalar.kind == Kind::kBytes) {
+    if (has_text(scalar.kind)) {
       node.decoded = scalar.decoded;
       node.first = text_offset(scalar);
       node.count = static_cast<uint32_t>(scalar.text.size());
@@ -801,7 +884,10 @@ class GraphReader : Input {
         id = intern(node.kind, std::string_view(reinterpret_cast<const char*>(&node.bits), sizeof node.bits));
         break;
       case Kind::kString:
-      case Kind::kBytes: id = intern(node.kind, text(node)); break;
+      case Kind::kBytes:
+      case Kind::kBigInt:
+        id = intern(node.kind, text(node));
+        break;
       case Kind::kTuple: {
         if (depth >= kMaxDepth) too_deep();
         std::string item_ids;
@@ -935,12 +1021,21 @@ class GraphReader : Input {
     if (stack_.size() != 1) bad(fmt::format("pickle STOP with {} values on the stack (expected 1)", stack_.size()));
     key_seen_in_.assign(keys_.size(), 0);
     key_slot_.resize(keys_.size());
+    skipped_key_.assign(keys_.size(), false);
+    for (const std::string& skip : options_.skip_keys) {
+      for (size_t id = 0; id < keys_.size(); ++id) {
+        const Key& key = keys_[id];
+        if (key.kind == Kind::kString && std::string_view(key_text_).substr(key.offset, key.length) == skip) {
+          skipped_key_[id] = true;
+        }
+      }
+    }
     return materialize(stack_.back(), 0);
   }
 
   void charge(const Node& node) {
     spent_bytes_ += sizeof(Value);
-    if (node.kind == Kind::kString || node.kind == Kind::kBytes) spent_bytes_ += node.count;
+    if (has_text(node.kind)) spent_bytes_ += node.count;
     if (spent_bytes_ > budget_bytes_) {
       bad(fmt::format("pickle expands to more than {} MiB in memory (through shared references)", budget_bytes_ >> 20));
     }
@@ -957,6 +1052,8 @@ class GraphReader : Input {
       case Kind::kFloat: return std::bit_cast<double>(node.bits);
       case Kind::kString: return std::string(text(node));
       case Kind::kBytes: return Bytes{std::string(text(node))};
+      case Kind::kBigInt:
+        return BigInt{std::string(text(node))};
       default: break;
     }
     if (depth >= kMaxDepth) too_deep();
@@ -969,7 +1066,10 @@ class GraphReader : Input {
     }
     for (uint32_t chunk = node.first; chunk != kNoIndex; chunk = chunks_[chunk].next) {
       const Chunk& c = chunks_[chunk];
-      for (uint32_t i = 0; i < c.count; ++i) items.push_back(materialize(items_[c.begin + i], depth + 1));
+      for (uint32_t i = 0; i < c.count; ++i) {
+        items.push_back(materialize(items_[c.begin + i], depth + 1));
+        if (options_.list_item) options_.list_item(items.back());
+      }
     }
     return items;
   }
@@ -985,6 +1085,7 @@ class GraphReader : Input {
         const uint32_t key = items_[c.begin + i];
         const uint32_t value = items_[c.begin + i + 1];
         const uint32_t id = nodes_[key].key_id;  // set_items gave every key one
+        if (skipped_key_[id]) continue;
         if (key_seen_in_[id] == dict_number) {
           pairs_[base + key_slot_[id]].second = value;
         } else {
@@ -1006,6 +1107,7 @@ class GraphReader : Input {
     return dict;
   }
 
+  const LoadOptions& options_;
   // The graph.
   std::vector<Node> nodes_;
   std::vector<Chunk> chunks_;
@@ -1020,6 +1122,7 @@ class GraphReader : Input {
   // STOP.
   std::vector<uint64_t> key_seen_in_;  // key id -> the number of the dict copy that last saw it
   std::vector<uint32_t> key_slot_;     // key id -> its position in that copy
+  std::vector<bool> skipped_key_;      // key id -> one of options_.skip_keys
   uint64_t dicts_copied_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> pairs_;
   const uint64_t budget_bytes_;
@@ -1057,9 +1160,11 @@ struct GiveUp {};  // thrown and caught inside DirectReader
 // The variant indices of Value::v.
 constexpr size_t kStringIndex = 4;
 constexpr size_t kBytesIndex = 5;
-constexpr size_t kFirstContainerIndex = 6;  // List, Tuple, Dict
+constexpr size_t kBigIntIndex = 6;
+constexpr size_t kFirstContainerIndex = 7;  // List, Tuple, Dict
 static_assert(std::is_same_v<std::variant_alternative_t<kStringIndex, decltype(Value::v)>, std::string>);
 static_assert(std::is_same_v<std::variant_alternative_t<kBytesIndex, decltype(Value::v)>, Bytes>);
+static_assert(std::is_same_v<std::variant_alternative_t<kBigIntIndex, decltype(Value::v)>, BigInt>);
 static_assert(std::is_same_v<std::variant_alternative_t<kFirstContainerIndex, decltype(Value::v)>, List>);
 
 class DirectReader : Input {
@@ -1069,7 +1174,8 @@ class DirectReader : Input {
   // The value, or nullopt when GraphReader must read the input. The reader can be used again: it
   // keeps its arrays' memory (up to kMaxKeptBytes), as reading many dumps in a row would otherwise
   // map and fault in fresh pages for each (glibc hands large freed blocks back to the system).
-  std::optional<Value> read(std::string_view bytes) {
+  std::optional<Value> read(std::string_view bytes, const LoadOptions& options) {
+    options_ = &options;
     clear(bytes);
     std::optional<Value> value;
     try {
@@ -1099,6 +1205,7 @@ class DirectReader : Input {
     reset(bytes);
     stack_.clear();
     marks_.clear();
+    mark_skips_.clear();
     memo_.clear(dense_memo_keys());
     snapshots_.clear();
     reindexed_values_ = 0;
@@ -1108,8 +1215,8 @@ class DirectReader : Input {
 
   size_t kept_bytes() const {
     return decoded_.capacity() + stack_.capacity() * sizeof(Slot) + marks_.capacity() * sizeof(size_t) +
-           memo_.kept_bytes() + snapshots_.capacity() * sizeof(Snapshot) + key_table_.capacity() * sizeof(uint32_t) +
-           key_hashes_.capacity() * sizeof(uint64_t);
+           mark_skips_.capacity() + memo_.kept_bytes() + snapshots_.capacity() * sizeof(Snapshot) +
+           key_table_.capacity() * sizeof(uint32_t) + key_hashes_.capacity() * sizeof(uint64_t);
   }
 
   // A value on the stack, with what the memo and dict keys need to know of it.
@@ -1121,6 +1228,7 @@ class DirectReader : Input {
     bool decoded = false;
     bool hashed = false;  // `hash` is known
     bool fetched = false;  // a copy of a snapshot: changing it would not change what it copies
+    bool skipped = false;  // a placeholder (None) for a part of a skipped value, not built
     uint64_t hash = 0;    // as a dict key
   };
 
@@ -1132,13 +1240,15 @@ class DirectReader : Input {
     bool fetched = false;  // a GET copied it
   };
 
+  // Remembered::type of a container inside a skipped value: it was never built.
+  static constexpr uint8_t kSkippedType = std::numeric_limits<uint8_t>::max();
+
   // What the memo keeps of a value.
-  struct Remembered {
-    size_t type;         // the index in Value::v
-    uint64_t bits = 0;   // a scalar's value, text's offset, or a container's index in snapshots_
+  struct Remembered {     // 16 bytes: a memo holds one per memoized object
+    uint64_t bits = 0;    // a scalar's value, text's offset, or a container's index in snapshots_
     uint32_t length = 0;  // text's
+    uint8_t type = 0;     // the index in Value::v, or kSkippedType
     bool decoded = false;
-    uint64_t hash = 0;  // text's, as a dict key
   };
 
   [[noreturn]] static void give_up() { throw GiveUp{}; }
@@ -1146,6 +1256,7 @@ class DirectReader : Input {
   static size_t text_size(const Value& value) {
     if (const auto* text = std::get_if<std::string>(&value.v)) return text->size();
     if (const auto* bytes = std::get_if<Bytes>(&value.v)) return bytes->data.size();
+    if (const auto* big = std::get_if<BigInt>(&value.v)) return big->bytes.size();
     return 0;
   }
 
@@ -1180,7 +1291,54 @@ class DirectReader : Input {
     if (marks_.empty()) give_up();
     const size_t mark = marks_.back();
     marks_.pop_back();
+    mark_skips_.pop_back();
     return mark;
+  }
+
+  // --- skipped values (LoadOptions::skip_keys) ---
+  //
+  // A dict value under a skipped key is read as placeholders: its containers, and everything a
+  // GET fetches inside it, are one None slot marked `skipped`, and what APPEND(S) or SETITEM(S)
+  // add to a placeholder is dropped. Scalars inside are read as usual (the memo may hand them out
+  // again). Where a value starts, the key is on top of the stack:
+  //
+  //   SETITEMS:  [.. dict MARK key value key]  an odd count above the MARK, a dict below it
+  //   SETITEM:   [.. dict key]
+  //
+  // and from there on, a container starting while a placeholder is on top (a list's single item
+  // added by APPEND) or inside a MARK opened over one is part of the skipped value. A placeholder
+  // may only end up as the value of a skipped key: anywhere else (a list item, a key, the
+  // result) this reader gives up, and GraphReader, which skips when it copies dicts out, answers.
+
+  bool is_skip_key(const Value& key) const {
+    const auto* text = std::get_if<std::string>(&key.v);
+    return text != nullptr &&
+           std::find(options_->skip_keys.begin(), options_->skip_keys.end(), *text) != options_->skip_keys.end();
+  }
+
+  bool in_skipped_region() const { return !mark_skips_.empty() && mark_skips_.back() != 0; }
+
+  // Whether a container (or a MARK) starting now is part of a skipped value.
+  bool starts_skipped() const {
+    if (in_skipped_region()) return true;
+    if (stack_.size() <= fence()) return false;
+    const Slot& top = stack_.back();
+    if (top.skipped) return true;
+    if (!is_skip_key(top.value)) return false;
+    const size_t count = stack_.size() - fence();
+    if (!marks_.empty() && fence() >= 1 && std::holds_alternative<Dict>(stack_[fence() - 1].value.v)) {
+      return count % 2 == 1;
+    }
+    return count >= 2 && std::holds_alternative<Dict>(stack_[stack_.size() - 2].value.v);
+  }
+
+  void push_skipped() { stack_.push_back(Slot{.skipped = true}); }
+
+  // APPEND(S), SETITEM(S) into a placeholder: the items at [from, end) are dropped.
+  bool dropped_into_skipped(size_t container, size_t from) {
+    if (container >= stack_.size() || !stack_[container].skipped) return false;
+    stack_.resize(from);
+    return true;
   }
 
   // The container just below a MARK, of variant type T.
@@ -1199,9 +1357,12 @@ class DirectReader : Input {
       case Kind::kFloat: slot.value.v = std::bit_cast<double>(scalar.bits); break;
       case Kind::kString: slot.value.v.emplace<std::string>(scalar.text); break;
       case Kind::kBytes: slot.value.v.emplace<Bytes>(Bytes{std::string(scalar.text)}); break;
+      case Kind::kBigInt:
+        slot.value.v.emplace<BigInt>(BigInt{std::string(scalar.text)});
+        break;
       default: give_up();
     }
-    if (scalar.kind == Kind::kString || scalar.kind == Kind::kBytes) {
+    if (has_text(scalar.kind)) {
       slot.text_offset = text_offset(scalar);
       slot.decoded = scalar.decoded;
     }
@@ -1215,6 +1376,9 @@ class DirectReader : Input {
 
   // The items stack_[from, end) moved into `items`, and removed; the height of their container.
   uint32_t take_items(List& items, size_t from) {
+    for (size_t i = from; i < stack_.size(); ++i) {
+      if (stack_[i].skipped) give_up();
+    }
     uint32_t height = 1;
     if (items.capacity() < items.size() + (stack_.size() - from))
       items.reserve(std::max(items.size() + (stack_.size() - from), 2 * items.capacity()));
@@ -1230,8 +1394,15 @@ class DirectReader : Input {
   void push_list(size_t from) {
     Slot list{.value = List{}};
     list.height = take_items(std::get<List>(list.value.v), from);
+    hand_to_caller(std::get<List>(list.value.v), 0);
     stack_.push_back(std::move(list));
     charge(sizeof(Value));
+  }
+
+  // LoadOptions::list_item for the items from `first` on.
+  void hand_to_caller(List& items, size_t first) {
+    if (!options_->list_item) return;
+    for (size_t i = first; i < items.size(); ++i) options_->list_item(items[i]);
   }
 
   void push_tuple(size_t from) {
@@ -1248,7 +1419,10 @@ class DirectReader : Input {
 
   void append(Slot& list, size_t from) {
     before_change(list);
-    list.height = std::max(list.height, take_items(std::get<List>(list.value.v), from));
+    List& items = std::get<List>(list.value.v);
+    const size_t first = items.size();
+    list.height = std::max(list.height, take_items(items, from));
+    hand_to_caller(items, first);
   }
 
   // See the top: a change must not make a copy differ from what it copies.
@@ -1284,6 +1458,8 @@ class DirectReader : Input {
     switch (key.v.index()) {
       case kStringIndex: return hash_bytes(kStringIndex, std::get<std::string>(key.v));
       case kBytesIndex: return hash_bytes(kBytesIndex, std::get<Bytes>(key.v).data);
+      case kBigIntIndex:
+        return hash_bytes(kBigIntIndex, std::get<BigInt>(key.v).bytes);
       default: break;
     }
     if (const auto* tuple = std::get_if<Tuple>(&key.v)) {
@@ -1323,7 +1499,8 @@ class DirectReader : Input {
     before_change(target);
     Dict& dict = std::get<Dict>(target.value.v);
     const size_t existing = dict.size();
-    const size_t added = (stack_.size() - from) / 2;
+    size_t added = 0;  // the pairs kept
+    for (size_t i = from; i < stack_.size(); i += 2) added += is_skip_key(stack_[i].value) ? 0 : 1;
     size_t table_size = 16;
     while (table_size < 2 * (existing + added)) table_size *= 2;
     const size_t mask = table_size - 1;
@@ -1348,6 +1525,9 @@ class DirectReader : Input {
     for (size_t i = from; i < stack_.size(); i += 2) {
       Slot& key = stack_[i];
       Slot& value = stack_[i + 1];
+      if (key.skipped) give_up();
+      if (is_skip_key(key.value)) continue;
+      if (value.skipped) give_up();
       target.height = std::max({target.height, key.height + 1, value.height + 1});
       const auto [index, inserted] = insert(slot_hash(key), key.value);
       if (inserted) {
@@ -1363,7 +1543,8 @@ class DirectReader : Input {
   // --- memo ---
 
   Remembered remember(Slot& slot) {
-    Remembered remembered{.type = slot.value.v.index()};
+    if (slot.skipped) return Remembered{.type = kSkippedType};
+    Remembered remembered{.type = static_cast<uint8_t>(slot.value.v.index())};
     if (remembered.type >= kFirstContainerIndex) {
       // Memoized again: the earlier snapshot is as good only until the next change.
       if (slot.snapshot != kNoIndex) snapshots_[slot.snapshot].stale = true;
@@ -1377,13 +1558,14 @@ class DirectReader : Input {
       remembered.length = static_cast<uint32_t>(text->size());
     } else if (const auto* bytes = std::get_if<Bytes>(&slot.value.v)) {
       remembered.length = static_cast<uint32_t>(bytes->data.size());
+    } else if (const auto* big = std::get_if<BigInt>(&slot.value.v)) {
+      remembered.length = static_cast<uint32_t>(big->bytes.size());
     } else {
       remembered.bits = scalar_bits(slot.value);
       return remembered;
     }
     remembered.bits = slot.text_offset;
     remembered.decoded = slot.decoded;
-    remembered.hash = slot_hash(slot);  // text is mostly dict keys, fetched again and again
     return remembered;
   }
 
@@ -1407,13 +1589,13 @@ class DirectReader : Input {
         const std::string_view text = text_at(remembered.decoded, static_cast<uint32_t>(bits), remembered.length);
         if (remembered.type == kStringIndex) {
           slot.value.v.emplace<std::string>(text);
-        } else {
+        } else if (remembered.type == kBytesIndex) {
           slot.value.v.emplace<Bytes>(Bytes{std::string(text)});
+        } else {
+          slot.value.v.emplace<BigInt>(BigInt{std::string(text)});
         }
         slot.text_offset = static_cast<uint32_t>(bits);
         slot.decoded = remembered.decoded;
-        slot.hashed = true;
-        slot.hash = remembered.hash;
       }
     }
     charge(sizeof(Value) + remembered.length);
@@ -1434,7 +1616,14 @@ class DirectReader : Input {
       case MemoOp::kGet: {
         const Remembered* remembered = memo_.find(key);
         if (remembered == nullptr) give_up();
-        push_remembered(*remembered);
+        const bool container = remembered->type >= kFirstContainerIndex;  // kSkippedType too
+        if (in_skipped_region() || (container && starts_skipped())) {
+          push_skipped();
+        } else if (remembered->type == kSkippedType) {
+          give_up();
+        } else {
+          push_remembered(*remembered);
+        }
         return;
       }
       case MemoOp::kNone: break;
@@ -1445,9 +1634,63 @@ class DirectReader : Input {
 
   bool step_container(uint8_t code) {
     switch (static_cast<Op>(code)) {
-      case Op::kEmptyList: push_container(List{}); return true;
-      case Op::kEmptyTuple: push_container(Tuple{}); return true;
-      case Op::kEmptyDict: push_container(Dict{}); return true;
+      case Op::kEmptyList:
+      case Op::kEmptyTuple:
+      case Op::kEmptyDict:
+        if (starts_skipped()) {
+          push_skipped();
+        } else if (static_cast<Op>(code) == Op::kEmptyList) {
+          push_container(List{});
+        } else if (static_cast<Op>(code) == Op::kEmptyTuple) {
+          push_container(Tuple{});
+        } else {
+          push_container(Dict{});
+        }
+        return true;
+      case Op::kList:
+      case Op::kTuple:
+      case Op::kDict:
+        if (in_skipped_region()) {
+          stack_.resize(pop_mark());
+          push_skipped();
+          return true;
+        }
+        break;
+      case Op::kTuple1:
+      case Op::kTuple2:
+      case Op::kTuple3: {
+        const size_t count = code - static_cast<uint8_t>(Op::kTuple1) + 1;
+        if (stack_.size() < fence() + count) give_up();
+        if (in_skipped_region() || std::any_of(stack_.end() - static_cast<ptrdiff_t>(count), stack_.end(),
+                                               [](const Slot& item) { return item.skipped; })) {
+          stack_.resize(stack_.size() - count);
+          push_skipped();
+          return true;
+        }
+        break;
+      }
+      case Op::kAppend:
+      case Op::kSetItem: {
+        const size_t items = static_cast<Op>(code) == Op::kAppend ? 1 : 2;
+        if (stack_.size() < fence() + items + 1) give_up();
+        if (dropped_into_skipped(stack_.size() - items - 1, stack_.size() - items)) return true;
+        break;
+      }
+      case Op::kAppends:
+      case Op::kSetItems: {
+        if (marks_.empty()) give_up();
+        const size_t mark = marks_.back();
+        if (mark >= 1 && (marks_.size() < 2 || mark - 1 >= marks_[marks_.size() - 2]) && stack_[mark - 1].skipped) {
+          pop_mark();
+          stack_.resize(mark);
+          return true;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    switch (static_cast<Op>(code)) {
       case Op::kList: push_list(pop_mark()); return true;
       case Op::kTuple: push_tuple(pop_mark()); return true;
       case Op::kTuple1: push_small_tuple(1); return true;
@@ -1485,7 +1728,10 @@ class DirectReader : Input {
 
   bool step_stack(uint8_t code) {
     switch (static_cast<Op>(code)) {
-      case Op::kMark: marks_.push_back(stack_.size()); return true;
+      case Op::kMark:
+        mark_skips_.push_back(starts_skipped() ? 1 : 0);
+        marks_.push_back(stack_.size());
+        return true;
       case Op::kPop:
         if (stack_.size() > fence()) {
           stack_.pop_back();
@@ -1506,12 +1752,13 @@ class DirectReader : Input {
   }
 
   Value finish() {
-    if (!marks_.empty() || stack_.size() != 1) give_up();
+    if (!marks_.empty() || stack_.size() != 1 || stack_.back().skipped) give_up();
     return std::move(stack_.back().value);
   }
 
   std::vector<Slot> stack_;
   std::vector<size_t> marks_;  // stack sizes at each open MARK
+  std::vector<uint8_t> mark_skips_;  // per open MARK: 1 when it opened inside a skipped value
   Memo<Remembered> memo_;
   std::vector<Snapshot> snapshots_;
   std::vector<uint32_t> key_table_;  // set_items: dict positions (kNoIndex: empty slot)
@@ -1519,6 +1766,7 @@ class DirectReader : Input {
   uint64_t reindexed_values_ = 0;  // key values hashed again by set_items
   uint64_t budget_bytes_ = 0;
   uint64_t spent_bytes_ = 0;
+  const LoadOptions* options_ = nullptr;
 };
 
 [[noreturn]] void wrong_type(const char* expected, const Value& got) {
@@ -1533,8 +1781,41 @@ bool Value::as_bool() const {
 }
 
 int64_t Value::as_int() const {
+  if (const auto* big = std::get_if<BigInt>(&v))
+    fail(ErrorCode::kFormat, "integer {} does not fit in 64 bits", big->decimal());
   if (!is_int()) wrong_type("int", *this);
   return std::get<int64_t>(v);
+}
+
+std::string BigInt::decimal() const {
+  if (bytes.size() > 64) return fmt::format("of {} bytes", bytes.size());
+  const bool negative = !bytes.empty() && (static_cast<uint8_t>(bytes.back()) & 0x80) != 0;
+  // The magnitude, little-endian base 256 (two's complement negated: invert, add one).
+  std::vector<uint8_t> magnitude(bytes.begin(), bytes.end());
+  if (negative) {
+    unsigned carry = 1;
+    for (uint8_t& byte : magnitude) {
+      const unsigned sum = static_cast<uint8_t>(~byte) + carry;
+      byte = static_cast<uint8_t>(sum & 0xff);
+      carry = sum >> 8;
+    }
+  }
+  // Long division by 10, most significant byte first, for each digit.
+  std::string digits;
+  do {
+    unsigned remainder = 0;
+    bool nonzero = false;
+    for (size_t i = magnitude.size(); i-- > 0;) {
+      const unsigned current = (remainder << 8) | magnitude[i];
+      magnitude[i] = static_cast<uint8_t>(current / 10);
+      remainder = current % 10;
+      nonzero = nonzero || magnitude[i] != 0;
+    }
+    digits.push_back(static_cast<char>('0' + remainder));
+    if (!nonzero) break;
+  } while (true);
+  if (negative) digits.push_back('-');
+  return {digits.rbegin(), digits.rend()};
 }
 
 double Value::as_number() const {
@@ -1574,7 +1855,8 @@ const Value& Value::at(std::string_view key) const {
 }
 
 std::string Value::type_name() const {
-  static constexpr const char* kNames[] = {"None", "bool", "int", "float", "str", "bytes", "list", "tuple", "dict"};
+  static constexpr const char* kNames[] = {"None",  "bool", "int",  "float", "str",
+                                           "bytes", "int",  "list", "tuple", "dict"};
   static_assert(std::size(kNames) == std::variant_size_v<decltype(v)>);
   return kNames[v.index()];
 }
@@ -1588,10 +1870,12 @@ std::string dumps(const Value& value) {
   return out;
 }
 
-Value loads(std::string_view bytes) {
+Value loads(std::string_view bytes) { return loads(bytes, LoadOptions{}); }
+
+Value loads(std::string_view bytes, const LoadOptions& options) {
   thread_local DirectReader direct;  // reused: see DirectReader::read
-  if (std::optional<Value> value = direct.read(bytes)) return std::move(*value);
-  return GraphReader(bytes).run();
+  if (std::optional<Value> value = direct.read(bytes, options)) return std::move(*value);
+  return GraphReader(bytes, options).run();
 }
 
 }  // namespace tandem::pickle

@@ -30,7 +30,8 @@ void replay_checked(const tandem::models::MemorySnapshot& snapshot, size_t devic
   const auto& trace = snapshot.device_traces[device];
   if (trace.size() > kMaxReplayedEntries) return;
   try {
-    const tandem::models::MemoryReplay replay = tandem::models::replay_memory(trace, settings, device_memory);
+    const tandem::models::PreTraceMemory start = tandem::models::pre_trace_memory(snapshot, device);
+    const tandem::models::MemoryReplay replay = tandem::models::replay_memory(trace, settings, device_memory, &start);
     for (size_t i = 0; i < replay.allocated_bytes.size(); ++i) {
       if (replay.allocated_bytes[i] > replay.reserved_bytes[i]) bug("replay", "allocated above reserved");
       if (device_memory != 0 && replay.reserved_bytes[i] > device_memory) bug("replay", "reserved above the device");
@@ -38,7 +39,7 @@ void replay_checked(const tandem::models::MemorySnapshot& snapshot, size_t devic
     if (replay.stats.inactive_split_bytes[0].current < 0 || replay.stats.active_bytes[0].current < 0) {
       bug("replay", "a negative statistic");
     }
-    tandem::models::check_consistency(snapshot, device, replay);
+    tandem::models::check_consistency(snapshot, device, start, replay);
   } catch (const tandem::Error&) {
   }
 }

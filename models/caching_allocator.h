@@ -148,6 +148,13 @@ class CachingAllocator {
   void free_completed(BlockId block);
   // torch.cuda.empty_cache(): release_cached_blocks.
   void empty_cache();
+  // A segment made before the model started (a memory snapshot's, from before its trace began):
+  // `segment`'s blocks, by address, must cover it exactly. It counts as reserved, and its active
+  // blocks as allocated (or pending free), from now on, but as no cudaMalloc call; it is older
+  // than every segment the model makes, and keeps its address. Returns each block's handle, -1 for
+  // inactive ones. Error(kInvalidArgument) for an expandable segment (not modelled) or blocks
+  // that do not cover it.
+  std::vector<BlockId> restore_segment(const SegmentView& segment);
 
   const AllocatorStats& stats() const { return stats_; }
   // Sum of requested sizes of allocated (not pending-free) blocks: _memory_viz's "allocated".

@@ -49,7 +49,8 @@ constexpr const char* kMemoryFooter =
 struct Column {
   std::string label;
   std::string alloc_conf;  // PyTorch's syntax; "" for the defaults
-  models::MemoryReplay replay;
+  models::MemoryReplay replay;                      // from the memory allocated before recording, when rebuilt
+  std::optional<models::MemoryReplay> trace_alone;  // from an empty allocator, when `replay` is not
 };
 
 struct MemoryReport {
@@ -59,6 +60,8 @@ struct MemoryReport {
   uint64_t device_memory_bytes = 0;  // 0: unbounded
   std::string device_memory_source;  // "--device-memory", "the trace's first oom entry", "unbounded"
   bool has_settings = false;
+  std::vector<std::string> warnings;
+  models::PreTraceMemory before_recording;
   models::ConsistencyCheck consistency;
   std::vector<Column> columns;
   std::vector<std::string_view> actions;  // per trace entry, for the CSV
@@ -111,20 +114,24 @@ MemoryReport build_report(const MemoryCliOptions& options) {
   report.snapshot = options.snapshot;
   report.device = pick_device(snapshot, options);
   report.has_settings = snapshot.has_settings;
+  report.warnings = snapshot.warnings;
   const std::vector<models::TraceEntry>& trace = snapshot.device_traces[report.device];
+  report.before_recording = models::pre_trace_memory(snapshot, report.device);
+  const models::PreTraceMemory& start = report.before_recording;
+  const bool restored = !start.empty() && start.unrestorable.empty();
   report.trace_entries = trace.size();
   for (const models::TraceEntry& e : trace) report.actions.push_back(models::name(e.action));
   report.device_memory_source = "unbounded";
   if (device_memory != 0) {
     report.device_memory_source = "--device-memory";
-  } else if ((device_memory = models::device_memory_from_oom(trace, snapshot.settings)) != 0) {
+  } else if ((device_memory = models::device_memory_from_oom(trace, snapshot.settings, &start)) != 0) {
     report.device_memory_source = "the trace's first oom entry";
   }
   report.device_memory_bytes = device_memory;
 
-  const auto replay = [&](const models::AllocatorSettings& settings) {
+  const auto replay = [&](const models::AllocatorSettings& settings, const models::PreTraceMemory* from) {
     try {
-      return models::replay_memory(trace, settings, device_memory);
+      return models::replay_memory(trace, settings, device_memory, from);
     } catch (const Error& error) {
       if (error.code() != ErrorCode::kInvalidArgument) throw;
       fail(ErrorCode::kInvalidArgument, "{}", error.what());
@@ -133,14 +140,16 @@ MemoryReport build_report(const MemoryCliOptions& options) {
   Column own;
   own.alloc_conf = snapshot.alloc_conf;
   own.label = fmt::format("snapshot ({})", snapshot.alloc_conf.empty() ? "default" : snapshot.alloc_conf);
-  own.replay = replay(snapshot.settings);
-  report.consistency = models::check_consistency(snapshot, report.device, own.replay);
+  own.replay = replay(snapshot.settings, &start);
+  if (restored) own.trace_alone = replay(snapshot.settings, nullptr);
+  report.consistency = models::check_consistency(snapshot, report.device, start, own.replay);
   report.columns.push_back(std::move(own));
   for (size_t i = 0; i < others.size(); ++i) {
     Column column;
     column.alloc_conf = options.alloc_confs[i];
     column.label = options.alloc_confs[i].empty() ? "default" : options.alloc_confs[i];
-    column.replay = replay(others[i]);
+    column.replay = replay(others[i], &start);
+    if (restored) column.trace_alone = replay(others[i], nullptr);
     report.columns.push_back(std::move(column));
   }
   return report;
@@ -158,7 +167,17 @@ std::string format_text(const MemoryReport& report) {
   std::string out = fmt::format("memory snapshot {}, device {}: {} trace entries\n", report.snapshot, report.device,
                                 report.trace_entries);
   if (!report.has_settings) {
-    out += "allocator settings: not recorded (PyTorch before 2.1): the defaults assumed\n";
+    out += "allocator settings: not recorded (snapshots have them from PyTorch 2.3 on): the defaults assumed\n";
+  }
+  const models::PreTraceMemory& start = report.before_recording;
+  if (!start.empty()) {
+    out += fmt::format(
+        "before recording: {} segment(s) / {} reserved, {} block(s) / {} allocated ({} still active at the end, {} "
+        "freed in the trace): {}\n",
+        start.segments.size(), byte_size_text(start.reserved_bytes), start.blocks(),
+        byte_size_text(start.allocated_bytes()), start.live_blocks, start.freed_blocks,
+        start.unrestorable.empty() ? "every column starts from them; 'trace alone' rows start from an empty allocator"
+                                   : "not rebuilt (" + start.unrestorable + "): the peaks leave them out");
   }
   out += fmt::format("device memory: {}\n",
                      report.device_memory_bytes == 0
@@ -181,6 +200,15 @@ std::string format_text(const MemoryReport& report) {
   row("peak allocated", [](const MemoryReplay& r) { return byte_size_text(r.peak_allocated_bytes); });
   row("peak reserved", [](const MemoryReplay& r) { return byte_size_text(r.peak_reserved_bytes); });
   row("peak requested", [](const MemoryReplay& r) { return byte_size_text(r.peak_requested_bytes); });
+  if (report.columns.front().trace_alone) {
+    const auto alone = [&](const std::string& name, uint64_t MemoryReplay::*field) {
+      std::vector<std::string> r{name};
+      for (const Column& c : report.columns) r.push_back(byte_size_text((*c.trace_alone).*field));
+      rows.push_back(std::move(r));
+    };
+    alone("peak allocated, trace alone", &MemoryReplay::peak_allocated_bytes);
+    alone("peak reserved, trace alone", &MemoryReplay::peak_reserved_bytes);
+  }
   row("peak reserved at entry", [](const MemoryReplay& r) { return std::to_string(r.peak_reserved_index); });
   row("fragmentation at peak", [](const MemoryReplay& r) { return percent(r.fragmentation_at_peak); });
   row("  internal (rounding)", [](const MemoryReplay& r) { return byte_size_text(r.internal_at_peak_bytes); });
@@ -218,6 +246,12 @@ json to_json(const MemoryReport& report) {
     for (const models::MemoryOom& oom : r.ooms) {
       ooms.push_back({{"trace_index", oom.trace_index}, {"bytes", oom.bytes}, {"stream", oom.stream}});
     }
+    json trace_alone = nullptr;  // the peaks from an empty allocator, when the column's start is not
+    if (c.trace_alone) {
+      trace_alone = {{"peak_allocated_bytes", c.trace_alone->peak_allocated_bytes},
+                     {"peak_reserved_bytes", c.trace_alone->peak_reserved_bytes},
+                     {"peak_requested_bytes", c.trace_alone->peak_requested_bytes}};
+    }
     columns.push_back({{"label", c.label},
                        {"alloc_conf", c.alloc_conf},
                        {"settings", models::describe(r.settings)},
@@ -239,12 +273,26 @@ json to_json(const MemoryReport& report) {
                        {"final_reserved_bytes", r.stats.reserved_bytes[0].current},
                        {"peak_inactive_split_bytes", r.stats.inactive_split_bytes[0].peak},
                        {"unknown_frees", r.unknown_frees},
-                       {"empty_cache_calls", r.empty_cache_calls}});
+                       {"empty_cache_calls", r.empty_cache_calls},
+                       {"trace_alone", trace_alone}});
   }
+  const models::PreTraceMemory& start = report.before_recording;
   return {{"snapshot", report.snapshot},
           {"device", report.device},
           {"trace_entries", report.trace_entries},
           {"allocator_settings_recorded", report.has_settings},
+          {"warnings", report.warnings},
+          {"before_recording",
+           {{"segments", start.segments.size()},
+            {"reserved_bytes", start.reserved_bytes},
+            {"blocks", start.blocks()},
+            {"allocated_bytes", start.allocated_bytes()},
+            {"live_blocks", start.live_blocks},
+            {"live_bytes", start.live_bytes},
+            {"freed_blocks", start.freed_blocks},
+            {"freed_bytes", start.freed_bytes},
+            {"rebuilt", start.unrestorable.empty()},
+            {"not_rebuilt_because", start.unrestorable}}},
           {"device_memory_bytes", report.device_memory_bytes == 0 ? json(nullptr) : json(report.device_memory_bytes)},
           {"device_memory_source", report.device_memory_source},
           {"consistency",
@@ -274,6 +322,7 @@ std::string over_time_csv(const MemoryReport& report) {
 
 int run_memory(const MemoryCliOptions& options) {
   const MemoryReport report = build_report(options);
+  for (const std::string& warning : report.warnings) std::cerr << "warning: " << warning << "\n";
   std::cout << (options.json ? to_json(report).dump(2) + "\n" : format_text(report));
   if (!options.out_dir.empty()) {
     create_output_folder(options.out_dir);

@@ -133,6 +133,54 @@ TEST(MemoryCli, OomsNameTheRequest) {
   fs::remove(snap);
 }
 
+// The snapshots PyTorch wrote (../shared/reference/pytorch-files/memory/): memory allocated before
+// recording started is rebuilt, the check passes, and the peaks are given with and without it.
+// Figures: tests/models/memory_snapshot_test.cc (SnapshotsPyTorchWrote) says where they come from.
+TEST(MemoryCli, SnapshotsPyTorchWrote) {
+  const fs::path folder = "../shared/reference/pytorch-files/memory";
+  if (!fs::exists(folder)) GTEST_SKIP() << folder << " is absent";
+  const Outcome w = run_tandem(fmt::format("memory '{}'", (folder / "wedsonlin_medium_128_inference.pickle").string()));
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_TRUE(w.err.empty()) << w.err;
+  EXPECT_TRUE(has(w.out,
+                  "before recording: 98 segment(s) / 1.6 GiB reserved, 223 block(s) / 1.6 GiB allocated (223 "
+                  "still active at the end, 0 freed in the trace)"))
+      << w.out;
+  EXPECT_TRUE(has(w.out,
+                  "consistency: OK: the replay under the snapshot's own settings gives its 98 segment(s) and "
+                  "230 block(s) exactly"))
+      << w.out;
+  EXPECT_TRUE(has(w.out, "peak allocated, trace alone                 34 MiB")) << w.out;
+
+  const Outcome b =
+      run_tandem(fmt::format("memory '{}' --json", (folder / "bcrafton_memory_snapshot.pickle").string()));
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json j = nlohmann::json::parse(b.out);
+  EXPECT_TRUE(j["consistency"]["checked"].get<bool>());
+  EXPECT_TRUE(j["consistency"]["matches"].get<bool>()) << j["consistency"]["detail"];
+  EXPECT_EQ(j["before_recording"]["live_blocks"], 225);
+  EXPECT_EQ(j["before_recording"]["freed_blocks"], 222);
+  EXPECT_EQ(j["before_recording"]["reserved_bytes"], 4'238'344'192u);
+  EXPECT_EQ(j["settings"][0]["peak_reserved_bytes"], 4'238'344'192u);
+  EXPECT_EQ(j["settings"][0]["peak_requested_bytes"], 3'849'232'640u);
+  EXPECT_EQ(j["settings"][0]["trace_alone"]["peak_requested_bytes"], 1'999'716'608u);
+  EXPECT_TRUE(j["warnings"].empty());
+}
+
+// A key a newer PyTorch adds is a warning on stderr, and the snapshot is read.
+TEST(MemoryCli, UnknownKeysWarn) {
+  tandem::pickle::Value root = sixteens_then_thirty_twos_snapshot(false).value();
+  std::get<tandem::pickle::Dict>(root.v).emplace_back("new_top_level_key", 1);
+  const std::string snap = temp_path("memory_new_key.pickle");
+  std::ofstream(snap, std::ios::binary) << tandem::pickle::dumps(root);
+  const Outcome o = run_tandem(fmt::format("memory '{}'", snap));
+  EXPECT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(has(o.err, "warning: " + snap + ": (top level): unknown key 'new_top_level_key' (1 time): ignored"))
+      << o.err;
+  EXPECT_TRUE(has(o.out, "consistency: OK")) << o.out;
+  fs::remove(snap);
+}
+
 TEST(MemoryCli, ErrorsAreOneLineAndExitTwo) {
   const std::string snap = write_snapshot("memory_ok.pickle", sixteens_then_thirty_twos_snapshot(false));
   struct Case {
@@ -153,7 +201,7 @@ TEST(MemoryCli, ErrorsAreOneLineAndExitTwo) {
        "tandem: error: --device 3: the snapshot has traces for 1 device(s)"},
       {fmt::format("memory '{}' --device-memory lots", snap), "--device-memory"},
       {fmt::format("memory '{}'", missing), "cannot read memory snapshot"},
-      {fmt::format("memory '{}'", not_pickle), "not a memory snapshot pickle"},
+      {fmt::format("memory '{}'", not_pickle), "not a memory snapshot pickle: it starts with byte 0x68"},
       {fmt::format("memory '{}'", no_trace), "the snapshot has no trace entries"},
       {"memory /dev/zero", "is a character device, not a regular file"},
   };
