@@ -1042,23 +1042,25 @@ std::string slowdown(const Built& built, const Replayed& logic, const ReplayResu
       slow.size(), ratios.size(), first_slow, median(slow));
 }
 
-// The blocked op `tandem fr analyze` leads with, whose culprits are the root cause (the ranks the
-// waits lead to): one answer from both commands. Else the first blocked op.
-BlockedInfo& headline(const Built& built, std::vector<BlockedInfo>& infos, const FrAnalysis& analysis) {
-  if (analysis.findings.empty() || analysis.root_ranks.empty()) return infos.front();
+// Moves the blocked op `tandem fr analyze` leads with to the front of `infos` (the first
+// divergence, which the verdict, the policies and the report start from), with the analysis'
+// culprits: the root cause, the ranks the waits lead to. One answer from both commands. Without a
+// match (the analysis found no wait, or another op), the first blocked op stays first.
+void lead_with_the_analysis(const Built& built, std::vector<BlockedInfo>& infos, const FrAnalysis& analysis) {
+  if (analysis.findings.empty() || analysis.root_ranks.empty()) return;
   const FrFinding& f = analysis.findings.front();
-  for (BlockedInfo& info : infos) {
-    const ReplayOp& o = built.ops[info.op];
+  for (auto it = infos.begin(); it != infos.end(); ++it) {
+    const ReplayOp& o = built.ops[it->op];
     if (o.group != f.group || o.p2p != f.p2p) continue;
     const bool same = f.kind == FrFindingKind::kMissingDumps
-                          ? std::includes(info.missing.begin(), info.missing.end(), f.missing_ranks.begin(),
+                          ? std::includes(it->missing.begin(), it->missing.end(), f.missing_ranks.begin(),
                                           f.missing_ranks.end())
                           : o.sequence == f.sequence;
     if (!same) continue;
-    info.culprits = analysis.culprit_ranks;
-    return info;
+    it->culprits = analysis.culprit_ranks;
+    std::rotate(infos.begin(), it, std::next(it));
+    return;
   }
-  return infos.front();
 }
 
 // The verdict: the first divergence (its culprits, and what each policy would have done there),
@@ -1074,7 +1076,8 @@ void judge_replay(const std::vector<FrDump>& dumps, const Built& built, const Re
     if (const std::string slow = slowdown(built, logic, result); !slow.empty()) result.verdict += "; " + slow;
     return;
   }
-  const BlockedInfo& first = headline(built, infos, result.analysis);
+  lead_with_the_analysis(built, infos, result.analysis);
+  const BlockedInfo& first = infos.front();
   const ReplayOp& o = built.ops[first.op];
   result.culprit_ranks = first.culprits;
   result.verdict = o.detail;
