@@ -188,7 +188,20 @@ std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Sce
   return outcomes;
 }
 
-bool training_passed(const std::vector<TrainingExpectationOutcome>& outcomes) {
+namespace {
+
+bool any_layout_ran(const TrainingResults& results) {
+  for (const auto& steps : results.steps) {
+    if (std::any_of(steps.begin(), steps.end(), [](const sim::TrainingStepResult& s) { return s.ok; })) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool training_passed(const TrainingResults& results, const std::vector<TrainingExpectationOutcome>& outcomes) {
+  // Nothing ran and nothing was expected: a scenario that answers nothing is no pass.
+  if (outcomes.empty() && !any_layout_ran(results)) return false;
   return std::none_of(outcomes.begin(), outcomes.end(),
                       [](const auto& o) { return o.verdict == ExpectationVerdict::kFail; });
 }
@@ -400,7 +413,10 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
     skipped += o.verdict == ExpectationVerdict::kSkip;
   }
   if (!quiet) out += '\n';
-  out += format_verdict_line(training_passed(outcomes), passed, failed, skipped, "sim");
+  if (!any_layout_ran(results)) {
+    out += "no layout ran on any cluster: each does not split the GPUs or does not fit (the reasons above)\n";
+  }
+  out += format_verdict_line(training_passed(results, outcomes), passed, failed, skipped, "sim");
   return out;
 }
 
@@ -519,7 +535,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
             {"algorithm", base.algorithm}}},
           {"variants", variants},
           {"expectations", expectations},
-          {"passed", training_passed(outcomes)}};
+          {"passed", training_passed(results, outcomes)}};
 }
 
 }  // namespace tandem::app

@@ -56,7 +56,8 @@ struct TrainingExpectationOutcome {
 std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Scenario& scenario,
                                                                        const TrainingResults& results);
 // Passes when every expectation holds (skipped ones aside).
-bool training_passed(const std::vector<TrainingExpectationOutcome>& outcomes);
+// Fails too when no layout ran on any variant and nothing was expected (an empty answer).
+bool training_passed(const TrainingResults& results, const std::vector<TrainingExpectationOutcome>& outcomes);
 
 std::string format_training_report(const Scenario& scenario, const TrainingResults& results,
                                    const std::vector<TrainingExpectationOutcome>& outcomes, bool quiet);

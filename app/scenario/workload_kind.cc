@@ -68,7 +68,7 @@ class TrainingKind : public WorkloadKind {
     out.results_json = training_results_json(scenario, results, outcomes).dump(2) + "\n";
     out.results_csv = training_results_csv(scenario, results);
     if (options.trace) out.trace = training_trace(scenario, results);
-    out.pass = training_passed(outcomes);
+    out.pass = training_passed(results, outcomes);
     return out;
   }
 };

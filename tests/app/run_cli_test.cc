@@ -144,6 +144,28 @@ TEST(RunCli, QuietPrintsExpectationsAndVerdict) {
   EXPECT_EQ(lines.back(), "verdict: PASS (3 of 3 expectations hold)");
 }
 
+// A training scenario none of whose layouts can run answers nothing: that is a failure, not a pass
+// with "no expectations".
+TEST(RunCli, ATrainingScenarioWhereNoLayoutRunsFails) {
+  const std::string path = write_scenario("nothing-runs.yaml", R"(tandem_scenario: 1
+name: nothing-runs
+cluster: {preset: dgx-h100, nodes: 1}
+workload:
+  type: training
+  model: llama3-70b
+  seq_len: 8192
+  global_batch: 8
+  layouts:
+    - {name: ddp, sharding: none}
+    - {name: tp3, tp: 3}
+)");
+  const Outcome outcome = run_tandem(fmt::format("run '{}'", path));
+  EXPECT_EQ(outcome.exit_code, 1) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "no layout ran on any cluster")) << outcome.out;
+  EXPECT_EQ(lines_of(outcome.out).back(), "verdict: FAIL (no expectations)");
+  std::filesystem::remove(path);
+}
+
 TEST(RunCli, FailedExpectationExitsOne) {
   const std::string path = write_scenario("impossible.yaml", R"(tandem_scenario: 1
 name: impossible
