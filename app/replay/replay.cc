@@ -1,8 +1,8 @@
 #include "app/replay/replay.h"
 
 #include <algorithm>
-#include <cctype>
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <deque>
 #include <map>
@@ -101,13 +101,12 @@ class Memberships {
   std::vector<std::vector<int>> sorted_;
 };
 
-// An op's key: its group (name and membership: an id of Built::group_ids) and sequence number on
-// the collective or p2p stream.
-// A collective: (group, collective_seq_id). A p2p op: (group, sender, receiver, k), the k-th op
-// between the pair in the order each side issued it (docs/flight-recorder.md: a rank's p2p_seq_id
-// counts all of its p2p ops in the group and cannot be compared across ranks). In a dump that
-// holds part of its history, k counts the ops still pending; one that completed there has a key of
-// its own (sender = receiver = its rank) and runs on its rank alone.
+// An op's key; its group is an id of Built::group_ids (name and membership). A collective: (group,
+// collective_seq_id). A p2p op: (group, sender, receiver, k), the k-th op between the pair in the
+// order each side issued it (docs/flight-recorder.md: a rank's p2p_seq_id counts all of its p2p ops
+// in the group and cannot be compared across ranks). In a dump that holds part of its history, k
+// counts the ops still pending; one that completed there has a key of its own (sender = receiver =
+// its rank) and runs on its rank alone.
 struct OpKey {
   size_t group = 0;
   bool p2p = false;

@@ -202,9 +202,7 @@ class Rehearsal {
     }
     const bool completes = !desync && entering.size() == instance.ranks.size();
     const int n = static_cast<int>(instance.ranks.size());
-    const SizeCounts counts = nccl_tests_counts(op.collective == Collective::kSendRecv ? Collective::kSendRecv
-                                                                                        : op.collective,
-                                                op.bytes, DataType::kBF16, n);
+    const SizeCounts counts = nccl_tests_counts(op.collective, op.bytes, DataType::kBF16, n);
     for (int r : entering) {
       FlightRecorder& recorder = *recorders_[static_cast<size_t>(r)];
       for (const Part& part : parts_of(op, kind, instance.ranks, r, sender)) {
