@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tandem {
 
@@ -20,5 +21,13 @@ std::string printable(std::string_view text);
 // three significant figures in the largest unit that keeps the number at least 1. Negative
 // durations keep their sign; NaN is "nan".
 std::string duration_text(double seconds);
+
+// The name in `names` nearest to `word` (a mistyped flag, key or command), for a "did you mean"
+// hint: the one at the smallest edit distance (insertions, deletions, substitutions and swaps of
+// two neighbours count one each), if that distance is at most a third of the word's length (at
+// least 1); "" when none is that close. Ties: the first in `names`.
+std::string closest_name(std::string_view word, const std::vector<std::string>& names);
+// " (did you mean 'NAME'?)" for closest_name's answer, "" without one.
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& names);
 
 }  // namespace tandem

@@ -499,7 +499,7 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
   if (failed > 0) {
     std::fprintf(stderr, "tandem: error: %lld of the results above have wrong elements (#wrong)\n",
                  static_cast<long long>(failed));
-    status.exit_code = kExitFailure;
+    status.exit_code = kExitFindings;
   } else {
     status.exit_code = kExitSuccess;
   }

@@ -29,28 +29,10 @@ constexpr const char* kAnalyzeExitStatus =
     "dumps could not be analyzed (missing folder, no dumps, a corrupt or truncated file) or the command line is "
     "wrong.";
 
-// Like grep and diff, 1 means "found something", so a dump that cannot be read must not exit 1 too:
-// its error becomes a usage-class error (exit 2), with its message (which names the file) unchanged.
-std::vector<FrDump> read_dumps(const FrAnalyzeOptions& options) {
-  try {
-    return read_dump_dir(options.dir, options.prefix);
-  } catch (const Error& error) {
-    throw Error(ErrorCode::kInvalidArgument, error.what());
-  }
-}
-
-FrAnalysis analyze_dumps(const std::vector<FrDump>& dumps) {
-  try {
-    return analyze(dumps);
-  } catch (const Error& error) {  // dumps that contradict each other (e.g. an entry of an undeclared group)
-    throw Error(ErrorCode::kInvalidArgument, error.what());
-  }
-}
-
 int run_fr_analyze(const FrAnalyzeOptions& options) {
-  const FrAnalysis analysis = analyze_dumps(read_dumps(options));
+  const FrAnalysis analysis = analyze(read_dump_dir(options.dir, options.prefix));
   std::cout << (options.json ? format_json(analysis) : format_text(analysis));
-  return analysis.findings.empty() ? kExitSuccess : kExitFailure;
+  return analysis.findings.empty() ? kExitSuccess : kExitFindings;
 }
 
 }  // namespace

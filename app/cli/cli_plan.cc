@@ -131,7 +131,7 @@ void run_plan_command(const PlanOptions& options, CommandStatus& status) {
   std::fflush(stdout);
   // A job whose process died is a failure of the run; points that do not fit are results.
   const bool died = std::any_of(outcomes.begin(), outcomes.end(), [](const auto& o) { return o && !o->ok; });
-  status.exit_code = died ? kExitFailure : kExitSuccess;
+  status.exit_code = died ? kExitInternal : kExitSuccess;
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ void run_command(const RunOptions& options, CommandStatus& status) {
   if (output.trace) write_text_file(options.trace, output.trace->dump() + "\n");
   fmt::print("{}", output.report);
   std::fflush(stdout);
-  status.exit_code = output.pass ? kExitSuccess : kExitFailure;
+  status.exit_code = output.pass ? kExitSuccess : kExitFindings;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // tandem: the command line. Each subcommand lives in its own file (cli_*.cc) and registers itself
 // through app/cli/commands.h. Errors a user can cause never show a stack trace: one line,
-// "tandem: error: <message>", on stderr and a non-zero exit (2 for usage errors, 1 for failures).
+// "tandem: error: <message>", on stderr and a non-zero exit (app/common/common.h's scheme: 1
+// findings, 2 bad input, 3 internal).
 // SIGINT and SIGTERM stop any command at once, with its child processes: exit 130 and 143
 // (core/child_processes.h).
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <exception>
 #include <iostream>
 #include <new>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -24,6 +26,7 @@
 #include "core/child_processes.h"
 #include "core/error.h"
 #include "core/file_read.h"
+#include "core/text.h"
 #include "sim/simulator.h"
 
 namespace {
@@ -37,9 +40,35 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// Messages quote what users hand tandem (keys, names, paths): control bytes in them are shown
+// escaped (\x1b), never sent to the terminal.
 int report(const std::string& message, int exit_code) {
-  std::fprintf(stderr, "tandem: error: %s\n", one_line(message).c_str());
+  std::fprintf(stderr, "tandem: error: %s\n", tandem::printable(one_line(message)).c_str());
   return exit_code;
+}
+
+// The flags `command` takes, as a user types them ("--nodes", "-g").
+std::vector<std::string> flag_names(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+    for (const std::string& name : option->get_snames()) names.push_back("-" + name);
+  }
+  return names;
+}
+
+// " (did you mean '--nodes'?)" for the first flag among the arguments CLI11 did not expect, when
+// a flag of the command is that close to it; "".
+std::string flag_hint(const CLI::ParseError& error, const CLI::App& command) {
+  const std::string message = error.what();
+  const size_t colon = message.rfind(": ");
+  if (colon == std::string::npos) return "";
+  std::istringstream words(message.substr(colon + 2));  // "all_reduce --colective"
+  for (std::string word; words >> word;) {
+    if (word.size() < 2 || word[0] != '-') continue;
+    return tandem::did_you_mean(word.substr(0, word.find('=')), flag_names(command));
+  }
+  return "";
 }
 
 // Every output is checked, standard output included: what a command printed is only written when
@@ -53,7 +82,7 @@ int finish(int exit_code) {
     const int error = errno;
     return report(std::string("could not write the standard output: ") +
                       (error != 0 ? std::strerror(error) : "the device is full or the reader went away"),
-                  tandem::app::kExitFailure);
+                  tandem::app::kExitInternal);
   }
   return exit_code;
 }
@@ -91,8 +120,10 @@ int main(int argc, char** argv) {
       "tandem");
   app.set_version_flag("--version", "tandem " + version_string());
   app.footer(
-      "Exit status: 0 success, 1 the command failed (fr analyze and replay: findings), 2 a usage error; 130 "
-      "stopped by SIGINT (Ctrl-C), 143 stopped by SIGTERM (the command's worker processes are killed with it).");
+      "Exit status (every command): 0 success; 1 findings (an expectation that does not hold, wrong elements, a "
+      "divergence in dumps, a failed check); 2 bad input (a flag, a value, a file missing, unreadable or malformed, "
+      "an unsupported request); 3 an internal or backend failure; 130 stopped by SIGINT (Ctrl-C), 143 by SIGTERM "
+      "(the command's worker processes are killed with it).");
   app.require_subcommand(1);
   app.fallthrough(false);
 
@@ -117,26 +148,32 @@ int main(int argc, char** argv) {
         std::none_of(commands.begin(), commands.end(), [&](const CLI::App* c) { return c->check_name(argv[1]); })) {
       std::string names;
       for (const CLI::App* command : commands) names += (names.empty() ? "" : ", ") + command->get_name();
-      return report(fmt::format("unknown command '{}' (the commands: {}; see 'tandem --help')", argv[1], names),
-                    tandem::app::kExitUsage);
+      std::vector<std::string> command_names;
+      for (const CLI::App* command : commands) command_names.push_back(command->get_name());
+      return report(fmt::format("unknown command '{}'{} (the commands: {}; see 'tandem --help')", argv[1],
+                                tandem::did_you_mean(argv[1], command_names), names),
+                    tandem::app::kExitInput);
     }
     app.parse(argc, argv);
     return finish(status.exit_code);
   } catch (const CLI::Success& success) {
     return finish(app.exit(success));  // --help, --version
   } catch (const CLI::ParseError& error) {
-    std::string hint = app.get_subcommands().empty()
-                           ? std::string(" (see 'tandem --help')")
-                           : " (see 'tandem " + app.get_subcommands().front()->get_name() + " --help')";
-    return report(error.what() + hint, kExitUsage);
+    const std::vector<CLI::App*> parsed = app.get_subcommands();
+    // The innermost command parsed ("fr analyze": analyze), whose flags a typo was meant for.
+    const CLI::App* command = parsed.empty() ? &app : parsed.front();
+    while (!command->get_subcommands().empty()) command = command->get_subcommands().front();
+    const std::string hint = parsed.empty() ? std::string(" (see 'tandem --help')")
+                                            : " (see 'tandem " + parsed.front()->get_name() + " --help')";
+    return report(error.what() + flag_hint(error, *command) + hint, kExitInput);
   } catch (const tandem::Error& error) {
     return report(error.what(), exit_code_for(error));
   } catch (const std::system_error& error) {
     // fmt::print reports a failed write of a full buffer this way.
-    return report(std::string("could not write the output: ") + error.what(), kExitFailure);
+    return report(std::string("could not write the output: ") + error.what(), kExitInternal);
   } catch (const std::bad_alloc&) {
-    return report("out of memory", kExitFailure);
+    return report("out of memory", kExitInternal);
   } catch (const std::exception& error) {
-    return report(std::string("internal error: ") + error.what(), kExitFailure);
+    return report(std::string("internal error: ") + error.what(), kExitInternal);
   }
 }

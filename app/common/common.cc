@@ -60,10 +60,20 @@ int exit_code_for(const Error& error) {
   switch (error.code()) {
     case ErrorCode::kInvalidArgument:
     case ErrorCode::kUnsupported:
-      return kExitUsage;
-    default:
-      return kExitFailure;
+    case ErrorCode::kFormat:
+    case ErrorCode::kIo:
+      return kExitInput;
+    case ErrorCode::kInvalidSchedule:
+    case ErrorCode::kCheckFailed:
+    case ErrorCode::kTimeout:
+    case ErrorCode::kFault:
+    case ErrorCode::kDesync:
+    case ErrorCode::kCorrupt:
+      return kExitFindings;
+    case ErrorCode::kBackend:
+      return kExitInternal;
   }
+  return kExitInternal;
 }
 
 std::string version_string() {

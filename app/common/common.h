@@ -13,11 +13,20 @@
 
 namespace tandem::app {
 
+// One exit-code scheme for every subcommand, as docs/cli.md ("Exit status") states it and
+// tests/app/exit_codes_cli_test.cc checks per subcommand. 130 and 143 (signals) are in
+// core/child_processes.h.
 inline constexpr int kExitSuccess = 0;
-inline constexpr int kExitFailure = 1;  // the command ran and failed (wrong data, bad file, backend error)
-inline constexpr int kExitUsage = 2;    // the command line asked for something invalid
+inline constexpr int kExitFindings = 1;  // the command ran and found something wrong: an expectation that
+                                         // does not hold, wrong elements, findings in dumps, a failed check
+inline constexpr int kExitInput = 2;     // bad input: a flag or value, a file that is missing, unreadable or
+                                         // malformed, a request tandem does not support
+inline constexpr int kExitInternal = 3;  // tandem or a backend failed: a backend error, out of memory, an
+                                         // internal error, the standard output not writable
 
-// kInvalidArgument and kUnsupported come from what the user typed: usage errors. The rest: failures.
+// The exit code of a command that stopped on `error`: what the user gave (kInvalidArgument,
+// kUnsupported, kFormat, kIo) is kExitInput; what a run found (an invalid schedule, a failed check, a
+// timeout, a fault, a desync, corrupt data) kExitFindings; a backend's failure kExitInternal.
 int exit_code_for(const Error& error);
 
 // The version `tandem --version` prints.

@@ -163,7 +163,9 @@ class Mapping {
       if (!key.IsScalar()) reader.fail_at(key, "keys in {} must be plain names (got {})", where(), node_kind(key));
       const std::string& key_name = key.Scalar();
       if (std::find(keys.begin(), keys.end(), key_name) == keys.end()) {
-        reader.fail_at(key, "unknown key '{}' in {} (expected: {})", key_name, where(), fmt::join(keys, ", "));
+        const std::vector<std::string> names(keys.begin(), keys.end());
+        reader.fail_at(key, "unknown key '{}' in {}{} (expected: {})", key_name, where(), did_you_mean(key_name, names),
+                       fmt::join(keys, ", "));
       }
       if (find(key_name) != nullptr) reader.fail_at(key, "duplicate key '{}' in {}", key_name, where());
       entries_.emplace_back(key_name, value);
@@ -211,6 +213,10 @@ Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string
 // The start-up lever keys of `m` (store, eager_init, ranks_per_root, runtime_connect, oob_net,
 // init_barriers, topo_cache) into `levers`; keys absent keep their values.
 void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLevers& levers);
+// A start-up layout mapping {tp, cp, ep, pp} at `node`; its groups must fit each variant's job of
+// `gpus` GPUs (0: the variant's whole cluster), or the error names the file, line and variant.
+models::ParallelLayout read_startup_layout(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                           const std::vector<ClusterVariant>& variants, int gpus);
 
 // Defined in claims.cc: `workload: {type: claims}` and its `expect` entries.
 Workload read_claims(const Reader& reader, const YAML::Node& node, const std::vector<ClusterVariant>& variants);

@@ -97,7 +97,7 @@ TEST(CalibrateCli, AMalformedLogIsOneLineWithFileAndLine) {
   const std::string path = temp_path("broken_all_reduce_perf.log");
   std::ofstream(path) << "# nThread 1 nGpus 8 minBytes 8 maxBytes 8\n"
                          "           8             2     float     sum      -1    10.00    0.00\n";
-  expect_one_line_error(run_tandem(fmt::format("calibrate '{}' -q", path)), 1,
+  expect_one_line_error(run_tandem(fmt::format("calibrate '{}' -q", path)), 2,
                         fmt::format("{}:2: a table row needs 13 columns", path));
 }
 
@@ -110,7 +110,7 @@ TEST(CalibrateCli, ProfilesAreCheckedWhereTheyAreApplied) {
   const std::string bad = temp_path("bad_profile.yaml");
   std::ofstream(bad) << "tandem-calibration: 1\ncluster: {preset: dgx-h100, nodes: 1, gpus_per_node: 8}\n"
                         "parameters: {network_efficiency: 1.2}\n";
-  expect_one_line_error(run_tandem(fmt::format("bench all_reduce --backend sim --calibration '{}'", bad)), 1,
+  expect_one_line_error(run_tandem(fmt::format("bench all_reduce --backend sim --calibration '{}'", bad)), 2,
                         fmt::format("{}:3:34: parameters.network_efficiency", bad));
 }
 
@@ -126,7 +126,7 @@ TEST(CalibrateCli, TheShippedCalibratedScenarioRunsAndNamesItsProfile) {
                                        "calibration: profile.yaml\n"
                                        "workload: {type: collective-sweep, collectives: [all_reduce], "
                                        "sizes: {min: 1M, max: 1M}, algorithms: [ring]}\n";
-  expect_one_line_error(run_tandem(fmt::format("run '{}/a100.yaml'", dir)), 1, "fitted on dgx-h100");
+  expect_one_line_error(run_tandem(fmt::format("run '{}/a100.yaml'", dir)), 2, "fitted on dgx-h100");
 }
 
 TEST(CalibrateCli, TheJobCountMustBePositive) {

@@ -224,7 +224,7 @@ TEST(Cli, ScheduleJsonRoundTripsThroughCheck) {
 
 TEST(Cli, ScheduleCheckReportsBadFilesInOneLine) {
   Outcome missing = run_tandem("schedule --check /nonexistent/schedule.json");
-  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.exit_code, 2);
   ASSERT_EQ(lines_of(missing.err).size(), 1u) << missing.err;
   EXPECT_TRUE(contains(missing.err, "tandem: error: cannot read schedule '/nonexistent/schedule.json': No such file or directory"));
 
@@ -240,7 +240,7 @@ TEST(Cli, ScheduleCheckReportsBadFilesInOneLine) {
   const std::string path = temp_path("future.json");
   std::ofstream(path) << text;
   Outcome future = run_tandem(fmt::format("schedule --check '{}'", path));
-  EXPECT_EQ(future.exit_code, 1);
+  EXPECT_EQ(future.exit_code, 2);
   ASSERT_EQ(lines_of(future.err).size(), 1u) << future.err;
   EXPECT_TRUE(contains(future.err, "tandem: error: " + path + ": ")) << future.err;
 }
@@ -346,7 +346,7 @@ TEST(Cli, AFailedWriteOfStandardOutputIsAnError) {
                                  "bench all_reduce --backend sim --nodes 2 -b 1M -e 1M", "--help"}) {
     const int status = std::system(fmt::format("'{}' {} >/dev/full 2>'{}'", TANDEM_BINARY, args, err).c_str());
     ASSERT_TRUE(WIFEXITED(status)) << args;
-    EXPECT_EQ(WEXITSTATUS(status), 1) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 3) << args;  // internal: the output could not be written
     const std::vector<std::string> lines = lines_of(tandem::testing::read_text(err));
     ASSERT_EQ(lines.size(), 1u) << args;
     EXPECT_TRUE(contains(lines[0], "tandem: error: could not write the standard output")) << lines[0];

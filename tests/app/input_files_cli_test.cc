@@ -24,8 +24,7 @@ using tandem::testing::Outcome;
 using tandem::testing::run_tandem_limited;
 using tandem::testing::temp_path;
 
-constexpr int kExitFailure = 1;  // a file could not be read
-constexpr int kExitUsage = 2;    // fr analyze and replay: "the dumps could not be analyzed"
+constexpr int kExitInput = 2;  // every command: a file that cannot be read is bad input (docs/cli.md)
 // Refusing a file takes no reading; the slowest part is starting the binary.
 constexpr auto kQuickly = std::chrono::seconds(5);
 
@@ -61,72 +60,72 @@ class InputFiles : public ::testing::Test {
 };
 
 TEST_F(InputFiles, RunRefusesDevZeroAsAScenario) {
-  expect_refused("run /dev/zero", kExitFailure, "scenario '/dev/zero' is a character device, not a regular file");
+  expect_refused("run /dev/zero", kExitInput, "scenario '/dev/zero' is a character device, not a regular file");
 }
 
 TEST_F(InputFiles, RunRefusesALinkToDevZeroNamedLikeAScenario) {
   // A name ending in .yaml is also read before the command line is parsed (the packet-model check).
   fs::create_symlink("/dev/zero", dir_ + "/zero.yaml");
-  expect_refused(fmt::format("run '{}/zero.yaml'", dir_), kExitFailure,
+  expect_refused(fmt::format("run '{}/zero.yaml'", dir_), kExitInput,
                  "zero.yaml' is a character device, not a regular file");
 }
 
 TEST_F(InputFiles, RunRefusesAFifoWithoutWaitingForAWriter) {
   ASSERT_EQ(::mkfifo((dir_ + "/scenario.yaml").c_str(), 0600), 0);
-  expect_refused(fmt::format("run '{}/scenario.yaml'", dir_), kExitFailure,
+  expect_refused(fmt::format("run '{}/scenario.yaml'", dir_), kExitInput,
                  "scenario.yaml' is a FIFO (named pipe), not a regular file");
 }
 
 TEST_F(InputFiles, RunRefusesAScenarioOverItsLimitWithBothSizes) {
   const std::string big = sparse_file("big.yaml", off_t{5} << 20);
-  expect_refused(fmt::format("run '{}'", big), kExitFailure,
+  expect_refused(fmt::format("run '{}'", big), kExitInput,
                  "big.yaml' is 5 MiB (5242880 bytes), over the limit of 4 MiB (4194304 bytes)");
 }
 
 TEST_F(InputFiles, RunRefusesAFolderAsAScenario) {
-  expect_refused(fmt::format("run '{}'", dir_), kExitFailure, "' is a folder, not a file");
+  expect_refused(fmt::format("run '{}'", dir_), kExitInput, "' is a folder, not a file");
 }
 
 TEST_F(InputFiles, PlanRefusesDevZero) {
-  expect_refused("plan /dev/zero", kExitFailure, "plan '/dev/zero' is a character device, not a regular file");
+  expect_refused("plan /dev/zero", kExitInput, "plan '/dev/zero' is a character device, not a regular file");
 }
 
 TEST_F(InputFiles, ScheduleCheckRefusesDevZero) {
-  expect_refused("schedule --check /dev/zero", kExitFailure,
+  expect_refused("schedule --check /dev/zero", kExitInput,
                  "schedule '/dev/zero' is a character device, not a regular file");
 }
 
 TEST_F(InputFiles, ScheduleCheckRefusesAFileOverTheScheduleLimit) {
   const std::string big = sparse_file("schedule.json", (off_t{1} << 30) + 1);
-  expect_refused(fmt::format("schedule --check '{}'", big), kExitFailure,
+  expect_refused(fmt::format("schedule --check '{}'", big), kExitInput,
                  "schedule.json' is 1.0 GiB (1073741825 bytes), over the limit of 1 GiB (1073741824 bytes)");
 }
 
 TEST_F(InputFiles, ReportRefusesResultsJsonLinkedToDevZero) {
   fs::create_symlink("/dev/zero", dir_ + "/results.json");
-  expect_refused(fmt::format("report '{}' -o '{}/report.html'", dir_, dir_), kExitFailure,
+  expect_refused(fmt::format("report '{}' -o '{}/report.html'", dir_, dir_), kExitInput,
                  "results.json' is a character device, not a regular file");
 }
 
 TEST_F(InputFiles, ReportSaysAFileIsNotARunFolder) {
-  expect_refused("report README.md", kExitUsage, "'README.md' is a file, not a run folder");
+  expect_refused("report README.md", kExitInput, "'README.md' is a file, not a run folder");
 }
 
 TEST_F(InputFiles, FrAnalyzeRefusesAnEightGigabyteSparseDumpBeforeReadingIt) {
   sparse_file("rank_0", off_t{8} << 30);
-  expect_refused(fmt::format("fr analyze '{}'", dir_), kExitUsage,
+  expect_refused(fmt::format("fr analyze '{}'", dir_), kExitInput,
                  "rank_0' is 8 GiB (8589934592 bytes), over the limit of 1 GiB (1073741824 bytes)");
 }
 
 TEST_F(InputFiles, ReplayRefusesAnEightGigabyteSparseDumpBeforeReadingIt) {
   sparse_file("rank_0", off_t{8} << 30);
-  expect_refused(fmt::format("replay '{}'", dir_), kExitUsage,
+  expect_refused(fmt::format("replay '{}'", dir_), kExitInput,
                  "rank_0' is 8 GiB (8589934592 bytes), over the limit of 1 GiB (1073741824 bytes)");
 }
 
 TEST_F(InputFiles, FrAnalyzeAndReplaySayAFileIsNotAFolder) {
-  expect_refused("fr analyze README.md", kExitUsage, "README.md is a file, not a folder");
-  expect_refused("replay README.md", kExitUsage, "README.md is a file, not a folder");
+  expect_refused("fr analyze README.md", kExitInput, "README.md is a file, not a folder");
+  expect_refused("replay README.md", kExitInput, "README.md is a file, not a folder");
 }
 
 }  // namespace

@@ -149,11 +149,11 @@ TEST(PlanCli, BadSweepsAreOneLineErrors) {
     ASSERT_NE(text.find(c.from), std::string::npos) << c.from;
     text.replace(text.find(c.from), c.from.size(), c.to);
     const Outcome outcome = run_tandem("plan " + write("plan_" + c.name + ".yaml", text));
-    expect_one_line_error(outcome, 1, c.mentions);  // a malformed file, as for scenarios
+    expect_one_line_error(outcome, 2, c.mentions);  // a malformed file, as for scenarios
     EXPECT_TRUE(contains(outcome.err, ".yaml:")) << "names the file and line: " << outcome.err;
   }
   EXPECT_EQ(run_tandem(fmt::format("plan {} --shard 2/2", kSmallPlan)).exit_code, 2);
-  EXPECT_EQ(run_tandem("plan /nonexistent.yaml").exit_code, 1);
+  EXPECT_EQ(run_tandem("plan /nonexistent.yaml").exit_code, 2);
 }
 
 TEST(PlanCli, Help) {

@@ -198,9 +198,9 @@ workload:
   type: collective-sweep
   colectives: [all_reduce]
 )");
-  expect_one_line_error(run_tandem(fmt::format("run '{}'", path)), 1,
+  expect_one_line_error(run_tandem(fmt::format("run '{}'", path)), 2,
                         path +
-                            ":6:3: unknown key 'colectives' in workload (expected: type, collectives, sizes, "
+                            ":6:3: unknown key 'colectives' in workload (did you mean 'collectives'?) (expected: type, collectives, sizes, "
                             "algorithms, dtype, op, gpus_per_node)");
   std::filesystem::remove(path);
 }
@@ -242,7 +242,7 @@ TEST(RunCli, TheLlama70bHangIsRehearsedAndItsCulpritFound) {
 }
 
 TEST(RunCli, UsageErrors) {
-  expect_one_line_error(run_tandem("run scenarios/does-not-exist.yaml"), 1,
+  expect_one_line_error(run_tandem("run scenarios/does-not-exist.yaml"), 2,
                         "cannot read scenario 'scenarios/does-not-exist.yaml'");
   expect_one_line_error(run_tandem("run"), 2, "scenario");
   // No GPU here: "backend 'cuda': no CUDA device: ..." (or "not in this build" without CUDA).

@@ -231,7 +231,7 @@ std::vector<Rejection> rejections() {
       {"unknown preset", with_cluster("cluster: {preset: dgx-h900}\n"),
        "t.yaml:3:19: cluster.preset: unknown cluster preset 'dgx-h900'"},
       {"unknown cluster key", with_cluster("cluster:\n  preset: dgx-h100\n  nic_gbs: 800\n"),
-       "t.yaml:5:3: unknown key 'nic_gbs' in cluster (expected: preset, nodes, gpus_per_node, fabric, nic_gbps"},
+       "t.yaml:5:3: unknown key 'nic_gbs' in cluster (did you mean 'nic_gbps'?) (expected: preset, nodes, gpus_per_node, fabric, nic_gbps"},
       {"zero nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 0}\n"),
        "t.yaml:3:36: cluster.nodes must be an integer from 1 to 4096 (got '0')"},
       {"too many nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 5000}\n"),
@@ -290,7 +290,7 @@ std::vector<Rejection> rejections() {
        "t.yaml:5:3: missing required key 'model' in workload"},
       {"unknown workload key",
        with_workload("workload:\n  type: collective-sweep\n  colectives: [all_reduce]\n  sizes: [1M]\n"),
-       "t.yaml:6:3: unknown key 'colectives' in workload (expected: type, collectives, sizes, algorithms, dtype, op, "
+       "t.yaml:6:3: unknown key 'colectives' in workload (did you mean 'collectives'?) (expected: type, collectives, sizes, algorithms, dtype, op, "
        "gpus_per_node)"},
       {"missing collectives", with_workload("workload:\n  type: collective-sweep\n  sizes: [1M]\n"),
        "t.yaml:5:3: missing required key 'collectives' in workload"},

@@ -7,7 +7,7 @@ out=$(python3 "$here/run_doc_commands.py" "$repo" "$tandem" "$here/broken_exampl
 rc=$?
 status=0
 [[ $rc -eq 1 ]] || { echo "broken_example.md: exit $rc, expected 1"; status=1; }
-for expected in "command exited 1, expected 0: tandem run scenarios/does-not-exist.yaml" \
+for expected in "command exited 2, expected 0: tandem run scenarios/does-not-exist.yaml" \
                 "the docs show 'tandem 99.0'" \
                 "a command outside a sh block: tandem topo --cluster dgx-h100 --nodes 2" \
                 "command exited 0, expected 1: tandem --version"; do
