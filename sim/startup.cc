@@ -113,6 +113,15 @@ std::vector<StartupGroup> layout_groups(const models::ParallelLayout& layout, in
   return groups;
 }
 
+void check_groups(const std::vector<StartupGroup>& groups, int gpus) {
+  for (const StartupGroup& g : groups) {
+    if (g.size < 1 || g.stride < 1 || gpus % g.size != 0 || static_cast<int64_t>(g.size) * g.stride > gpus) {
+      fail(ErrorCode::kInvalidArgument, "start-up: a {} group of {} ranks (stride {}) does not fit {} GPUs", g.name,
+           g.size, g.stride, gpus);
+    }
+  }
+}
+
 StartupResult simulate_startup(const models::ClusterSpec& cluster, const StartupJob& job) {
   const int gpus = job.gpus;
   const StartupLevers& levers = job.levers;
@@ -135,12 +144,7 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
     fail(ErrorCode::kInvalidArgument, "start-up: ranks_per_root must be 0 (one root) or positive, not {}",
          levers.ranks_per_root);
   }
-  for (const StartupGroup& g : job.groups) {
-    if (g.size < 1 || g.stride < 1 || gpus % g.size != 0 || static_cast<int64_t>(g.size) * g.stride > gpus) {
-      fail(ErrorCode::kInvalidArgument, "start-up: a {} group of {} ranks (stride {}) does not fit {} GPUs", g.name,
-           g.size, g.stride, gpus);
-    }
-  }
+  check_groups(job.groups, gpus);
   models::validate(spec);
 
   StartupResult r;

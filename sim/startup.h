@@ -140,6 +140,9 @@ struct StartupGroup {
 // The process groups of a training layout on `gpus` GPUs: tp, cp, pp, ep and dp (what is left),
 // those of more than one rank and fewer than all.
 std::vector<StartupGroup> layout_groups(const models::ParallelLayout& layout, int gpus);
+// Throws Error(kInvalidArgument) when a group does not fit `gpus` GPUs (its size does not divide
+// them, or size x stride is more): "start-up: a tp group of 3 ranks (stride 1) does not fit 64 GPUs".
+void check_groups(const std::vector<StartupGroup>& groups, int gpus);
 
 struct StartupJob {
   int gpus = 0;

@@ -158,10 +158,7 @@ Plan read_plan(const Reader& reader, const YAML::Node& root) {
     plan.algorithms =
         read_axis<std::string>(reader, *v, sweep.path("algorithms"), [&](const YAML::Node& n, const std::string& at) {
           const std::string text = reader.text(n, at);
-          if (text != "auto" && text != "ring" && text != "tree") {
-            reader.fail_at(n, "{}: '{}' (a training step's collectives run with auto, ring or tree)", at, text);
-          }
-          return text;
+          return reader.at(n, at, [&] { return parse_training_algorithm(text); });
         });
   } else {
     plan.algorithms = {plan.workload.base.algorithm};

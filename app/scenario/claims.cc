@@ -79,7 +79,6 @@ constexpr std::array<std::string_view, 13> kClaimKeys{
     "after", "gpus"};
 // clang-format on
 constexpr std::array<std::string_view, 3> kClaimedKeys{"before", "after", "after_or_better"};
-constexpr std::array<std::string_view, 4> kLayoutKeys{"tp", "cp", "ep", "pp"};
 constexpr std::array<std::string_view, 4> kClaimExpectKeys{"claim", "verdict", "tandem_before", "tandem_after"};
 
 // The keys a setting accepts, per kind: its name and what the kind varies.
@@ -220,6 +219,13 @@ Claim read_claim(const Reader& reader, const YAML::Node& node, const std::string
     case ClaimKind::kMemory: {
       if (training == nullptr) reader.fail_at(node, "{}: a memory claim needs 'training' (a training workload)", path);
       claim.training = read_training_workload(reader, *training, m.path("training"));
+      {
+        // Its first layout must split the scenario's cluster (the claim is weighed on it).
+        const models::ClusterSpec& cluster = variants.front().cluster;
+        const int gpus = cluster.nodes * cluster.gpus_per_node;
+        reader.at(*training, m.path("training"),
+                  [&] { models::derive(claim.training->config_for(0, gpus), gpus, cluster.gpus_per_node); });
+      }
       break;
     }
     case ClaimKind::kMtbf:
@@ -229,16 +235,8 @@ Claim read_claim(const Reader& reader, const YAML::Node& node, const std::string
       }
       break;
     case ClaimKind::kStartup:
-      if (layout != nullptr) {
-        Mapping l(reader, *layout, m.path("layout"), kLayoutKeys);
-        auto dim = [&](const char* key, int& out) {
-          if (const YAML::Node* d = l.find(key)) out = static_cast<int>(reader.integer(*d, l.path(key), 1, 1 << 20));
-        };
-        dim("tp", claim.layout.tp);
-        dim("cp", claim.layout.cp);
-        dim("ep", claim.layout.ep);
-        dim("pp", claim.layout.pp);
-      }
+      // A claim runs on the scenario's cluster: its first variant.
+      if (layout != nullptr) claim.layout = read_startup_layout(reader, *layout, m.path("layout"), {variants.front()}, 0);
       break;
   }
   if (const YAML::Node* v = m.find("gpus"); v != nullptr) {

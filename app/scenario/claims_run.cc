@@ -227,7 +227,16 @@ void evaluate_memory(const Scenario& scenario, const Claim& claim, ClaimResult& 
         "{} on {} GPUs, {}: allocated {:.1f} GB of {:.1f} GB reserved at the peak ({}); {} cudaMalloc + maps",
         training.layouts.front().layout.name, gpus, s.allocator.empty() ? "default allocator" : s.allocator,
         m.allocated_at_peak_reserved_bytes / 1e9, m.peak_reserved_bytes / 1e9, m.peak_phase, m.device_mallocs);
-    if (m.oom) detail += fmt::format("; out of memory at {} ({:.2f} GB asked)", m.oom->phase, m.oom->bytes / 1e9);
+    // Fragmentation at a peak the step never reaches is no figure to weigh a claim with.
+    if (m.oom) {
+      fail(ErrorCode::kInvalidArgument,
+           "{}: claim '{}': the {} step on {} GPUs ({}) runs out of memory at {} ({:.2f} GB asked, {:.0f} GB per "
+           "{}): a memory claim is weighed on a step that fits; give the claim's training a layout that does (more "
+           "sharding, recompute or a smaller micro-batch)",
+           scenario.file, claim.name, training.layouts.front().layout.name, gpus,
+           s.allocator.empty() ? "default allocator" : s.allocator, m.oom->phase, m.oom->bytes / 1e9,
+           cluster.gpu.memory_bytes / 1e9, cluster.gpu.name);
+    }
     return ClaimValue{s.name, 100 * m.fragmentation_at_peak, detail};
   };
   result.before = value(claim.before);
@@ -501,7 +510,8 @@ nlohmann::json claims_results_json(const Scenario& scenario, const ClaimsResults
     expectations.push_back({{"claim", o.expectation.claim}, {"verdict", name(o.verdict)}, {"detail", o.detail}});
     pass = pass && o.verdict != ExpectationVerdict::kFail;
   }
-  return {{"scenario", scenario.name},
+  return {{"tandem_results", kResultsFormatVersion},
+          {"scenario", scenario.name},
           {"workload", {{"type", "claims"}}},
           {"cluster", cluster_json(scenario.variants.front().cluster)},
           {"claims", claims},

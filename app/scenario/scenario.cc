@@ -91,6 +91,14 @@ bool algorithm_applies(std::string_view algorithm, Collective collective) {
   return implements(parse_algorithm_name(algorithm), collective);
 }
 
+std::string parse_training_algorithm(std::string_view text) {
+  if (text == "auto" || text == "ring" || text == "tree") return std::string(text);
+  fail(ErrorCode::kInvalidArgument,
+       "'{}': a training step's collectives run with auto (NCCL's tuner), ring or tree (all_reduce; NCCL's pick "
+       "for the others)",
+       text);
+}
+
 std::string not_applicable_reason(std::string_view algorithm, Collective collective) {
   return fmt::format("{} does not implement {}", algorithm, name(collective));
 }
@@ -505,14 +513,7 @@ Workload read_startup(const Reader& reader, const YAML::Node& node, const std::v
     }
   }
   if (const YAML::Node* v = workload.find("layout")) {
-    Mapping m(reader, *v, workload.path("layout"), kStartupLayoutKeys);
-    auto dim = [&](const char* key, int& out) {
-      if (const YAML::Node* d = m.find(key)) out = static_cast<int>(reader.integer(*d, m.path(key), 1, 1 << 20));
-    };
-    dim("tp", startup.layout.tp);
-    dim("cp", startup.layout.cp);
-    dim("ep", startup.layout.ep);
-    dim("pp", startup.layout.pp);
+    startup.layout = read_startup_layout(reader, *v, workload.path("layout"), variants, startup.gpus);
   }
   const YAML::Node* configs = workload.find("configs");
   if (configs == nullptr) {
@@ -1143,6 +1144,30 @@ Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string
   return read_bound_at(reader, node, path);
 }
 
+models::ParallelLayout read_startup_layout(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                           const std::vector<ClusterVariant>& variants, int gpus) {
+  Mapping m(reader, node, path, kStartupLayoutKeys);
+  models::ParallelLayout layout;
+  auto dim = [&](const char* key, int& out) {
+    if (const YAML::Node* d = m.find(key)) out = static_cast<int>(reader.integer(*d, m.path(key), 1, 1 << 20));
+  };
+  dim("tp", layout.tp);
+  dim("cp", layout.cp);
+  dim("ep", layout.ep);
+  dim("pp", layout.pp);
+  for (const ClusterVariant& variant : variants) {
+    const int job = gpus > 0 ? gpus : variant.cluster.nodes * variant.cluster.gpus_per_node;
+    reader.at(node, path, [&] {
+      try {
+        sim::check_groups(sim::layout_groups(layout, job), job);
+      } catch (const Error& error) {
+        fail(ErrorCode::kInvalidArgument, "{} (variant {})", error.what(), variant.name);
+      }
+    });
+  }
+  return layout;
+}
+
 void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLevers& levers) {
   if (const YAML::Node* v = m.find("store")) {
     const std::string text = reader.scalar(*v, m.path("store"));
@@ -1242,7 +1267,7 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
   }
   if (const YAML::Node* v = workload.find("algorithm")) {
     const std::string text = reader.scalar(*v, workload.path("algorithm"));
-    base.algorithm = reader.at(*v, workload.path("algorithm"), [&] { return parse_sweep_algorithm(text); });
+    base.algorithm = reader.at(*v, workload.path("algorithm"), [&] { return parse_training_algorithm(text); });
   }
   const YAML::Node& layouts = workload.require("layouts");
   const std::vector<YAML::Node> entries = reader.list(layouts, workload.path("layouts"));

@@ -337,6 +337,10 @@ Scenario parse_scenario(std::string_view yaml_text, const std::string& file);
 bool algorithm_applies(std::string_view algorithm, Collective collective);
 // Why not, for the report: "tree does not implement all_gather".
 std::string not_applicable_reason(std::string_view algorithm, Collective collective);
+// A training step's collective algorithm (its `algorithm` key, a plan's `algorithms` axis): auto
+// (NCCL's tuner), ring, or tree where it applies (all_reduce; NCCL's pick elsewhere). Throws
+// Error(kInvalidArgument) naming what training steps run, for any other name.
+std::string parse_training_algorithm(std::string_view text);
 
 // Sizes as the report prints them: in the largest binary unit that divides them ("8 B", "64 KiB",
 // "16 GiB", "1536 B").

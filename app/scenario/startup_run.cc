@@ -194,7 +194,8 @@ nlohmann::json startup_results_json(const Scenario& scenario, const StartupResul
                             {"detail", o.detail}});
     pass = pass && o.verdict != ExpectationVerdict::kFail;
   }
-  return {{"scenario", scenario.name},
+  return {{"tandem_results", kResultsFormatVersion},
+          {"scenario", scenario.name},
           {"workload", {{"type", "startup"}}},
           {"variants", variants},
           {"expectations", expectations},
