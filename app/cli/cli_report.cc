@@ -14,6 +14,7 @@
 #include "app/cli/commands.h"
 #include "app/common/common.h"
 #include "app/report/report_page.h"
+#include "app/report/scenario_report.h"
 #include "core/error.h"
 
 namespace tandem::app {
@@ -42,11 +43,21 @@ nlohmann::json read_results(const std::string& run_dir) {
          run_dir);
   }
   const std::string text = read_text_file(path.string(), "results", kMaxResultsFileBytes);
+  nlohmann::json results;
   try {
-    return nlohmann::json::parse(text);
+    results = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
-    fail(ErrorCode::kInvalidArgument, "{}: not valid JSON ({})", path.string(), e.what());
+    fail(ErrorCode::kFormat, "{}: not valid JSON ({})", path.string(), e.what());
   }
+  // Another layout of the file is refused, not misread (a file without the key predates it: layout 1).
+  if (results.is_object() && results.contains("tandem_results")) {
+    const nlohmann::json& version = results.at("tandem_results");
+    if (!version.is_number_integer() || version.get<int64_t>() != kResultsFormatVersion) {
+      fail(ErrorCode::kFormat, "{}: results layout version {} (tandem_results); this tandem reads version {}",
+           path.string(), version.dump(), kResultsFormatVersion);
+    }
+  }
+  return results;
 }
 
 // A folder `tandem memory --out` wrote: memory.json and memory_over_time.csv, no results.json.

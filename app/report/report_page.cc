@@ -1648,6 +1648,38 @@ std::string calibration_page(const json& results) {
   return page("tandem calibrate: " + text_of(results, "preset"), "measured logs against the simulator", body);
 }
 
+namespace {
+
+// --compare sets two runs of one experiment side by side (a prediction and a measurement, two
+// backends): the same kind of workload, and something in common to compare. Runs of different
+// experiments are refused, naming the difference, rather than drawn over each other.
+void check_comparable(const json& results, const json& other) {
+  auto kind = [](const json& run) {
+    if (run.contains("slices") && run.contains("iterations")) return "collective loop";
+    if (run.contains("points")) return "collective sweep";
+    return "run of another kind";
+  };
+  const std::string mine = kind(results), theirs = kind(other);
+  if (mine != theirs) fail(ErrorCode::kFormat, "--compare: this run is a {} and the other a {}", mine, theirs);
+  if (mine == "collective loop") {
+    const std::string a = text_of(results, "workload"), b = text_of(other, "workload");
+    if (a != b) fail(ErrorCode::kFormat, "--compare: the runs loop different collectives ('{}' and '{}')", a, b);
+    if (results.value("ranks", 0) != other.value("ranks", 0)) {
+      fail(ErrorCode::kFormat, "--compare: the runs have {} and {} ranks", results.value("ranks", 0),
+           other.value("ranks", 0));
+    }
+    return;
+  }
+  std::set<std::pair<std::string, double>> points;
+  for (const json& p : results.at("points")) points.insert({text_of(p, "collective"), p.value("size_bytes", 0.0)});
+  for (const json& p : other.at("points")) {
+    if (points.count({text_of(p, "collective"), p.value("size_bytes", 0.0)})) return;
+  }
+  fail(ErrorCode::kFormat, "--compare: the sweeps have no (collective, size) point in common");
+}
+
+}  // namespace
+
 std::string report_html(const json& results, const std::optional<json>& compare) {
   if (results.is_object() && text_of(results, "kind") == "calibration") {
     if (compare) fail(ErrorCode::kFormat, "a calibration's results.json already holds the measurement: no --compare");
@@ -1668,6 +1700,7 @@ std::string report_html(const json& results, const std::optional<json>& compare)
     } catch (const Error& error) {
       fail(ErrorCode::kFormat, "the --compare run's {}", error.what());
     }
+    check_comparable(results, *compare);
   }
   if (results.contains("slices") && results.contains("iterations")) return loop_page(results, compare);
   if (results.contains("points")) return sweep_page(results, compare);

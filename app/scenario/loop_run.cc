@@ -399,6 +399,7 @@ std::string loop_results_csv(const LoopResults& results) {
 std::string loop_results_json(const Scenario& scenario, const LoopResults& results,
                               const std::vector<LoopExpectationOutcome>& outcomes) {
   json j = to_json(results);
+  j["tandem_results"] = kResultsFormatVersion;
   j["scenario"] = scenario.name;
   j["description"] = scenario.description;
   const CollectiveLoop& loop = std::get<CollectiveLoop>(scenario.workload);
