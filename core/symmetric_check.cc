@@ -4,11 +4,13 @@
 // shifted by e (its chunk rotated by e, its contributor positions moved by e). Values hold exact
 // contributor bitsets over positions (n bits), so the replay costs O(template ops * n / 64).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <string_view>
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/schedule_internal.h"
 
 namespace tandem::detail {
@@ -18,6 +20,8 @@ namespace {
 // ranks a row is 2 KiB and the template has 65,532 ops).
 class PositionSets {
  public:
+  static constexpr size_t kSpareRows = 64;  // message rows in flight beyond the slots'
+
   PositionSets(uint32_t n, size_t rows) : n_(n), width_((n + 63) / 64), words_(rows * width_, 0) {}
 
   size_t rows() const { return words_.size() / width_; }
@@ -79,8 +83,6 @@ class PositionSets {
     out[w] |= value << b;
     if (b != 0 && b + len > 64) out[w + 1] |= value >> (64 - b);
   }
-
-  static constexpr size_t kSpareRows = 64;
 
   uint32_t n_;
   size_t width_;
@@ -279,6 +281,14 @@ void check_symmetry(const Schedule& s) {
 }
 
 void symbolic_check_symmetric(const Schedule& s) {
+  // The rows (a slot each, n bits) are the check's memory: slots x n / 8 bytes, quadratic in the
+  // ranks for a ring (a 32,768-rank 16-channel ring all_reduce: about 2 GiB). Checked before
+  // anything is allocated, so that a run too large for the machine stops with one line.
+  const double slots = static_cast<double>(SlotStorage(s, 0, /*in_place=*/false).size() + PositionSets::kSpareRows + 1);
+  require_host_memory(slots * 8.0 * std::ceil(s.nranks / 64.0),
+                      fmt::format("the symbolic check of the {}-rank {} {} schedule", s.nranks, name(s.algorithm),
+                                  name(s.collective)),
+                      "; use fewer ranks (the check's rows are ranks x slots bits)");
   const Dag dag = build_dag(s);
   PositionSets sets(static_cast<uint32_t>(s.nranks), 0);
   replay(s, dag, false, sets);
