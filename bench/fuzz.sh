@@ -2,7 +2,10 @@
 # Fuzzes tandem's input readers with libFuzzer (ASan + UBSan): the schedule JSON reader (and the
 # validate / symbolic_check that `tandem schedule --check` runs after it), the scenario YAML loader,
 # the pickle / flight-recorder dump reader (pickle and JSON dumps), the results.json reader of
-# `tandem report` (down to the page it writes) and the capacity-plan YAML loader.
+# `tandem report` (down to the page it writes), the capacity-plan YAML loader, the memory-snapshot
+# reader and replay of `tandem memory`, and the nccl-tests log and reference-CSV readers of
+# `tandem calibrate`. (A normal test build replays each target's seed corpus as a test:
+# tandem_fuzz_corpus_<target>.)
 #
 # Usage: bench/fuzz.sh [SECONDS_PER_TARGET]   (default 60)
 #   Configures build-fuzz with clang (TANDEM_FUZZ=ON, no tests, no benchmarks), builds only the fuzz
@@ -21,7 +24,7 @@ seconds=${1:-60}
 [[ $seconds =~ ^[0-9]+$ && $seconds -gt 0 ]] || { echo "fuzz.sh: SECONDS must be a positive integer" >&2; exit 2; }
 out=${OUT:-build-fuzz/out}
 jobs=${JOBS:-2}
-targets=${TARGETS:-fuzz_schedule_json fuzz_scenario_yaml fuzz_pickle fuzz_results_json fuzz_plan_yaml fuzz_memory_snapshot}
+targets=${TARGETS:-fuzz_schedule_json fuzz_scenario_yaml fuzz_pickle fuzz_results_json fuzz_plan_yaml fuzz_memory_snapshot fuzz_nccl_tests_log}
 build="build-fuzz"
 
 mkdir -p "$out"
