@@ -971,8 +971,9 @@ ReplayRecovery recover(RecoveryAction action, double watchdog, const ReplayOp& o
   return rec;
 }
 
-// Nothing stuck, but slow: a rank the others keep waiting for (it reaches the ops last, by more than
-// kStragglerShare of the recorded communication time), named with its slowdown (its time between
+// Nothing stuck, but slow: a rank the others keep waiting for (it reaches most of the ops it takes
+// part in last, by more than kStragglerShare of the recorded communication time in all: in a
+// training step's dumps a rank is in its own groups' ops only), named with its slowdown (its time between
 // ops against the others' median); else ops that took kSlowRatio times the simulator's prediction
 // on every rank alike, which the dumps cannot pin on one rank (a ring is as slow as its slowest
 // hop, and every rank records the same duration). "" when neither.
@@ -981,7 +982,8 @@ constexpr double kSlowRatio = 1.5;
 
 std::string slowdown(const Built& built, const Replayed& logic, const ReplayResult& result) {
   std::map<int, double> waited_for_s;  // rank -> how long the others waited for it, summed
-  std::map<int, int> last_count;
+  std::map<int, int> last_count;       // rank -> ops it reached last
+  std::map<int, int> shared_count;     // rank -> ops of two or more ranks it took part in
   for (size_t op : logic.order) {
     std::vector<std::pair<int64_t, int>> arrivals;  // (time_created_ns, rank)
     for (size_t d : logic.arrived[op]) {
@@ -990,8 +992,9 @@ std::string slowdown(const Built& built, const Replayed& logic, const ReplayResu
       }
     }
     if (arrivals.size() < 2) continue;
+    for (const auto& arrival : arrivals) ++shared_count[arrival.second];
     std::sort(arrivals.begin(), arrivals.end());
-    const int64_t median_ns = arrivals[arrivals.size() / 2].first;
+    const int64_t median_ns = arrivals[(arrivals.size() - 1) / 2].first;  // of the others (a pair: the first)
     const auto& last = arrivals.back();
     if (last.first > median_ns) {
       waited_for_s[last.second] += static_cast<double>(last.first - median_ns) / 1e9;
@@ -1001,7 +1004,7 @@ std::string slowdown(const Built& built, const Replayed& logic, const ReplayResu
   const auto worst = std::max_element(waited_for_s.begin(), waited_for_s.end(),
                                       [](const auto& a, const auto& b) { return a.second < b.second; });
   if (worst != waited_for_s.end() && result.recorded_comm_s > 0 &&
-      worst->second > kStragglerShare * result.recorded_comm_s && 2 * last_count[worst->first] > static_cast<int>(logic.order.size())) {
+      worst->second > kStragglerShare * result.recorded_comm_s && 2 * last_count[worst->first] > shared_count[worst->first]) {
     // Its time between ops against the others' median.
     std::vector<double> others;
     double its = 0;
@@ -1015,8 +1018,8 @@ std::string slowdown(const Built& built, const Replayed& logic, const ReplayResu
       }
     }
     const double typical = others.empty() ? 0 : median(others);
-    return fmt::format("rank {} is a straggler: it reached {} of {} ops last and the others waited {} for it{}",
-                       worst->first, last_count[worst->first], logic.order.size(), duration_text(worst->second),
+    return fmt::format("rank {} is a straggler: it reached {} of its {} ops last and the others waited {} for it{}",
+                       worst->first, last_count[worst->first], shared_count[worst->first], duration_text(worst->second),
                        typical > 0 ? fmt::format(" (its time between ops is {:.1f}x the others' median)", its / typical)
                                    : std::string());
   }

@@ -17,6 +17,7 @@
 
 #include "app/common/common.h"
 #include "app/report/nccl_tests_table.h"
+#include "app/scenario/training_rehearsal.h"
 #include "app/scenario/yaml_reader.h"
 #include "core/algorithms.h"
 #include "core/error.h"
@@ -802,9 +803,9 @@ Fault read_fault(const Reader& reader, const YAML::Node& node, const std::string
   allowed("group", loop == nullptr);
   if (loop == nullptr) {
     // A training step: the fault strikes a rank at its k-th collective in one communicator kind.
-    if (fault.kind != FaultKind::kRankHang && fault.kind != FaultKind::kRankCrash && fault.kind != FaultKind::kDesync) {
-      reader.fail_at(kind, "{}: a {} fault is not rehearsed in a training step (rank_hang, rank_crash and desync are)",
-                     mapping.path("kind"), name(fault.kind));
+    if (!rehearsed_in_training(fault.kind)) {
+      reader.fail_at(kind, "{}: a {} fault is not rehearsed in a training step ({} are)", mapping.path("kind"),
+                     name(fault.kind), kRehearsedInTraining);
     }
     for (std::string_view key : {"at_time_us", "probability"}) {
       if (const YAML::Node* value = mapping.find(key)) {

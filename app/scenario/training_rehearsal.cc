@@ -97,6 +97,9 @@ class Rehearsal {
     halted_.assign(static_cast<size_t>(gpus), false);
     dead_.assign(static_cast<size_t>(gpus), false);
     waiting_.assign(static_cast<size_t>(gpus), false);
+    lag_s_.assign(static_cast<size_t>(gpus), 0.0);
+    slowdown_.assign(static_cast<size_t>(gpus), 1.0);
+    previous_end_s_.assign(static_cast<size_t>(gpus), 0.0);
     counted_.assign(faults.size(), 0);
   }
 
@@ -124,6 +127,8 @@ class Rehearsal {
       out.dumps.push_back(std::move(dump));
     }
     if (out.first_wait_s >= 0) out.watchdog_fires_s = out.first_wait_s + watchdog_s;
+    for (const sim::TimelineSlice& slice : timeline_) out.fault_free_end_s = std::max(out.fault_free_end_s, slice.end_s);
+    out.end_s = out.fault_free_end_s + *std::max_element(lag_s_.begin(), lag_s_.end());
     out.analysis = analyze(out.dumps);
     return out;
   }
@@ -190,17 +195,38 @@ class Rehearsal {
       if (const std::optional<size_t> f = strikes(r, kind)) {
         fired_.insert(*f);
         const Fault& fault = faults_[*f];
-        if (fault.kind == FaultKind::kRankHang || fault.kind == FaultKind::kRankCrash) {
+        if (fault.kind == FaultKind::kStraggler) {
+          slowdown_[static_cast<size_t>(r)] = fault.factor;
+        } else if (fault.kind == FaultKind::kRankHang || fault.kind == FaultKind::kRankCrash) {
           halted_[static_cast<size_t>(r)] = true;
           dead_[static_cast<size_t>(r)] = fault.kind == FaultKind::kRankCrash;
           continue;
+        } else {
+          desync = true;
+          desync_count[r] = fault.desync_count.value_or(0);
         }
-        desync = true;
-        desync_count[r] = fault.desync_count.value_or(0);
       }
       entering.push_back(r);
     }
     const bool completes = !desync && entering.size() == instance.ranks.size();
+    // When each member reaches the op: its fault-free start, plus how late the rank already runs,
+    // plus what a straggler loses on its own work since its previous op (that work takes `factor`
+    // times as long). The op starts when the last member is there and runs at the pace of its
+    // slowest member; every member leaves it together, as late as that.
+    std::map<int, double> arrival_s;
+    double last_arrival_s = o.start_s, pace = 1.0;
+    for (int r : entering) {
+      const auto i = static_cast<size_t>(r);
+      lag_s_[i] += (slowdown_[i] - 1.0) * std::max(0.0, o.start_s - previous_end_s_[i]);
+      arrival_s[r] = o.start_s + lag_s_[i];
+      last_arrival_s = std::max(last_arrival_s, arrival_s[r]);
+      pace = std::max(pace, slowdown_[i]);
+      previous_end_s_[i] = o.end_s;
+    }
+    const double end_s = last_arrival_s + pace * (o.end_s - o.start_s);
+    if (completes) {
+      for (int r : entering) lag_s_[static_cast<size_t>(r)] = end_s - o.end_s;
+    }
     const int n = static_cast<int>(instance.ranks.size());
     const SizeCounts counts = nccl_tests_counts(op.collective, op.bytes, DataType::kBF16, n);
     for (int r : entering) {
@@ -222,22 +248,22 @@ class Rehearsal {
         e.output_sizes = {{out_elements}};
         e.input_dtypes = {std::string(torch_dtype_name(DataType::kBF16))};
         e.output_dtypes = e.input_dtypes;
-        e.time_created_ns = to_ns(o.start_s);
+        e.time_created_ns = to_ns(arrival_s.at(r));
         e.timeout_ms = timeout_ms_;
         e.thread_id = std::to_string(r);
         e.thread_name = fmt::format("tandem rank {}", r);
         const uint64_t id = recorder.record(e);
-        recorder.started(id, to_ns(o.start_s));
+        recorder.started(id, to_ns(completes ? last_arrival_s : arrival_s.at(r)));
         if (completes) {
-          recorder.completed(id, to_ns(o.end_s));
+          recorder.completed(id, to_ns(end_s));
           recorder.retire(id);
         }
       }
       if (!completes) {
         halted_[static_cast<size_t>(r)] = true;
         waiting_[static_cast<size_t>(r)] = true;
-        if (out.first_wait_s < 0 || o.start_s < out.first_wait_s) {
-          out.first_wait_s = o.start_s;
+        if (out.first_wait_s < 0 || arrival_s.at(r) < out.first_wait_s) {
+          out.first_wait_s = arrival_s.at(r);
           out.first_stuck = fmt::format("{} (nccl:{} of group {}, {})", program_.labels[static_cast<size_t>(task.label)],
                                         name(op.collective), instance.name, kind);
         }
@@ -257,11 +283,19 @@ class Rehearsal {
   std::map<int, size_t> pg_count_;
   std::map<std::pair<int, std::string>, int64_t> collective_seq_, p2p_seq_, op_id_;
   std::vector<bool> halted_, dead_, waiting_;
+  std::vector<double> lag_s_;           // per rank: how much later than the fault-free timeline it runs
+  std::vector<double> slowdown_;        // per rank: a straggler's factor from its trigger on (1: none)
+  std::vector<double> previous_end_s_;  // per rank: the fault-free end of its previous op
   std::vector<int64_t> counted_;  // per fault: the rank's collectives of its group so far
   std::set<size_t> fired_;
 };
 
 }  // namespace
+
+bool rehearsed_in_training(FaultKind kind) {
+  return kind == FaultKind::kRankHang || kind == FaultKind::kRankCrash || kind == FaultKind::kDesync ||
+         kind == FaultKind::kStraggler;
+}
 
 bool fault_group_matches(const std::string& selector, const std::string& group_kind) {
   if (selector == "pp") return group_kind.rfind("pp", 0) == 0 && group_kind.size() > 2;
@@ -271,9 +305,9 @@ bool fault_group_matches(const std::string& selector, const std::string& group_k
 StepRehearsal rehearse_step(const models::StepProgram& program, const std::vector<sim::TimelineSlice>& timeline,
                             int gpus, const std::vector<Fault>& faults, double watchdog_s, size_t capacity) {
   for (const Fault& f : faults) {
-    if (f.kind != FaultKind::kRankHang && f.kind != FaultKind::kRankCrash && f.kind != FaultKind::kDesync) {
-      fail(ErrorCode::kUnsupported, "a {} fault is not rehearsed in a training step (rank_hang, rank_crash and desync are)",
-           name(f.kind));
+    if (!rehearsed_in_training(f.kind)) {
+      fail(ErrorCode::kUnsupported, "a {} fault is not rehearsed in a training step ({} are)", name(f.kind),
+           kRehearsedInTraining);
     }
     if (f.rank < 0 || f.rank >= gpus) {
       fail(ErrorCode::kInvalidArgument, "fault on rank {}: the step runs on ranks 0-{}", f.rank, gpus - 1);

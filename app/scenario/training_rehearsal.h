@@ -1,5 +1,7 @@
 // Faults rehearsed in a training step: a rank that hangs or crashes before its k-th collective in
-// one of its communicators (TP, PP, DP / FSDP, CP, EP), or issues another size there (a desync),
+// one of its communicators (TP, PP, DP / FSDP, CP, EP), issues another size there (a desync), or
+// from there on works `factor` times slower (a straggler: it reaches every op late, its peers wait,
+// and the lag spreads through the groups they share),
 // played on the step's fault-free timeline (sim/training.h) and written down the way PyTorch's
 // flight recorder would have, so that `tandem fr analyze` and `tandem replay` can be rehearsed on
 // a 64-GPU hang before one happens.
@@ -33,17 +35,25 @@ struct StepRehearsal {
   double first_wait_s = -1;         // on the step's clock: when the first rank began to wait (-1: none)
   double watchdog_fires_s = -1;
   std::string first_stuck;          // "TP all_gather (nccl:all_gather #12 of group 9, tp)"
+  double fault_free_end_s = 0;      // the fault-free step's end
+  double end_s = 0;                 // where the last op ends with the faults (a straggler's lag included)
   FrAnalysis analysis;              // `tandem fr analyze` of the dumps
 };
+
+// The fault kinds a training step rehearses, and their list for messages. Link faults, transient
+// failures and corrupt data are not (yet): they need the routes of every communicator's transfers
+// and the step's data, which the step model does not keep.
+bool rehearsed_in_training(FaultKind kind);
+inline constexpr const char* kRehearsedInTraining = "rank_hang, rank_crash, desync and straggler";
 
 // Whether a fault's group selector names a communicator kind: "pp" names every "ppS-T" pair group;
 // any other selector names the kind exactly ("tp", "fsdp", "dp", "ep", "cp", "hsdp-shard", ...).
 bool fault_group_matches(const std::string& selector, const std::string& group_kind);
 
 // `program` and `timeline` are one layout's step (timeline: sim::TrainingRequest::keep_timeline, one
-// slice per task); `gpus` its ranks. Faults are rank faults (rank_hang, rank_crash, desync) with
-// Fault::group and trigger.collective set. Throws Error(kInvalidArgument) when a fault's rank takes
-// part in fewer collectives of that group than its trigger counts, or in none.
+// slice per task); `gpus` its ranks; each fault with Fault::group and trigger.collective set. Throws Error(kInvalidArgument) when a fault's rank takes
+// part in fewer collectives of that group than its trigger counts, or in none. Faults are rank
+// faults of the kinds rehearsed_in_training names.
 StepRehearsal rehearse_step(const models::StepProgram& program, const std::vector<sim::TimelineSlice>& timeline,
                             int gpus, const std::vector<Fault>& faults, double watchdog_s, size_t capacity);
 

@@ -330,7 +330,11 @@ std::string rehearsal_text(const TrainingWorkload& training, const std::vector<T
     }
     const StepRehearsal& h = *r.rehearsal;
     out += fmt::format("rehearsal, {}: {}\n", layout, fmt::join(h.faults, "; "));
-    if (h.first_wait_s < 0) {
+    if (h.first_wait_s < 0 && h.end_s > h.fault_free_end_s) {
+      out += fmt::format("  every collective of the step completed, {} late: it ends at {} instead of {} (+{:.1f}%)\n",
+                         duration_text(h.end_s - h.fault_free_end_s), duration_text(h.end_s),
+                         duration_text(h.fault_free_end_s), 100 * (h.end_s / h.fault_free_end_s - 1));
+    } else if (h.first_wait_s < 0) {
       out += "  every collective of the step completed: the faults stopped nothing\n";
     } else {
       out += fmt::format("  {} wait{} in collectives that cannot complete, the first from {} into the step in {}; the "
@@ -499,6 +503,8 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
                                {"first_wait_s", h.first_wait_s},
                                {"watchdog_fires_s", h.watchdog_fires_s},
                                {"first_stuck", h.first_stuck},
+                               {"fault_free_end_s", h.fault_free_end_s},
+                               {"end_s", h.end_s},
                                {"dumps", h.dumps.size()},
                                {"dumps_dir", r.dumps_dir},
                                {"verdict", h.analysis.verdict},

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -236,6 +237,36 @@ TEST_F(ReplayCli, AStragglersSlowdownIsNamed) {
               contains(verdict, "3 of 4 ops (from #2 on) took 2.9x the predicted time on every rank alike"))
       << verdict;
   EXPECT_TRUE(contains(verdict, "the dumps cannot name the rank")) << verdict;
+}
+
+// A straggler in a training step (TP2 x FSDP4 on 8 GPUs, rank 3 twice as slow from its first TP
+// collective): the rehearsal's dumps show it reaching its ops after its peers, in its own groups
+// only, and the replay names it with its slowdown.
+TEST_F(ReplayCli, AStragglerInATrainingStepIsNamedWithItsSlowdown) {
+  const std::string dir = *root_ + "/training_straggler";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/straggler.yaml") << R"(tandem_scenario: 1
+name: llama3-8b-straggler-8xh100
+cluster: {preset: dgx-h100, nodes: 1}
+workload:
+  type: training
+  model: llama3-8b
+  seq_len: 8192
+  global_batch: 8
+  micro_batch: 1
+  layouts:
+    - {name: tp2-fsdp, tp: 2, sharding: fsdp}
+faults:
+  - {kind: straggler, rank: 3, group: tp, at_collective: 0, factor: 2}
+)";
+  const Outcome run = run_tandem(fmt::format("run '{0}/straggler.yaml' --out '{0}/out'", dir));
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_TRUE(contains(run.out, "straggler rank 3 2x slower at its tp collective 0")) << run.out;
+  EXPECT_TRUE(contains(run.out, "every collective of the step completed, ")) << run.out;
+  const json r = replay_json(dir + "/out/fr", "", 0);
+  const std::string verdict = r.at("verdict");
+  EXPECT_TRUE(contains(verdict, "rank 3 is a straggler: it reached ")) << verdict;
+  EXPECT_TRUE(contains(verdict, "(its time between ops is 2.0x the others' median)")) << verdict;
 }
 
 TEST_F(ReplayCli, CleanDumpsReplayToTheEnd) {

@@ -93,6 +93,7 @@ def cases(repo, work):
                                "{name: t3, tp: 3}")
     nvls = scenario_edit(repo, "llama3-8b-8xh100.yaml", "  micro_batch: 1\n", "  micro_batch: 1\n  algorithm: nvls\n")
     typo_key = scenario_edit(repo, "llama3-8b-8xh100.yaml", "  micro_batch: 1\n", "  micro_batch: 1\n  algorithms: ring\n")
+    link_in_step = scenario_edit(repo, "faults/llama3-70b-hang-64xh100.yaml", "kind: rank_hang", "kind: transient")
     esc_key = scenario_edit(repo, "llama3-8b-8xh100.yaml", "  micro_batch: 1\n", "  micro_batch: 1\n  \"x\x1b[2J\": 1\n")
     return [
         # ---- the exit-code scheme, per subcommand -------------------------------------------------
@@ -166,6 +167,9 @@ def cases(repo, work):
          f"sh -c '{{T}} run {smoke} --quiet --out {{W}}/c1 >/dev/null; {{T}} run {{W}}/ag.yaml --quiet --out {{W}}/c2 >/dev/null; {{T}} report {{W}}/c1 --compare {{W}}/c2'",
          {"ag.yaml": SWEEP_AG}, 2, r"--compare: the sweeps have no \(collective, size\) point in common"),
         ("mfu-tiny", "located errors", "reliability --gpus 1024 --mfu 1e-30", {}, 0, r"MFU 1e-30"),
+        ("training-transient", "located errors", "run {W}/t.yaml", {"t.yaml": link_in_step}, 2,
+         r"t.yaml:\d+:\d+: faults\[0\].kind: a transient fault is not rehearsed in a training step \(rank_hang, "
+         r"rank_crash, desync and straggler are\)"),
         ("key-typo", "located errors", "run {W}/typo.yaml", {"typo.yaml": typo_key}, 2,
          r"unknown key 'algorithms' in workload \(did you mean 'algorithm'\?\)"),
     ]
