@@ -449,7 +449,7 @@ std::optional<BlockId> CachingAllocator::alloc_block(uint64_t size, uint64_t all
     return std::nullopt;
   }
   if (settings_.expandable_segments) return try_allocate_expandable_block(size, stream, pool);
-  if (device_memory_bytes_ != 0 && total_allocated_memory_ + alloc_size > device_memory_bytes_) return std::nullopt;
+  if (alloc_size > capacity_bytes() - total_allocated_memory_) return std::nullopt;
   const BlockId id = new_segment(pool, stream, alloc_size, /*expandable=*/false);
   next_address_ += kRoundLarge * ((alloc_size + kRoundLarge - 1) / kRoundLarge) - alloc_size;
   total_allocated_memory_ += alloc_size;
@@ -547,7 +547,7 @@ bool CachingAllocator::map_block(BlockId id, uint64_t size) {
   const Pool pool = segments_[static_cast<size_t>(segment_index)].pool;
   const uint64_t page = pool == Pool::kSmall ? kSmallBuffer : kLargeBuffer;
   const uint64_t mapped = page * ((size + page - 1) / page);
-  if (device_memory_bytes_ != 0 && total_allocated_memory_ + mapped > device_memory_bytes_) return false;
+  if (mapped > capacity_bytes() - total_allocated_memory_) return false;
   erase_unmapped(id);
   b.mapped = true;
   if (mapped < b.size) {

@@ -44,6 +44,10 @@ inline constexpr uint64_t kNoMaxSplitSize = std::numeric_limits<uint64_t>::max()
 // Expandable segments reserve 9/8 of the device's memory as address space (ExpandableSegment's
 // constructor: totalGlobalMem + totalGlobalMem / 8). Without a device size the model reserves this.
 inline constexpr uint64_t kUnboundedExpandableSpanBytes = uint64_t{1} << 46;  // 64 TiB
+// "Unbounded" device memory (a device size of 0) is this much: more than any device holds, and
+// low enough that reserved and allocated bytes (int64 statistics, as PyTorch's) never overflow,
+// whatever sizes a snapshot's trace asks for.
+inline constexpr uint64_t kUnboundedDeviceBytes = uint64_t{1} << 62;
 
 // PYTORCH_CUDA_ALLOC_CONF's settings that change where memory goes.
 struct AllocatorSettings {
@@ -229,6 +233,8 @@ class CachingAllocator {
   void refresh_split(int32_t segment);
   bool gc_enabled() const;
   uint64_t allowed_memory_maximum() const;
+  // What cudaMalloc and page maps may take in all: the device's memory, or kUnboundedDeviceBytes.
+  uint64_t capacity_bytes() const { return device_memory_bytes_ == 0 ? kUnboundedDeviceBytes : device_memory_bytes_; }
   uint64_t age(BlockId id) const;
 
   std::optional<BlockId> get_free_block(uint64_t size, int64_t stream, Pool pool);

@@ -167,11 +167,16 @@ class SnapshotReader {
   int64_t integer(const Value& v, const std::string& path) const {
     return typed(path, [&] { return v.as_int(); });
   }
-  uint64_t bytes(const Value& v, const std::string& path) const {
+  // A size or an address, up to `limit`: far above any device's memory or address space, and low
+  // enough that the replay's sums of sizes stay within 64 bits.
+  uint64_t bytes(const Value& v, const std::string& path, uint64_t limit) const {
     const int64_t n = integer(v, path);
     if (n < 0) bad(path, fmt::format("a negative size or address {}", n));
+    if (static_cast<uint64_t>(n) > limit) bad(path, fmt::format("{} is more than any device holds ({})", n, limit));
     return static_cast<uint64_t>(n);
   }
+  uint64_t size(const Value& v, const std::string& path) const { return bytes(v, path, kMaxSnapshotSizeBytes); }
+  uint64_t address(const Value& v, const std::string& path) const { return bytes(v, path, kMaxSnapshotAddress); }
   const std::string& text(const Value& v, const std::string& path) const {
     return typed(path, [&]() -> const std::string& { return v.as_string(); });
   }
@@ -198,8 +203,8 @@ class SnapshotReader {
     check_keys(dict(v, path), path, "segments[*]", kSegmentKeys);
     SnapshotSegment s;
     s.device = integer(field(v, path, "device"), path + ".device");
-    s.address = bytes(field(v, path, "address"), path + ".address");
-    s.total_size = bytes(field(v, path, "total_size"), path + ".total_size");
+    s.address = address(field(v, path, "address"), path + ".address");
+    s.total_size = size(field(v, path, "total_size"), path + ".total_size");
     s.stream = integer(field(v, path, "stream"), path + ".stream");
     const std::string& type = text(field(v, path, "segment_type"), path + ".segment_type");
     if (type != "small" && type != "large") {
@@ -213,7 +218,7 @@ class SnapshotReader {
       const std::string block_path = fmt::format("{}.blocks[{}]", path, i);
       check_keys(dict(blocks[i], block_path), block_path, "segments[*].blocks[*]", kBlockKeys);
       SnapshotBlock b;
-      b.size = bytes(field(blocks[i], block_path, "size"), block_path + ".size");
+      b.size = size(field(blocks[i], block_path, "size"), block_path + ".size");
       const std::string& state = text(field(blocks[i], block_path, "state"), block_path + ".state");
       if (state == "active_allocated") {
         b.state = BlockState::kActiveAllocated;
@@ -224,9 +229,9 @@ class SnapshotReader {
       } else {
         bad(block_path + ".state", fmt::format("'{}', expected active_allocated, active_pending_free or inactive", state));
       }
-      if (const Value* r = blocks[i].find("requested_size")) b.requested_size = bytes(*r, block_path + ".requested_size");
+      if (const Value* r = blocks[i].find("requested_size")) b.requested_size = size(*r, block_path + ".requested_size");
       b.address = s.address + sum;
-      if (const Value* a = blocks[i].find("address")) b.address = bytes(*a, block_path + ".address");
+      if (const Value* a = blocks[i].find("address")) b.address = address(*a, block_path + ".address");
       if (b.size > s.total_size - sum) bad(block_path + ".size", "the blocks add up to more than total_size");
       sum += b.size;
       s.blocks.push_back(b);
@@ -245,15 +250,15 @@ class SnapshotReader {
                                      [&](const auto& pair) { return pair.first == action; });
     if (found == std::end(kActions)) bad(path + ".action", fmt::format("unknown action '{}'", action));
     e.action = found->second;
-    e.size = bytes(field(v, path, "size"), path + ".size");
+    e.size = size(field(v, path, "size"), path + ".size");
     e.stream = integer(field(v, path, "stream"), path + ".stream");
     if (e.action == TraceAction::kOom) {
       // PyTorch records the device's free memory in place of an address (Module.cpp: device_free).
       const Value* free = v.find("device_free");
       if (free == nullptr) free = &field(v, path, "addr");
-      e.device_free = bytes(*free, path + ".device_free");
+      e.device_free = size(*free, path + ".device_free");
     } else if (e.action != TraceAction::kAnnotate) {
-      e.address = bytes(field(v, path, "addr"), path + ".addr");
+      e.address = address(field(v, path, "addr"), path + ".addr");
     }
     return e;
   }
@@ -277,7 +282,7 @@ class SnapshotReader {
       }
     }
     if (const Value* rounding = v.find("max_non_split_rounding_size")) {
-      s.max_non_split_rounding_bytes = bytes(*rounding, path + ".max_non_split_rounding_size");
+      s.max_non_split_rounding_bytes = size(*rounding, path + ".max_non_split_rounding_size");
     }
     if (const Value* gc = v.find("garbage_collection_threshold")) {
       const double threshold = typed(path + ".garbage_collection_threshold", [&] { return gc->as_number(); });

@@ -20,6 +20,12 @@ namespace tandem::models {
 // hundreds of thousands of entries with frames, millions without. The pickle reader itself stops
 // at 2 GiB and at a 256x expansion.
 inline constexpr uint64_t kMaxMemorySnapshotFileBytes = uint64_t{1} << 30;  // 1 GiB
+// A size in a snapshot (a segment, a block, a trace entry's request) above 1 PiB, or an address
+// above 2^57 (x86-64's and ARM's largest virtual address space is 2^57), is refused as
+// malformed: no device holds that much, and the replay's int64 sums of up to millions of sizes
+// stay far from overflow under these bounds.
+inline constexpr uint64_t kMaxSnapshotSizeBytes = uint64_t{1} << 50;
+inline constexpr uint64_t kMaxSnapshotAddress = uint64_t{1} << 57;
 
 // A trace entry's action (TraceEntry::Action in CUDACachingAllocator.h).
 enum class TraceAction : uint8_t {

@@ -474,8 +474,15 @@ MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& p
     if (ranks == 0 && count_is_per_rank(*run.collective)) {
       for (const Run::Row& row : run.rows) {
         const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
-        if (row.count > 0 && row.row.bytes % (row.count * element_bytes) == 0) {
-          ranks = row.row.bytes / (row.count * element_bytes);
+        // count x type size divides size, tested without multiplying a count that could overflow.
+        if (row.count > 0 && row.row.bytes / element_bytes >= row.count && row.row.bytes % element_bytes == 0 &&
+            (row.row.bytes / element_bytes) % row.count == 0) {
+          ranks = row.row.bytes / element_bytes / row.count;
+          if (ranks > kMaxMeasuredRanks) {
+            fail(ErrorCode::kFormat, "{}: size {} B / count {} of {} implies {} ranks, more than {}",
+                 reader.where(row.line), row.row.bytes, row.count, nccl_tests_type_name(row.row.dtype), ranks,
+                 kMaxMeasuredRanks);
+          }
           break;
         }
       }
@@ -650,16 +657,25 @@ MeasurementFile parse_reference_csv(std::string_view text, const std::string& pa
       fail(ErrorCode::kFormat, "{}: value_low '{}' and value_high '{}' must be positive with low <= high", where,
            printable(fields[size_at + 2]), printable(fields[size_at + 3]));
     }
-    const double value = (*low + *high) / 2;
+    const double value = *low + (*high - *low) / 2;  // the middle, without overflowing low + high
     const std::string_view metric = fields[size_at + 1];
     if (metric == "time_us") {
       row.time_us = value;
     } else if (metric == "algbw_GBps" || metric == "busbw_GBps" || metric == "busbw_per_nic_GBps") {
-      const double algbw = metric == "algbw_GBps" ? value : value / bus_bandwidth_factor(row.collective, row.gpus);
+      const double factor = bus_bandwidth_factor(row.collective, row.gpus);
+      if (metric != "algbw_GBps" && factor == 0) {
+        fail(ErrorCode::kFormat, "{}: {} of {} on {} GPU has no bus bandwidth (give time_us or algbw_GBps)", where,
+             metric, name(row.collective), row.gpus);
+      }
+      const double algbw = metric == "algbw_GBps" ? value : value / factor;
       row.time_us = static_cast<double>(row.bytes) / (algbw * 1e9) * 1e6;
     } else {
       fail(ErrorCode::kFormat, "{}: metric '{}' is none of time_us, algbw_GBps, busbw_GBps, busbw_per_nic_GBps", where,
            printable(metric));
+    }
+    if (!std::isfinite(row.time_us) || row.time_us <= 0) {
+      fail(ErrorCode::kFormat, "{}: {} {}..{} gives a time of {} us for {} B: out of range", where, metric,
+           printable(fields[size_at + 2]), printable(fields[size_at + 3]), row.time_us, row.bytes);
     }
     file.rows.push_back(std::move(row));
   }

@@ -56,14 +56,6 @@ workload:
     - {name: tp3, tp: 3}
 """
 
-FAILING = """tandem_scenario: 1
-name: impossible
-cluster: {preset: dgx-h100, nodes: 1}
-workload: {type: collective-sweep, collectives: [all_reduce], sizes: [1M], algorithms: [ring]}
-outputs: {json: true, csv: false}
-expect:
-  - {collective: all_reduce, algorithm: ring, size: 1M, busbw_GBps: {min: 100000}}
-"""
 
 SWEEP_AG = """tandem_scenario: 1
 name: other-sweep
@@ -93,6 +85,7 @@ def cases(repo, work):
                                "{name: t3, tp: 3}")
     nvls = scenario_edit(repo, "llama3-8b-8xh100.yaml", "  micro_batch: 1\n", "  micro_batch: 1\n  algorithm: nvls\n")
     typo_key = scenario_edit(repo, "llama3-8b-8xh100.yaml", "  micro_batch: 1\n", "  micro_batch: 1\n  algorithms: ring\n")
+    failing = scenario_edit(repo, "smoke-8xh100.yaml", "busbw_GBps: {min: 300, max: 450}", "busbw_GBps: {min: 100000}")
     link_in_step = scenario_edit(repo, "faults/llama3-70b-hang-64xh100.yaml", "kind: rank_hang", "kind: transient")
     esc_key = scenario_edit(repo, "llama3-8b-8xh100.yaml", "  micro_batch: 1\n", "  micro_batch: 1\n  \"x\x1b[2J\": 1\n")
     return [
@@ -111,7 +104,7 @@ def cases(repo, work):
         ("reliability-ok", "exit codes", "reliability --gpus 1024", {}, 0, r"ETTR"),
         ("reliability-bad", "exit codes", "reliability --gpus 0", {}, 2, r"--gpus"),
         ("run-ok", "exit codes", f"run {smoke} --quiet", {}, 0, r"verdict: PASS"),
-        ("run-expectation-fails", "exit codes", "run {W}/failing.yaml --out {W}/failing", {"failing.yaml": FAILING}, 1,
+        ("run-expectation-fails", "exit codes", "run {W}/failing.yaml --out {W}/failing", {"failing.yaml": failing}, 1,
          r"verdict: FAIL"),
         ("run-missing-file", "exit codes", "run {W}/none.yaml", {}, 2, r"cannot read scenario"),
         ("run-device-file", "exit codes", "run /dev/zero", {}, 2, r"is a character device"),
