@@ -15,6 +15,7 @@ command said).
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -180,14 +181,19 @@ def run_case(tandem, work, case, timeout_s):
     line = command.replace("{W}", folder).replace("{T}", shlex.quote(tandem))
     if not command.startswith(("sh ", "env ")):
         line = shlex.quote(tandem) + " " + line
+    # A session of its own, so that a case past its time is killed with every process it started
+    # (the shell's tandem and tandem's simulation workers), not only the shell.
+    process = subprocess.Popen(line, shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", start_new_session=True)
     try:
-        done = subprocess.run(line, shell=True, capture_output=True, text=True, errors="replace",
-                              timeout=timeout_s)
+        out, err = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
         return False, "timeout", f"(still running after {timeout_s} s)", command
-    said = done.stdout + done.stderr
-    ok = done.returncode == want_code and re.search(pattern, said, re.S) is not None
-    return ok, done.returncode, said, command
+    said = out + err
+    ok = process.returncode == want_code and re.search(pattern, said, re.S) is not None
+    return ok, process.returncode, said, command
 
 
 def main():
