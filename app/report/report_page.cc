@@ -1662,6 +1662,9 @@ void check_comparable(const json& results, const json& other) {
     return "run of another kind";
   };
   const std::string mine = kind(results), theirs = kind(other);
+  if (mine == "run of another kind") {
+    fail(ErrorCode::kFormat, "--compare is for collective loops and sweeps, not a training run");
+  }
   if (mine != theirs) fail(ErrorCode::kFormat, "--compare: this run is a {} and the other a {}", mine, theirs);
   if (mine == "collective loop") {
     const std::string a = text_of(results, "workload"), b = text_of(other, "workload");

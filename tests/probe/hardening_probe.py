@@ -160,6 +160,9 @@ def cases(repo, work):
         ("compare-mismatch", "located errors",
          f"sh -c '{{T}} run {smoke} --quiet --out {{W}}/c1 >/dev/null; {{T}} run {{W}}/ag.yaml --quiet --out {{W}}/c2 >/dev/null; {{T}} report {{W}}/c1 --compare {{W}}/c2'",
          {"ag.yaml": SWEEP_AG}, 2, r"--compare: the sweeps have no \(collective, size\) point in common"),
+        ("compare-training", "located errors",
+         f"sh -c '{{T}} run {repo}/scenarios/llama3-8b-8xh100.yaml --quiet --out {{W}}/t >/dev/null; {{T}} report {{W}}/t --compare {{W}}/t'",
+         {}, 2, r"--compare is for collective loops and sweeps, not a training run"),
         ("mfu-tiny", "located errors", "reliability --gpus 1024 --mfu 1e-30", {}, 0, r"MFU 1e-30"),
         ("training-transient", "located errors", "run {W}/t.yaml", {"t.yaml": link_in_step}, 2,
          r"t.yaml:\d+:\d+: faults\[0\].kind: a transient fault is not rehearsed in a training step \(rank_hang, "
