@@ -6,7 +6,7 @@ of a layer below it (docs/architecture.md draws the stack).
     core  <-  backend/host, backend/launch, backend/kernels
     backend/kernels  <-  backend/cuda;  backend/kernels, backend/launch  <-  backend/nccl
     everything  <-  app;  bench, tests, fuzz may include anything
-    inside app, only app/cli (the subcommands) includes app/cli
+    inside app, rooms form one stack: common < run < calibrate < scenario < replay < plan < report < cli
 
 Usage: check_layers.py ROOT       prints each upward include, exits 1 if there is any
        check_layers.py --self-test  proves the check fails on a wrong include and passes a right one
@@ -15,6 +15,11 @@ import os
 import re
 import sys
 import tempfile
+
+# app's rooms, bottom to top: what every room shares, the executors by name, calibration, the
+# scenario loader and its workload kinds (with their reports and traces), replay, plan, tandem
+# report's page, and the command line on top.
+APP_ROOMS = ["common", "run", "calibrate", "scenario", "replay", "plan", "report", "cli"]
 
 # Folder -> the folders its sources may include from (its own first). The longest matching folder
 # applies, so backend/cuda's rule is not backend's.
@@ -28,10 +33,9 @@ LAYERS = {
     "backend/cuda": ["core", "backend/kernels", "backend/cuda"],
     "backend/nccl": ["core", "backend/kernels", "backend/launch", "backend/nccl"],
     "app": ["core", "models", "sim", "backend", "app"],
-    # app's rooms: only the command line (app/cli) includes the command line.
-    **{f"app/{room}": ["core", "models", "sim", "backend", "app/common", "app/run", "app/scenario", "app/report",
-                       "app/replay", "app/plan", "app/calibrate"]
-       for room in ("common", "run", "scenario", "report", "replay", "plan", "calibrate")},
+    # app's rooms, a one-way stack (docs/architecture.md): each includes its own room and those below it.
+    **{f"app/{room}": ["core", "models", "sim", "backend"] + [f"app/{r}" for r in APP_ROOMS[:i + 1]]
+       for i, room in enumerate(APP_ROOMS)},
 }
 # Folders whose sources are not checked (they sit on top of everything).
 UNCHECKED = ("bench", "tests", "fuzz", "build", "notebooks", "out", ".git")
@@ -89,16 +93,19 @@ def self_test():
         write("sim/s.cc", '#include "models/m.h"\n#include "core/a.h"\n')
         write("app/x.cc", '#include "backend/nccl/n.h"\n')
         write("tests/t.cc", '#include "app/x.h"\n')
+        write("app/report/r.cc", '#include "app/scenario/s.h"\n#include "app/common/c.h"\n')
         if violations(root):
             print("self-test: a correct tree was refused:", violations(root))
             return 1
         write("core/bad.h", '#include "sim/simulator.h"\n')
         write("backend/nccl/bad.cc", '#include "backend/cuda/cuda_executor.h"\n')
+        write("app/scenario/bad.cc", '#include "app/report/report_page.h"\n')  # a back-edge between rooms
         found = violations(root)
-        if len(found) != 2 or "core/bad.h:1" not in found[0] + found[1]:
-            print("self-test: the wrong includes were not both caught:", found)
+        if len(found) != 3 or not any(f.startswith("core/bad.h:1") for f in found) or \
+                not any(f.startswith("app/scenario/bad.cc:1") for f in found):
+            print("self-test: the wrong includes were not all caught:", found)
             return 1
-    print("self-test: ok (a correct tree passes, two upward includes are caught)")
+    print("self-test: ok (a correct tree passes; two upward includes and a back-edge between app rooms are caught)")
     return 0
 
 

@@ -12,7 +12,7 @@
 
 #include "app/calibrate/least_squares.h"
 #include "app/common/common.h"
-#include "app/scenario/yaml_reader.h"
+#include "app/common/yaml_reader.h"
 #include "core/error.h"
 #include "core/sizes.h"
 #include "core/text.h"

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "app/common/common.h"
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 #include "core/error.h"
 #include "core/sizes.h"
 #include "core/text.h"

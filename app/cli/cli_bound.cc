@@ -14,7 +14,7 @@
 #include "app/cli/cli_cluster.h"
 #include "app/common/common.h"
 #include "app/cli/commands.h"
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 #include "core/error.h"
 #include "models/bounds.h"
 #include "models/cost_model.h"

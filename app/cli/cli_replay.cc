@@ -21,7 +21,7 @@
 #include "app/cli/commands.h"
 #include "app/common/common.h"
 #include "app/replay/replay.h"
-#include "app/report/trace.h"
+#include "app/replay/replay_trace.h"
 #include "core/error.h"
 #include "core/flight_recorder.h"
 #include "sim/tuner.h"

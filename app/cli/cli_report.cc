@@ -14,7 +14,7 @@
 #include "app/cli/commands.h"
 #include "app/common/common.h"
 #include "app/report/report_page.h"
-#include "app/report/scenario_report.h"
+#include "app/scenario/scenario_report.h"
 #include "core/error.h"
 
 namespace tandem::app {

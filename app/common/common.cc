@@ -12,6 +12,8 @@
 #include <fstream>
 #include <utility>
 
+#include <fmt/format.h>
+
 #include "core/algorithms.h"
 #include "core/file_read.h"
 
@@ -195,6 +197,15 @@ void Progress::clear() {
   std::fprintf(stderr, "\r\033[K");
   std::fflush(stderr);
   shown_ = false;
+}
+
+std::string format_size(int64_t bytes) {
+  static constexpr std::array<std::string_view, 4> kUnits{"TiB", "GiB", "MiB", "KiB"};
+  for (size_t i = 0; i < kUnits.size(); ++i) {
+    const int64_t unit = int64_t{1} << (10 * (kUnits.size() - i));
+    if (bytes >= unit && bytes % unit == 0) return fmt::format("{} {}", bytes / unit, kUnits[i]);
+  }
+  return fmt::format("{} B", bytes);
 }
 
 }  // namespace tandem::app

@@ -80,4 +80,18 @@ class Progress {
   bool shown_ = false;
 };
 
+// Sizes as the report prints them: in the largest binary unit that divides them ("8 B", "64 KiB",
+// "16 GiB", "1536 B").
+std::string format_size(int64_t bytes);
+
+// A place in a YAML file (a scenario, a plan), 1-based; 0 when unknown.
+struct SourceMark {
+  int line = 0;
+  int column = 0;
+};
+
+// The largest size a file may give one collective (or a bound), in bytes: beyond it a value is a
+// typo rather than a plan.
+inline constexpr int64_t kMaxScenarioSizeBytes = int64_t{1} << 40;  // 1 TiB
+
 }  // namespace tandem::app

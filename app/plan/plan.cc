@@ -14,10 +14,10 @@
 #include <fmt/ranges.h>
 
 #include "app/common/common.h"
-#include "app/report/scenario_report.h"
-#include "app/report/startup_text.h"
+#include "app/scenario/scenario_report.h"
+#include "app/scenario/startup_text.h"
 #include "app/scenario/training_run.h"
-#include "app/scenario/yaml_reader.h"
+#include "app/scenario/scenario_yaml.h"
 #include "core/error.h"
 #include "sim/sweep.h"
 

@@ -14,7 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "app/scenario/scenario.h"
-#include "app/report/scenario_report.h"
+#include "app/scenario/scenario_report.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "core/torch_names.h"

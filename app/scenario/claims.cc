@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "app/scenario/scenario.h"
-#include "app/scenario/yaml_reader.h"
+#include "app/scenario/scenario_yaml.h"
 #include "core/error.h"
 #include "models/caching_allocator.h"
 

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "app/report/scenario_report.h"
+#include "app/scenario/scenario_report.h"
 #include "app/scenario/startup_run.h"
 #include "core/error.h"
 #include "models/bounds.h"

@@ -11,8 +11,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "app/report/nccl_tests_table.h"
-#include "app/report/scenario_report.h"
+#include "app/common/nccl_tests_table.h"
+#include "app/scenario/scenario_report.h"
 #include "app/run/backends.h"
 #include "backend/host/host_attempts.h"
 #include "core/error.h"

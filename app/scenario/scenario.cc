@@ -16,9 +16,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include "app/common/common.h"
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 #include "app/scenario/training_rehearsal.h"
-#include "app/scenario/yaml_reader.h"
+#include "app/scenario/scenario_yaml.h"
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "sim/tuner.h"
@@ -102,15 +102,6 @@ std::string parse_training_algorithm(std::string_view text) {
 
 std::string not_applicable_reason(std::string_view algorithm, Collective collective) {
   return fmt::format("{} does not implement {}", algorithm, name(collective));
-}
-
-std::string format_size(int64_t bytes) {
-  static constexpr std::array<std::string_view, 4> kUnits{"TiB", "GiB", "MiB", "KiB"};
-  for (size_t i = 0; i < kUnits.size(); ++i) {
-    const int64_t unit = int64_t{1} << (10 * (kUnits.size() - i));
-    if (bytes >= unit && bytes % unit == 0) return fmt::format("{} {}", bytes / unit, kUnits[i]);
-  }
-  return fmt::format("{} B", bytes);
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "app/calibrate/calibration.h"
+#include "app/common/common.h"
 #include "core/faults.h"
 #include "core/flight_recorder.h"
 #include "core/recovery.h"
@@ -41,7 +42,6 @@ inline constexpr int kScenarioFormatVersion = 1;
 inline constexpr int kMaxScenarioNodes = 4096;
 inline constexpr int kMaxScenarioGpusPerNode = 64;
 inline constexpr int kMaxScenarioGpus = 32768;                      // nodes * gpus_per_node
-inline constexpr int64_t kMaxScenarioSizeBytes = int64_t{1} << 40;  // 1 TiB, one collective's size
 inline constexpr size_t kMaxScenarioVariants = 32;                  // the base cluster included
 inline constexpr size_t kMaxScenarioPoints = 20000;                 // collectives x sizes x algorithms
 inline constexpr size_t kMaxScenarioExpectations = 1000;
@@ -67,12 +67,6 @@ sim::NetworkModel network_model(NetworkChoice network);
 struct Scenario;
 // The scenario's network model: its `network:` choice with its `calibration:` profile applied.
 sim::NetworkModel network_model(const Scenario& scenario);
-
-// A place in the scenario file, 1-based; 0 when unknown.
-struct SourceMark {
-  int line = 0;
-  int column = 0;
-};
 
 // One cluster the workload runs on: the scenario's own ("base") or a variant of it.
 struct ClusterVariant {
@@ -341,9 +335,5 @@ std::string not_applicable_reason(std::string_view algorithm, Collective collect
 // (NCCL's tuner), ring, or tree where it applies (all_reduce; NCCL's pick elsewhere). Throws
 // Error(kInvalidArgument) naming what training steps run, for any other name.
 std::string parse_training_algorithm(std::string_view text);
-
-// Sizes as the report prints them: in the largest binary unit that divides them ("8 B", "64 KiB",
-// "16 GiB", "1536 B").
-std::string format_size(int64_t bytes);
 
 }  // namespace tandem::app

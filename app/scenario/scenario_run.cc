@@ -14,7 +14,7 @@
 #include "core/data_check.h"
 #include "app/common/common.h"
 #include "core/host_memory.h"
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 #include "core/run_memory.h"
 #include "core/communicator.h"
 #include "core/error.h"

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "app/report/scenario_report.h"
-#include "app/report/startup_text.h"
+#include "app/scenario/scenario_report.h"
+#include "app/scenario/startup_text.h"
 #include "core/error.h"
 
 namespace tandem::app {

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "app/report/scenario_report.h"
+#include "app/scenario/scenario_report.h"
 #include "core/error.h"
 #include "core/flight_recorder.h"
 #include "core/fr_analysis.h"

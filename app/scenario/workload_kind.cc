@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "app/report/scenario_report.h"
-#include "app/report/trace.h"
+#include "app/scenario/scenario_report.h"
+#include "app/scenario/trace.h"
 #include "app/scenario/claims_run.h"
 #include "app/scenario/loop_run.h"
 #include "app/scenario/startup_run.h"

@@ -88,7 +88,7 @@ def read_steps(out):
 
 
 def parse_bench_table(text):
-    """The rows of an nccl-tests table (app/report/nccl_tests_table.h): size, busbw and #wrong per placement.
+    """The rows of an nccl-tests table (app/common/nccl_tests_table.h): size, busbw and #wrong per placement.
 
     A placement is None where it prints N/A (no in-place form); wrong is None where #wrong is N/A.
     """

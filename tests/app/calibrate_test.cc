@@ -14,7 +14,7 @@
 #include "app/calibrate/calibration.h"
 #include "app/calibrate/least_squares.h"
 #include "app/calibrate/nccl_tests_log.h"
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 #include "app/scenario/scenario.h"
 #include "core/error.h"
 #include "core/sizes.h"

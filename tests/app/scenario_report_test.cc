@@ -1,6 +1,6 @@
 // The runner's pieces that need no simulator (the sweep request, sim results to points, the
 // expectations) and the writers (report, CSV, JSON), on synthetic results.
-#include "app/report/scenario_report.h"
+#include "app/scenario/scenario_report.h"
 
 #include <sstream>
 #include <string>

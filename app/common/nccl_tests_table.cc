@@ -1,4 +1,4 @@
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 
 #include <fmt/format.h>
 

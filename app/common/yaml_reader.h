@@ -1,11 +1,10 @@
-// Strict YAML reading for tandem's files (scenarios, plan sweeps): every error names the file,
-// line and column of the node it is about ("scenario.yaml:12:5: workload.sizes.min must be ..."),
-// and a mapping's keys are checked against the keys its section accepts (unknown or duplicate keys
-// are errors). Internal to app/.
+// Strict YAML reading for tandem's files (scenarios, plan sweeps, calibration profiles): every
+// error names the file, line and column of the node it is about ("scenario.yaml:12:5:
+// workload.sizes.min must be ..."), and a mapping's keys are checked against the keys its section
+// accepts (unknown or duplicate keys are errors). Internal to app/.
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cmath>
 #include <sstream>
@@ -19,9 +18,9 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
-#include "app/report/nccl_tests_table.h"
-#include "app/scenario/scenario.h"
+#include "app/common/common.h"
 #include "core/error.h"
+#include "core/sizes.h"
 #include "core/text.h"
 
 namespace tandem::app {
@@ -201,27 +200,6 @@ class Mapping {
   std::string path_;
   std::vector<std::pair<std::string, YAML::Node>> entries_;
 };
-
-// Sections that scenarios and plan sweeps share (defined in scenario.cc).
-
-// A cluster mapping (preset + overrides) at `node`, resolved and validated.
-models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& node, const std::string& path);
-// `workload: {type: training, ...}` at `node`.
-TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path);
-// {min, max} at `node`.
-Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path);
-// The start-up lever keys of `m` (store, eager_init, ranks_per_root, runtime_connect, oob_net,
-// init_barriers, topo_cache) into `levers`; keys absent keep their values.
-void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLevers& levers);
-// A start-up layout mapping {tp, cp, ep, pp} at `node`; its groups must fit each variant's job of
-// `gpus` GPUs (0: the variant's whole cluster), or the error names the file, line and variant.
-models::ParallelLayout read_startup_layout(const Reader& reader, const YAML::Node& node, const std::string& path,
-                                           const std::vector<ClusterVariant>& variants, int gpus);
-
-// Defined in claims.cc: `workload: {type: claims}` and its `expect` entries.
-Workload read_claims(const Reader& reader, const YAML::Node& node, const std::vector<ClusterVariant>& variants);
-ClaimExpectation read_claim_expectation(const Reader& reader, const YAML::Node& node, const std::string& path,
-                                        const ClaimsWorkload& claims);
 
 // Flow collections ([..], {..}) nested deeper than this are refused before yaml-cpp sees them (its
 // parser recurses, and gave only "bad file" at 10,000 levels). tandem's files nest a few levels.

@@ -9,16 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "app/common/nccl_tests_table.h"
 #include "app/scenario/loop_run.h"
-#include "app/report/nccl_tests_table.h"
-#include "app/replay/replay.h"
 #include "app/scenario/scenario.h"
 #include "app/scenario/scenario_run.h"
 #include "app/scenario/training_run.h"
 
 namespace tandem::app {
-
-inline constexpr int kTraceFormatVersion = 1;
 
 nlohmann::json loop_trace(const Scenario& scenario, const LoopResults& results);
 
@@ -44,11 +41,5 @@ nlohmann::json sweep_trace(const Scenario& scenario, const ScenarioResults& resu
 // a track per stream of the step program ("s0/compute", "s0/tp", "s0/dp", ...), a slice per task
 // (compute, or a collective with its label) on the simulated clock of one step.
 nlohmann::json training_trace(const Scenario& scenario, const TrainingResults& results);
-
-// A replay (`tandem replay --trace`): a track per rank with a slice per op it took part in (a stuck
-// one lasts until the watchdog fires), and a "replay" track with the first divergence, the
-// watchdog and each recovery policy's outcome as instant events; the replayed (simulated) clock.
-// `source` names the dumps' folder.
-nlohmann::json replay_trace(const ReplayResult& result, const std::string& source);
 
 }  // namespace tandem::app

@@ -1,4 +1,4 @@
-#include "app/report/scenario_report.h"
+#include "app/scenario/scenario_report.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "app/common/common.h"
-#include "app/report/nccl_tests_table.h"
+#include "app/common/nccl_tests_table.h"
 
 namespace tandem::app {
 

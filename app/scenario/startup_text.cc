@@ -1,4 +1,4 @@
-#include "app/report/startup_text.h"
+#include "app/scenario/startup_text.h"
 
 #include <algorithm>
 #include <array>

@@ -1,4 +1,4 @@
-#include "app/report/trace.h"
+#include "app/scenario/trace.h"
 
 #include <algorithm>
 #include <map>
@@ -7,40 +7,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "app/common/trace_events.h"
 #include "core/error.h"
 
 namespace tandem::app {
 namespace {
 
 using nlohmann::json;
-
-constexpr int kPid = 1;
-constexpr int kIterationsTrack = 0;  // rank r is track r + 1
-
-double us(double seconds) { return seconds * 1e6; }
-
-json metadata(const char* what, int tid, const std::string& value) {
-  return {{"name", what}, {"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"args", {{"name", value}}}};
-}
-
-json sort_index(int tid) {
-  return {{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"args", {{"sort_index", tid}}}};
-}
-
-// The trace file: its events, and what otherData says of it besides the format version.
-json document(json events, json other) {
-  other["tandem_trace"] = kTraceFormatVersion;
-  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ns"}, {"otherData", std::move(other)}};
-}
-
-json process_name(int pid, const std::string& name) {
-  return {{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}};
-}
-
-json instant(const std::string& label, double at_s, json args) {
-  return {{"name", label},          {"ph", "i"}, {"s", "g"}, {"ts", us(at_s)}, {"pid", kPid}, {"tid", kIterationsTrack},
-          {"args", std::move(args)}};
-}
+using namespace trace_events;
 
 // What the recovery policy did in an iteration, or empty when it had nothing to do.
 std::string recovery_action(const IterationResult& it) {
@@ -228,64 +202,6 @@ json training_trace(const Scenario& scenario, const TrainingResults& results) {
     }
   }
   return document(std::move(events), {{"scenario", scenario.name}, {"backend", "sim"}, {"clock", "simulated"}});
-}
-
-json replay_trace(const ReplayResult& result, const std::string& source) {
-  json events = json::array();
-  events.push_back(process_name(kPid, fmt::format("tandem replay {} ({})", source, result.cluster)));
-  events.push_back(metadata("thread_name", kIterationsTrack, "replay"));
-  events.push_back(sort_index(kIterationsTrack));
-  std::set<int> ranks;
-  for (const ReplaySlice& slice : result.slices) ranks.insert(slice.rank);
-  for (int r : ranks) {
-    events.push_back(metadata("thread_name", r + 1, fmt::format("rank {}", r)));
-    events.push_back(sort_index(r + 1));
-  }
-  for (const ReplaySlice& slice : result.slices) {
-    const ReplayOp& op = result.ops.at(slice.op);
-    json args = {{"group", op.group},
-                 {"sequence", op.sequence},
-                 {"bytes", op.bytes},
-                 {"dtype", op.dtype},
-                 {"algorithm", op.algorithm},
-                 {"state", std::string(name(op.state))},
-                 {"predicted_us", us(op.predicted_s)}};
-    if (op.recorded_s) args["recorded_us"] = us(*op.recorded_s);
-    if (op.p2p) {
-      std::vector<int> peers;
-      for (int r : op.ranks) {
-        if (r != slice.rank) peers.push_back(r);
-      }
-      args["peer"] = peers.size() == 1 ? json(peers.front()) : json(peers);
-    }
-    events.push_back({{"name", op.profiling_name},
-                      {"ph", "X"},
-                      {"ts", us(slice.start_s)},
-                      {"dur", us(slice.end_s - slice.start_s)},
-                      {"pid", kPid},
-                      {"tid", slice.rank + 1},
-                      {"args", std::move(args)}});
-  }
-  if (result.first_divergence) {
-    const ReplayOp& op = result.ops.at(*result.first_divergence);
-    events.push_back(instant(fmt::format("divergence: {}", name(op.state)), op.start_s,
-                             {{"group", op.group},
-                              {"sequence", op.sequence},
-                              {"culprit_ranks", result.culprit_ranks},
-                              {"description", op.detail}}));
-  }
-  for (const ReplayRecovery& rec : result.recoveries) {
-    events.push_back(instant(fmt::format("recovery: {}", name(rec.action)), rec.end_s,
-                             {{"outcome", std::string(name(rec.outcome))},
-                              {"watchdog_s", rec.watchdog_s},
-                              {"detected_us", us(rec.detected_s)},
-                              {"dropped_ranks", rec.dropped_ranks},
-                              {"description", rec.detail}}));
-  }
-  return document(std::move(events), {{"replay", source},
-            {"cluster", result.cluster},
-            {"clock", "simulated"},
-            {"ranks", result.ranks}});
 }
 
 }  // namespace tandem::app
