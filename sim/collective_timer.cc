@@ -7,6 +7,7 @@
 #include "core/algorithms.h"
 #include "core/builder.h"
 #include "core/error.h"
+#include "sim/collective_plan.h"
 #include "sim/protocol.h"
 #include "sim/sweep.h"
 #include "sim/tuner.h"
@@ -78,7 +79,8 @@ CollectiveTimer::CollectiveTimer(const models::ClusterSpec& cluster, const Netwo
       network_(network),
       explicit_schedules_(explicit_schedules),
       topology_(models::build_cluster(cluster)),
-      simulator_(topology_, cluster, network) {}
+      simulator_(topology_, cluster, network),
+      plans_(simulator_, network) {}
 
 CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, const models::CommGroup& group,
                                        const std::string& algorithm) {
@@ -126,40 +128,27 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   }
   timing.algorithm = choice.algorithm;
   timing.protocol = choice.protocol;
-  const DataType dtype = DataType::kBF16;
   const bool op_by_op = explicit_schedules_ && n <= kMaxOpByOpRanks;
   SimResult result;
-  if (n == 1) {
-    result.seconds = 0;
-  } else if (std::optional<SimResult> model =
-                 run_simulator_model(simulator_, tuner, choice, collective, bytes, instances, shape.per_node)) {
-    result = *model;
-  } else {
-    const Algorithm core = parse_algorithm(choice.algorithm);
-    // A ring all_gather / reduce_scatter of S bytes is one half of a ring all_reduce of S bytes:
-    // N - 1 steps of S / N each. Core has the rank-symmetric form, which the simulator runs round
-    // by round at any scale, for the all_reduce ring only; so these two are timed as half of that
-    // all_reduce (its steps, with their own protocol), plus the protocol's base latency once.
-    // tests/sim/training_test.cc checks this against the explicit schedules.
-    const bool half_ring = shape.regular && core == Algorithm::kRing &&
-                           (collective == Collective::kAllGather || collective == Collective::kReduceScatter);
-    const Collective simulated = half_ring ? Collective::kAllReduce : collective;
-    const int64_t count =
-        half_ring ? bytes / static_cast<int64_t>(size_bytes(dtype)) : nccl_tests_counts(collective, bytes, dtype, n).count;
-    const CollectiveSpec spec{simulated, count, dtype, ReduceOp::kSum, 0, n};
-    // NCCL's channels for ring and tree (every NIC of a node carries a share across nodes).
-    const int channels = core == Algorithm::kRing || core == Algorithm::kTree ? choice.channels : 1;
-    const Schedule& schedule =
-        shape.regular
-            ? schedule_for(spec, core, sweep_layout(shape.nodes, shape.per_node, true), !op_by_op, channels)
-            : irregular_schedule(spec, core, shape.per_node, instances.front(), channels);
-    SimRequest request{&schedule, spec, instances.front(), choice.protocol, choice.tiles};
-    request.concurrent.assign(instances.begin() + 1, instances.end());
-    request.analytic = explicit_schedules_ && !op_by_op;
-    result = simulator_.run(request);
-    if (half_ring) {
-      const double base = network_.base_latency_s(choice.protocol, core);
-      result.seconds = base + (result.seconds - base) / 2;
+  if (n != 1) {
+    const DataType dtype = DataType::kBF16;
+    CollectiveQuery query;
+    query.spec = {collective, nccl_tests_counts(collective, bytes, dtype, n).count, dtype, ReduceOp::kSum, 0, n};
+    query.bytes = bytes;
+    query.choice = choice;
+    query.tuner = &tuner;
+    query.instances = instances;
+    query.per_node = shape.per_node;
+    query.analytic = explicit_schedules_ && !op_by_op;
+    // A ring all_gather / reduce_scatter on a regular placement runs as half a ring all_reduce
+    // (sim/collective_plan.h); tests/sim/training_test.cc checks it against the explicit schedules.
+    query.half_ring = shape.regular;
+    if (shape.regular) {
+      query.layout = sweep_layout(shape.nodes, shape.per_node, true);
+      query.form = op_by_op ? ScheduleForm::kExplicit : ScheduleForm::kSymmetric;
+      result = plans_.run(query);
+    } else {
+      result = run_irregular(query, cluster_.gpus_per_node);
     }
   }
   timing.seconds = result.seconds;
@@ -169,41 +158,24 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   return timing;
 }
 
-const Schedule& CollectiveTimer::schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
-                                              bool symmetric, int channels) {
-  // Schedules count chunks, not elements: one per shape serves every size.
-  const auto key =
-      std::make_tuple(spec.collective, algorithm, layout.nranks, layout.ranks_per_node, symmetric, channels);
-  auto it = schedules_.find(key);
-  if (it == schedules_.end()) {
-    AlgoParams params;
-    params.channels = channels;
-    it = schedules_
-             .emplace(key, build_checked_schedule(spec, layout, algorithm, params,
-                                                  symmetric ? ScheduleForm::kSymmetric : ScheduleForm::kExplicit))
-             .first;
-  }
-  return it->second;
-}
-
 // The survivors of a shrink (7 GPUs on one node, 8 on the others): the schedule as if the ranks
 // filled nodes of the largest count in rank order, which keeps the algorithm's node structure
-// (chains inside a node, a tree or ring across), with the ring in the rail-aligned snake over the
-// real GPUs (up node 0's, down node 1's, ...) as a topology-aware rebuild would order it, so that
-// hops stay on NVLink or on one rail; a flat layout where the algorithm refuses the partly filled
-// nodes. The simulator places each rank on its real GPU.
-const Schedule& CollectiveTimer::irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
-                                                    const std::vector<int>& gpus, int channels) {
-  RankLayout layout = RankLayout::flat(spec.nranks);
-  layout.ranks_per_node = std::clamp(per_node, 1, spec.nranks);
+// (chains inside a node, a tree or ring across), with NCCL's channel rings over the nodes the group
+// touches, in the order they appear, keeping the group's GPUs, as a topology-aware rebuild would
+// order them (up node 0's, down node 1's, ...), so that hops stay on NVLink or on one rail; a flat
+// layout where the algorithm refuses the partly filled nodes. The simulator places each rank on its
+// real GPU.
+SimResult CollectiveTimer::run_irregular(CollectiveQuery query, int gpus_per_node) {
+  const int n = query.spec.nranks;
+  const std::vector<int>& gpus = query.instances.front();
+  RankLayout layout = RankLayout::flat(n);
+  layout.ranks_per_node = std::clamp(query.per_node, 1, n);
   std::vector<int> nodes;  // in order of appearance
   for (int gpu : gpus) {
-    const int node = gpu / cluster_.gpus_per_node;
+    const int node = gpu / gpus_per_node;
     if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   }
-  // NCCL's channel rings over the nodes the group touches, in the order they appear, keeping the
-  // group's GPUs: hops stay on NVLink or on one rail as a topology-aware rebuild would order them.
-  const int m = cluster_.gpus_per_node;
+  const int m = gpus_per_node;
   std::map<int, int> rank_of_gpu;
   for (size_t i = 0; i < gpus.size(); ++i) rank_of_gpu[gpus[i]] = static_cast<int>(i);
   for (const std::vector<int>& full : nccl_rings(static_cast<int>(nodes.size()), m)) {
@@ -214,14 +186,18 @@ const Schedule& CollectiveTimer::irregular_schedule(const CollectiveSpec& spec, 
     }
     layout.rings.push_back(std::move(ring));
   }
-  // The schedule depends on the ring order: not cached by shape alone.
+  query.form = ScheduleForm::kExplicit;
+  query.layout = std::move(layout);
+  CollectivePlan plan;
   try {
-    AlgoParams params;
-    params.channels = channels;
-    return irregular_.emplace_back(build_checked_schedule(spec, layout, algorithm, params, ScheduleForm::kExplicit));
+    plan = plans_.plan(query);
   } catch (const Error&) {
-    return schedule_for(spec, algorithm, RankLayout::flat(spec.nranks), false);
+    query.layout = RankLayout::flat(n);
+    query.params.channels = 1;
+    query.choice.channels = 1;
+    plan = plans_.plan(query);
   }
+  return plans_.run(plan);
 }
 
 }  // namespace tandem::sim

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <tuple>
@@ -17,6 +16,7 @@
 #include "models/cluster.h"
 #include "models/topology.h"
 #include "models/workload.h"
+#include "sim/collective_plan.h"
 #include "sim/simulator.h"
 
 namespace tandem::sim {
@@ -66,20 +66,17 @@ class CollectiveTimer {
                         const std::string& algorithm);
 
  private:
-  const Schedule& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout, bool symmetric,
-                               int channels = 1);
-
-  const Schedule& irregular_schedule(const CollectiveSpec& spec, Algorithm algorithm, int per_node,
-                                     const std::vector<int>& gpus, int channels);
+  // A group that is not node-major whole blocks (a shrink's survivors): op by op, its ring orders
+  // kept (collective_timer.cc).
+  SimResult run_irregular(CollectiveQuery query, int gpus_per_node);
 
   models::ClusterSpec cluster_;
   NetworkModel network_;
   bool explicit_schedules_ = false;
   models::Topology topology_;
   Simulator simulator_;
+  CollectivePlans plans_;  // the schedules, built once per shape
   std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;
-  std::map<std::tuple<Collective, Algorithm, int, int, bool, int>, Schedule> schedules_;
-  std::deque<Schedule> irregular_;  // one per irregular placement timed (results are cached)
 };
 
 }  // namespace tandem::sim

@@ -17,7 +17,8 @@ using Status = AttemptResult::Status;
 SimAttempts::SimAttempts(const Session& session, SimPlacement placement)
     : session_(session),
       placement_(std::move(placement)),
-      sim_(*placement_.topology, placement_.cluster, placement_.network) {}
+      sim_(*placement_.topology, placement_.cluster, placement_.network),
+      plans_(sim_, placement_.network) {}
 
 AttemptResult SimAttempts::attempt(const AttemptPlan& plan, const std::vector<int>& active) {
   AttemptResult result;
@@ -109,10 +110,6 @@ const SimAttempts::Prepared& SimAttempts::prepare(const std::vector<int>& ranks)
   }
   const Algorithm algorithm = config.work.algorithm;
   const Tuner tuner(placement_.cluster, nodes, placement_.per_node);
-  p.choice = tuner.choose_for(p.spec.collective, config.work.size_bytes, std::string(name(algorithm)));
-  // NCCL's channels for ring and tree: together they use every NIC of a node.
-  AlgoParams params;
-  if (algorithm == Algorithm::kRing || algorithm == Algorithm::kTree) params.channels = p.choice.channels;
   // Loops simulate every rank's own ops (the explicit form, op by op), as replay does, so that a
   // replay of a loop's dumps gives back its times, for groups of up to kMaxOpByOpRanks. Larger ones
   // take the rank-symmetric form where the algorithm has one, simulated round by round, as replay
@@ -123,12 +120,22 @@ const SimAttempts::Prepared& SimAttempts::prepare(const std::vector<int>& ranks)
   const bool per_op = std::any_of(faults.begin(), faults.end(), [](const Fault& f) {
     return f.is_link_fault() || f.kind == FaultKind::kStraggler;
   });
-  const ScheduleForm form = m == config.nranks && m > kMaxOpByOpRanks && !per_op ? ScheduleForm::kSymmetric
-                                                                                 : ScheduleForm::kExplicit;
-  p.schedule = build_checked_schedule(p.spec, layout, algorithm, params, form);
-  if (p.schedule.symmetric()) return prepared_.emplace(ranks, std::move(p)).first->second;  // no link fault to cross
+  CollectiveQuery query;
+  query.spec = p.spec;
+  query.bytes = config.work.size_bytes;
+  // NCCL's protocol and channels for the named algorithm: ring and tree channels together use
+  // every NIC of a node.
+  query.choice = tuner.choose_for(p.spec.collective, config.work.size_bytes, std::string(name(algorithm)));
+  query.layout = std::move(layout);
+  query.instances = {p.gpus};
+  query.per_node = placement_.per_node;
+  query.form = m == config.nranks && m > kMaxOpByOpRanks && !per_op ? ScheduleForm::kSymmetric
+                                                                     : ScheduleForm::kExplicit;
+  p.plan = plans_.plan(query);
+  const Schedule& schedule = *p.plan.schedule;
+  if (schedule.symmetric()) return prepared_.emplace(ranks, std::move(p)).first->second;  // no link fault to cross
   for (int r = 0; r < m; ++r) {
-    for (const Lane& lane : p.schedule.ranks[static_cast<size_t>(r)].lanes) {
+    for (const Lane& lane : schedule.ranks[static_cast<size_t>(r)].lanes) {
       for (const Op& op : lane.ops) {
         if (op.kind == OpKind::kSend) p.pairs.emplace(p.gpus[static_cast<size_t>(r)], p.gpus[static_cast<size_t>(op.peer)]);
       }
@@ -146,10 +153,7 @@ bool SimAttempts::crosses(const Prepared& p, const std::vector<uint32_t>& links)
   return false;
 }
 
-double SimAttempts::simulate(const Prepared& p) {
-  const SimRequest request{&p.schedule, p.spec, p.gpus, p.choice.protocol, p.choice.tiles};
-  return sim_.run(request).seconds;
-}
+double SimAttempts::simulate(const Prepared& p) { return plans_.run(p.plan).seconds; }
 
 std::vector<uint32_t> SimAttempts::dead_links() const {
   std::vector<uint32_t> links;

@@ -18,6 +18,7 @@
 #include "core/session.h"
 #include "models/cluster.h"
 #include "models/topology.h"
+#include "sim/collective_plan.h"
 #include "sim/simulator.h"
 #include "sim/tuner.h"
 
@@ -42,10 +43,9 @@ class SimAttempts : public AttemptRunner {
 
  private:
   struct Prepared {
-    Schedule schedule;
     CollectiveSpec spec;
     std::vector<int> gpus;
-    Choice choice;
+    CollectivePlan plan;  // its schedule lives in plans_
     std::set<std::pair<int, int>> pairs;  // GPU pairs that exchange messages
   };
 
@@ -59,6 +59,7 @@ class SimAttempts : public AttemptRunner {
   const Session& session_;
   SimPlacement placement_;
   Simulator sim_;
+  CollectivePlans plans_;
   std::map<std::vector<int>, Prepared> prepared_;
   std::map<std::vector<int>, double> fault_free_;
 };

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "sim/collective_plan.h"
 
 namespace tandem::sim {
 namespace {
@@ -285,13 +286,10 @@ std::vector<int> SimExecutor::gpus_for(int nranks) const {
 RunResult SimExecutor::run(const Schedule& schedule, const CollectiveSpec& spec, std::span<const RankBuffers>,
                            const RunContext& context) {
   check_arguments(schedule, spec, context);
-  SimRequest request;
-  request.spec = spec;
-  request.gpu_of_rank = gpus_for(schedule.nranks);
-  request.protocol = options_.protocol;
-  request.tiles = context.tiles;
+  const std::vector<int> gpus = gpus_for(schedule.nranks);
   if (!context.on_send) {
-    request.schedule = &schedule;
+    const SimRequest request =
+        CollectivePlans::of_schedule(schedule, spec, gpus, options_.protocol, context.tiles).request();
     return RunResult{.seconds = simulator_->run(request).seconds};
   }
   // The hook is asked about the ops of each rank's own program: the explicit form.
@@ -305,7 +303,7 @@ RunResult SimExecutor::run(const Schedule& schedule, const CollectiveSpec& spec,
   for (const std::vector<TransferEffect>& rank : effects.of) {
     for (const TransferEffect& effect : rank) slowed = slowed || effect.delay_factor / effect.bandwidth_factor > 1.0;
   }
-  request.schedule = &program;
+  SimRequest request = CollectivePlans::of_schedule(program, spec, gpus, options_.protocol, context.tiles).request();
   if (slowed) {
     request.send_slowdown = [&effects](int rank, int64_t op_index) {
       const TransferEffect& effect = effects.of[static_cast<size_t>(rank)][static_cast<size_t>(op_index)];

@@ -13,6 +13,7 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "models/cost_model.h"
+#include "sim/collective_plan.h"
 #include "sim/simulator.h"
 #include "sim/sweep.h"
 
@@ -42,19 +43,24 @@ RingTimes simulate_rings(const models::ClusterSpec& spec, int per_node) {
   for (int v = 0; v < spec.nodes; ++v) {
     for (int i = 0; i < per_node; ++i) gpu_of_rank.push_back(v * total_per_node + i);
   }
-  Simulator simulator(topology, spec, NetworkModel::ideal());
+  const NetworkModel ideal = NetworkModel::ideal();
+  Simulator simulator(topology, spec, ideal);
+  CollectivePlans plans(simulator, ideal);
   constexpr DataType kType = DataType::kI32;
   const auto element = static_cast<int64_t>(size_bytes(kType));
-  CollectiveSpec collective{
-      Collective::kAllReduce, n * (kBootstrapAddressBytes / element), kType, ReduceOp::kSum, 0, n};
-  const Schedule schedule = build_checked_schedule(collective, RankLayout::nodes(spec.nodes, per_node),
-                                                   Algorithm::kRing, AlgoParams{}, ScheduleForm::kSymmetric);
+  CollectiveQuery query;
+  query.choice.algorithm = "ring";  // one channel, Simple: the bootstrap ring is plain sockets
+  query.layout = RankLayout::nodes(spec.nodes, per_node);
+  query.instances = {gpu_of_rank};
+  query.per_node = per_node;
+  query.form = ScheduleForm::kSymmetric;
+  query.half_ring = true;  // the all_gather as half a ring all_reduce, simulated by rounds
   auto all_gather_s = [&](int bytes_per_rank) {
-    collective.count = n * (bytes_per_rank / element);
-    const SimResult result =
-        simulator.run(SimRequest{&schedule, collective, gpu_of_rank, models::NcclProtocol::kSimple, 1});
+    query.bytes = n * int64_t{bytes_per_rank / element} * element;
+    query.spec = {Collective::kAllGather, query.bytes / element, kType, ReduceOp::kSum, 0, n};
+    const SimResult result = plans.run(query);
     if (!result.compressed) fail(ErrorCode::kBackend, "start-up: the bootstrap ring was not simulated by rounds");
-    return result.seconds / 2;
+    return result.seconds;
   };
   return {all_gather_s(kBootstrapAddressBytes), all_gather_s(kPeerInfoBytes), all_gather_s(kGraphInfoBytes)};
 }

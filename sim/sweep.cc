@@ -13,6 +13,7 @@
 #include "core/algorithms.h"
 #include "core/child_processes.h"
 #include "core/error.h"
+#include "sim/collective_plan.h"
 #include "sim/protocol.h"
 #include "sim/tuner.h"
 
@@ -42,16 +43,15 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
   }
   const RankLayout layout = sweep_layout(nodes, per_node, request.rail_aligned);
   Simulator simulator(topology, request.cluster, request.network);
+  CollectivePlans plans(simulator, request.network);
   const Tuner tuner(request.cluster, nodes, per_node);
 
-  std::map<std::tuple<Collective, Algorithm, int, int>, Schedule> schedules;
   std::vector<SweepPointResult> results;
   for (const SweepPoint& point : request.points) {
     SweepPointResult out;
     out.point = point;
     try {
       const int64_t count = nccl_tests_counts(point.collective, point.bytes, point.dtype, n).count;
-      const CollectiveSpec spec{point.collective, count, point.dtype, point.op, point.root, n};
       Choice choice =
           point.algorithm == "auto" && point.protocol == "auto"
               ? tuner.choose(point.collective, point.bytes)
@@ -67,43 +67,21 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
       out.algorithm = choice.algorithm;
       out.protocol = choice.protocol;
       out.channels = choice.channels;
-      SimResult sim;
-      if (std::optional<SimResult> model =
-              run_simulator_model(simulator, tuner, choice, point.collective, point.bytes, {gpu_of_rank}, per_node)) {
-        sim = *model;
-      } else {
-        const Algorithm algorithm = parse_algorithm(choice.algorithm);
-        AlgoParams params = request.params;
-        if (algorithm == Algorithm::kRing || algorithm == Algorithm::kTree) params.channels = choice.channels;
-        // A ring all_gather / reduce_scatter of S bytes is one half of a ring all_reduce of S bytes
-        // (N - 1 steps of S / N each, on the same channel rings): timed as half of that all_reduce's
-        // rank-symmetric rounds plus the base latency once, as training steps time them
-        // (sim/collective_timer.cc; tests/sim/simulator_test.cc checks it against the explicit
-        // schedules). The explicit ring would be simulated op by op, n x channels actors.
-        const bool half_ring =
-            !request.explicit_schedules && algorithm == Algorithm::kRing &&
-            (point.collective == Collective::kAllGather || point.collective == Collective::kReduceScatter);
-        CollectiveSpec run_spec = spec;
-        if (half_ring) {
-          run_spec.collective = Collective::kAllReduce;
-          run_spec.count = point.bytes / static_cast<int64_t>(size_bytes(point.dtype));
-        }
-        auto key = std::make_tuple(run_spec.collective, algorithm, point.root, params.channels);
-        auto it = schedules.find(key);
-        if (it == schedules.end()) {
-          it = schedules
-                   .emplace(key, build_checked_schedule(
-                                     run_spec, layout, algorithm, params,
-                                     request.explicit_schedules ? ScheduleForm::kExplicit : ScheduleForm::kSymmetric))
-                   .first;
-        }
-        SimRequest run{&it->second, run_spec, gpu_of_rank, choice.protocol, choice.tiles};
-        sim = simulator.run(run);
-        if (half_ring) {
-          const double base = request.network.base_latency_s(choice.protocol, algorithm);
-          sim.seconds = base + (sim.seconds - base) / 2;
-        }
-      }
+      CollectiveQuery query;
+      query.spec = {point.collective, count, point.dtype, point.op, point.root, n};
+      query.bytes = point.bytes;
+      query.choice = choice;
+      query.tuner = &tuner;
+      query.layout = layout;
+      query.instances = {gpu_of_rank};
+      query.per_node = per_node;
+      query.params = request.params;
+      // Explicit schedules run op by op (n x channels actors for a ring); otherwise rings take their
+      // rank-symmetric rounds, an all_gather / reduce_scatter ring as half an all_reduce's, as
+      // training steps time them (sim/collective_plan.h).
+      query.form = request.explicit_schedules ? ScheduleForm::kExplicit : ScheduleForm::kSymmetric;
+      query.half_ring = !request.explicit_schedules;
+      const SimResult sim = plans.run(query);
       out.ok = true;
       out.seconds = sim.seconds;
       out.simulated_transfers = sim.simulated_transfers;
