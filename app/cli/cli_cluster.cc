@@ -11,76 +11,76 @@
 
 namespace tandem::app {
 
-void add_cluster_options(CLI::App& command, ClusterOptions& options) {
+namespace {
+
+size_t index_of(std::string_view key) {
+  const ClusterKey* found = find_cluster_key(key);
+  if (found == nullptr) fail(ErrorCode::kInvalidArgument, "'{}' is not one of the cluster's keys", key);
+  return static_cast<size_t>(found - cluster_keys().data());
+}
+
+// The values given, in the table's order, each named by its flag.
+std::vector<ClusterValueText> given_values(const ClusterOptions& options) {
+  std::vector<ClusterValueText> given;
+  const std::span<const ClusterKey> keys = cluster_keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (options.values[i]) given.push_back({&keys[i], *options.values[i], std::string(keys[i].flag)});
+  }
+  return given;
+}
+
+}  // namespace
+
+std::optional<std::string>& ClusterOptions::value(std::string_view key) { return values[index_of(key)]; }
+
+const std::optional<std::string>& ClusterOptions::value(std::string_view key) const {
+  return values[index_of(key)];
+}
+
+void add_cluster_options(CLI::App& command, ClusterOptions& options, ClusterDefaults defaults) {
+  const bool scenario = defaults == ClusterDefaults::kScenario;
   std::string presets;
   for (const std::string& name : models::cluster_preset_names()) presets += (presets.empty() ? "" : ", ") + name;
-  command.add_option("--cluster", options.preset, "cluster preset: " + presets)->capture_default_str();
-  command.add_option("--nodes", options.nodes, "number of nodes")
-      ->capture_default_str()
-      ->check(CLI::Range(1, models::kMaxNodes));
-  command.add_option("--gpus-per-node", options.gpus_per_node, "GPUs per node (default: the preset's)")
-      ->check(CLI::Range(1, models::kMaxGpusPerNode));
-  command.add_option("--nics-per-node", options.nics_per_node,
-                     "NICs per node, dividing the GPUs per node (default: the preset's, one per GPU)");
-  command.add_option("--nic-gbps", options.nic_Gbps, "NIC line rate in Gb/s, e.g. 400 or 800 (default: the preset's)")
-      ->check(number_range(models::kMinLinkGbps, models::kMaxLinkGbps));
-  command.add_option("--pcie-GBps", options.pcie_GBps, "GPU <-> NIC PCIe bandwidth in GB/s per direction")
-      ->check(number_range(models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8));
-  command.add_option("--fabric", options.fabric, "rail-optimized (default), fat-tree or single-switch");
-  command.add_option("--spines", options.spines, "spine switches (default: derived from the leaf ports)")
-      ->check(CLI::Range(1, models::kMaxSpines));
-  command
-      .add_option("--oversubscription", options.oversubscription,
-                  "leaf downlink : uplink bandwidth ratio, e.g. 2 for 2:1 (default 1)")
-      ->check(number_range(models::kMinOversubscription, models::kMaxOversubscription));
-  command
-      .add_option("--nodes-per-leaf", options.nodes_per_leaf,
-                  "nodes under one leaf group (rail-optimized: a scalable unit; default: 32 leaf ports)")
-      ->check(CLI::Range(1, models::kMaxNodes));
-  command.add_flag("--sharp", options.sharp, "the switches reduce in the network (InfiniBand SHARP: NCCL CollNet)");
-  command.add_option("--nvlink-latency-us", options.nvlink_latency_us, "GPU <-> NVSwitch link latency")
-      ->check(number_range(0.0, models::kMaxLatencyUs));
-  command.add_option("--pcie-latency-us", options.pcie_latency_us, "GPU <-> NIC link latency")
-      ->check(number_range(0.0, models::kMaxLatencyUs));
-  command.add_option("--nic-latency-us", options.nic_latency_us, "NIC <-> leaf link latency")
-      ->check(number_range(0.0, models::kMaxLatencyUs));
-  command.add_option("--switch-latency-us", options.switch_latency_us, "leaf <-> spine link latency")
-      ->check(number_range(0.0, models::kMaxLatencyUs));
+  CLI::Option* preset =
+      command
+          .add_option("--cluster", options.preset,
+                      "cluster preset: " + presets + (scenario ? " (default: the scenario's)" : ""))
+          ->each([&options](const std::string&) { options.preset_given = true; });
+  if (!scenario) preset->capture_default_str();
+  const std::span<const ClusterKey> keys = cluster_keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const ClusterKey& key = keys[i];
+    std::string help(key.help);
+    if (key.key == "nodes") help += scenario ? " (default: the scenario's)" : " (default 1)";
+    if (key.kind == ClusterKey::Kind::kInteger || key.kind == ClusterKey::Kind::kNumber) {
+      help += fmt::format(" [{:g} .. {:g}]", key.min, key.max);
+    }
+    if (key.kind == ClusterKey::Kind::kBoolean) {
+      // --sharp alone means true; --sharp=false turns off what the preset has.
+      command.add_flag(fmt::format("{}{{true}}", key.flag), options.values[i], help + " (--flag or --flag=false)");
+    } else {
+      command.add_option(std::string(key.flag), options.values[i], help)
+          ->type_name(key.kind == ClusterKey::Kind::kInteger  ? "INT"
+                      : key.kind == ClusterKey::Kind::kNumber ? "NUM"
+                                                              : "TEXT");
+    }
+  }
 }
 
 models::ClusterSpec cluster_spec(const ClusterOptions& options) {
-  models::ClusterSpec spec = models::cluster_preset(options.preset);
-  spec.nodes = options.nodes;
-  if (options.gpus_per_node) {
-    spec.gpus_per_node = *options.gpus_per_node;
-    // Keep one NIC per GPU where the preset has it, unless told otherwise.
-    if (!options.nics_per_node) spec.nics_per_node = std::min(spec.nics_per_node, spec.gpus_per_node);
-  }
-  if (options.nics_per_node) spec.nics_per_node = *options.nics_per_node;
-  if (spec.nics_per_node < 1 || spec.gpus_per_node % spec.nics_per_node != 0) {
-    fail(ErrorCode::kInvalidArgument, "--nics-per-node {} must divide the {} GPUs per node", spec.nics_per_node,
-         spec.gpus_per_node);
-  }
-  if (options.nic_Gbps) spec.nic_Bps = *options.nic_Gbps * 1e9 / 8;
-  if (options.pcie_GBps) spec.pcie_Bps = *options.pcie_GBps * 1e9;
-  if (options.fabric) spec.fabric = models::parse_fabric(*options.fabric);
-  if (options.spines) spec.spines = *options.spines;
-  if (options.oversubscription) spec.oversubscription = *options.oversubscription;
-  if (options.nodes_per_leaf) spec.nodes_per_leaf = *options.nodes_per_leaf;
-  if (options.sharp) spec.sharp = true;
-  if (options.nvlink_latency_us) spec.nvlink_latency_s = *options.nvlink_latency_us * 1e-6;
-  if (options.pcie_latency_us) spec.pcie_latency_s = *options.pcie_latency_us * 1e-6;
-  if (options.nic_latency_us) spec.nic_latency_s = *options.nic_latency_us * 1e-6;
-  if (options.switch_latency_us) spec.switch_latency_s = *options.switch_latency_us * 1e-6;
-  if (spec.fabric == models::Fabric::kSingleSwitch) {
-    for (auto [given, flag] : {std::pair{options.spines.has_value(), "--spines"},
-                               std::pair{options.oversubscription.has_value(), "--oversubscription"},
-                               std::pair{options.nodes_per_leaf.has_value(), "--nodes-per-leaf"}}) {
-      if (given) fail(ErrorCode::kInvalidArgument, "{} does not apply to a single-switch fabric", flag);
-    }
-  }
-  models::validate(spec);
-  return spec;
+  std::vector<ClusterValueText> given = given_values(options);
+  // A command's cluster is one node unless told: not the preset's size.
+  if (!options.value("nodes")) given.insert(given.begin(), {find_cluster_key("nodes"), "1", "--nodes"});
+  return resolve_cluster_spec(options.preset, given);
+}
+
+ClusterOverrides cluster_overrides(const ClusterOptions& options) {
+  ClusterOverrides overrides;
+  if (options.preset_given) overrides.preset = options.preset;
+  overrides.values = given_values(options);
+  models::ClusterSpec scratch = models::cluster_preset(options.preset);
+  for (const ClusterValueText& value : overrides.values) set_cluster_value(scratch, value);
+  return overrides;
 }
 
 std::vector<std::string> cluster_notes(const models::ClusterSpec& spec) {

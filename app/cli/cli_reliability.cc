@@ -58,7 +58,6 @@ struct ReliabilityOptions {
   std::optional<double> mfu;
   std::optional<double> target_mtbf_hours;
   bool json = false;
-  bool nodes_given = false;
 };
 
 // "none" alone, or any of retry, reroute, shrink; "none,retry" contradicts itself and is refused.
@@ -161,9 +160,10 @@ int job_nodes(const ReliabilityOptions& options, int gpus_per_node) {
   if (nodes > models::kMaxNodes) {
     fail(ErrorCode::kInvalidArgument, "--gpus {} needs {} nodes, over the limit of {}", gpus, nodes, models::kMaxNodes);
   }
-  if (options.nodes_given && options.cluster.nodes != nodes) {
-    fail(ErrorCode::kInvalidArgument, "--nodes {} disagrees with --gpus {} ({} nodes of {} GPUs)",
-         options.cluster.nodes, gpus, nodes, gpus_per_node);
+  if (const std::optional<std::string>& given = options.cluster.value("nodes");
+      given && cluster_spec(options.cluster).nodes != nodes) {
+    fail(ErrorCode::kInvalidArgument, "--nodes {} disagrees with --gpus {} ({} nodes of {} GPUs)", *given, gpus, nodes,
+         gpus_per_node);
   }
   return nodes;
 }
@@ -477,7 +477,6 @@ void add_reliability_command(CLI::App& app, CommandStatus& status) {
       ->check(number_range(1e-6, models::kMaxDuration_s / 3600));
   command->add_flag("--json", options->json, "print JSON instead of tables");
   command->callback([options, command, &status] {
-    options->nodes_given = command->count("--nodes") > 0;
     if (options->mfu && *options->mfu <= 0) fail(ErrorCode::kInvalidArgument, "--mfu must be > 0");
     run_reliability(*options);
     status.exit_code = kExitSuccess;

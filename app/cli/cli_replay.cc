@@ -34,7 +34,6 @@ struct ReplayCliOptions {
   std::string dir;
   std::string prefix;
   ClusterOptions cluster;
-  bool nodes_given = false;
   std::string recovery = "all";
   std::string watchdog;
   std::string gaps = "recorded";
@@ -97,9 +96,10 @@ int run_replay(const ReplayCliOptions& options) {
   ReplayOptions replay_options;
   ClusterOptions cluster = options.cluster;
   replay_options.cluster = cluster_spec(cluster);
-  if (!options.nodes_given) {
+  if (!cluster.value("nodes")) {
     const int ranks = highest_rank(dumps) + 1;
-    cluster.nodes = (ranks + replay_options.cluster.gpus_per_node - 1) / replay_options.cluster.gpus_per_node;
+    cluster.value("nodes") =
+        std::to_string((ranks + replay_options.cluster.gpus_per_node - 1) / replay_options.cluster.gpus_per_node);
     replay_options.cluster = cluster_spec(cluster);
   }
   std::optional<CalibrationProfile> profile;
@@ -196,7 +196,6 @@ void add_replay_command(CLI::App& app, CommandStatus& status) {
       ->type_name("FILE");
   command->footer(kReplayFooter);
   command->callback([options, command, &status] {
-    options->nodes_given = command->count("--nodes") > 0;
     status.exit_code = run_replay(*options);
   });
 }

@@ -12,6 +12,7 @@
 
 #include "app/run/backends.h"
 #include "app/common/common.h"
+#include "app/cli/cli_cluster.h"
 #include "app/cli/cli_paths.h"
 #include "app/cli/commands.h"
 #include "app/scenario/scenario.h"
@@ -30,6 +31,7 @@ struct RunOptions {
   bool quiet = false;
   bool dump_on_exit = false;
   std::string calibration;  // a profile that replaces the scenario's `calibration:`
+  ClusterOptions cluster;   // the flags given replace the scenario's cluster values
 };
 
 ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario) {
@@ -43,7 +45,8 @@ ScenarioBackend backend_for(const RunOptions& options, const Scenario& scenario)
 }
 
 void run_command(const RunOptions& options, CommandStatus& status) {
-  Scenario scenario = load_scenario(options.scenario);
+  const ClusterOverrides overrides = cluster_overrides(options.cluster);
+  Scenario scenario = load_scenario(options.scenario, overrides);
   if (!options.calibration.empty()) {
     // --calibration replaces the scenario's `calibration:` key.
     if (scenario.network == NetworkChoice::kIdeal) {
@@ -90,6 +93,13 @@ void run_command(const RunOptions& options, CommandStatus& status) {
     if (scenario.outputs.csv) write_text_file((dir / "results.csv").string(), output.results_csv);
   }
   if (output.trace) write_text_file(options.trace, output.trace->dump() + "\n");
+  if (!overrides.preset.empty() || !overrides.values.empty()) {
+    std::string flags = overrides.preset.empty() ? "" : "--cluster " + overrides.preset;
+    for (const ClusterValueText& value : overrides.values) {
+      flags += fmt::format("{}{} {}", flags.empty() ? "" : " ", value.what, value.text);
+    }
+    fmt::print("cluster overrides (every variant): {}\n", flags);
+  }
   fmt::print("{}", output.report);
   std::fflush(stdout);
   status.exit_code = output.pass ? kExitSuccess : kExitFindings;
@@ -122,6 +132,12 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
   command->add_option("--calibration", options->calibration,
                       "apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the simulator, "
                       "in place of the scenario's `calibration:` key");
+  // The cluster keys of a scenario's `cluster:` as flags (--nodes 16 --nic-gbps 800): what a user
+  // tries without copying the YAML.
+  add_cluster_options(*command, options->cluster, ClusterDefaults::kScenario);
+  command->footer(
+      "Cluster flags (--cluster, --nodes, --nic-gbps, ...) replace the scenario's values in every variant; the "
+      "report's first line lists them. Expectations are checked as the scenario writes them.");
   command->callback([options, &status] { run_command(*options, status); });
 }
 

@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "app/common/cluster_keys.h"
 #include "app/common/common.h"
 #include "app/common/nccl_tests_table.h"
 #include "app/scenario/training_rehearsal.h"
@@ -110,12 +111,6 @@ namespace {
 constexpr std::array<std::string_view, 15> kTopKeys{
     "tandem_scenario", "name",     "description", "cluster",    "variants", "backend", "network",
     "calibration",     "workload", "faults",      "fault_seed", "recovery", "outputs", "allocator", "expect"};
-// clang-format off
-constexpr std::array<std::string_view, 19> kClusterKeys{
-    "preset", "nodes", "gpus_per_node", "fabric", "nic_gbps", "nics_per_node", "spines", "oversubscription",
-    "nodes_per_leaf", "nvlink_GBps", "pcie_GBps", "nvls", "sharp", "nvlink_latency_us", "pcie_latency_us",
-    "nic_latency_us", "switch_latency_us", "gpu_power_w", "gpu_memory_GB"};
-// clang-format on
 constexpr std::array<std::string_view, 3> kVariantKeys{"name", "cluster", "allocator"};
 constexpr std::array<std::string_view, 7> kCollectiveSweepKeys{"type",  "collectives", "sizes",        "algorithms",
                                                                "dtype", "op",          "gpus_per_node"};
@@ -169,8 +164,18 @@ struct ClusterValue {
 };
 using ClusterValues = std::vector<ClusterValue>;
 
+// A cluster mapping's keys: the preset, then app/common/cluster_keys.h's table.
+const std::vector<std::string_view>& cluster_mapping_keys() {
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> out{"preset"};
+    for (const ClusterKey& key : cluster_keys()) out.push_back(key.key);
+    return out;
+  }();
+  return keys;
+}
+
 ClusterValues read_cluster_values(const Reader& reader, const YAML::Node& node, const std::string& path) {
-  Mapping mapping(reader, node, path, kClusterKeys);
+  Mapping mapping(reader, node, path, cluster_mapping_keys());
   ClusterValues values;
   for (const auto& [key, value] : mapping.entries()) values.push_back({key, value, mapping.path(key)});
   return values;
@@ -193,67 +198,39 @@ ClusterValues merge_cluster_values(const ClusterValues& base, const ClusterValue
   return merged;
 }
 
-// The preset with every value applied, checked as a whole.
+// The preset with every value applied, then the command line's overrides (they replace the file's
+// in every variant), checked as a whole.
 models::ClusterSpec resolve_cluster(const Reader& reader, const ClusterValues& values, const YAML::Node& cluster_node,
-                                    const std::string& what) {
+                                    const std::string& what, const ClusterOverrides& overrides) {
   auto preset = std::find_if(values.begin(), values.end(), [](const ClusterValue& v) { return v.key == "preset"; });
   if (preset == values.end()) reader.fail_at(cluster_node, "missing required key 'preset' in {}", what);
-  const std::string preset_name = reader.text(preset->node, preset->path);
+  const std::string preset_name =
+      overrides.preset.empty() ? reader.text(preset->node, preset->path) : overrides.preset;
   models::ClusterSpec spec = reader.at(preset->node, preset->path, [&] { return models::cluster_preset(preset_name); });
-
-  constexpr double kGbpsToBps = 1e9 / 8;  // Gb/s of a NIC to bytes per second
-  constexpr double kGBpsToBps = 1e9;
-  constexpr double kUsToS = 1e-6;
+  std::vector<ClusterValueText> given;
   for (const ClusterValue& v : values) {
-    const YAML::Node& n = v.node;
-    const std::string& p = v.path;
-    if (v.key == "preset") {
-      continue;
-    } else if (v.key == "nodes") {
-      spec.nodes = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioNodes));
-    } else if (v.key == "gpus_per_node") {
-      spec.gpus_per_node = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioGpusPerNode));
-    } else if (v.key == "fabric") {
-      const std::string text = reader.scalar(n, p);
-      spec.fabric = reader.at(n, p, [&] { return models::parse_fabric(text); });
-    } else if (v.key == "nic_gbps") {
-      spec.nic_Bps = reader.number(n, p, models::kMinLinkGbps, models::kMaxLinkGbps, false) * kGbpsToBps;
-    } else if (v.key == "nics_per_node") {
-      spec.nics_per_node = static_cast<int>(reader.integer(n, p, 1, kMaxScenarioGpusPerNode));
-    } else if (v.key == "spines") {
-      spec.spines = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
-    } else if (v.key == "oversubscription") {
-      spec.oversubscription = reader.number(n, p, models::kMinOversubscription, models::kMaxOversubscription, false);
-    } else if (v.key == "nodes_per_leaf") {
-      spec.nodes_per_leaf = static_cast<int>(reader.integer(n, p, 0, kMaxScenarioNodes));
-    } else if (v.key == "nvlink_GBps") {
-      spec.nvlink_Bps = reader.number(n, p, models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8, false) * kGBpsToBps;
-    } else if (v.key == "pcie_GBps") {
-      spec.pcie_Bps = reader.number(n, p, models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8, false) * kGBpsToBps;
-    } else if (v.key == "nvls") {
-      spec.gpu.nvls = reader.boolean(n, p);
-    } else if (v.key == "gpu_power_w") {
-      spec.gpu.power_limit_w = reader.number(n, p, 100, spec.gpu.tdp_w > 0 ? spec.gpu.tdp_w : 2000, false);
-    } else if (v.key == "gpu_memory_GB") {
-      spec.gpu.memory_bytes = reader.number(n, p, 1, 1024, false) * 1e9;
-    } else if (v.key == "sharp") {
-      spec.sharp = reader.boolean(n, p);
-    } else if (v.key == "nvlink_latency_us") {
-      spec.nvlink_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
-    } else if (v.key == "pcie_latency_us") {
-      spec.pcie_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
-    } else if (v.key == "nic_latency_us") {
-      spec.nic_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
-    } else if (v.key == "switch_latency_us") {
-      spec.switch_latency_s = reader.number(n, p, 0, models::kMaxLatencyUs, false) * kUsToS;
+    if (v.key == "preset") continue;
+    const ClusterKey* key = find_cluster_key(v.key);
+    ClusterValueText value{key, key->kind == ClusterKey::Kind::kText ? reader.text(v.node, v.path)
+                                                                     : reader.scalar(v.node, v.path),
+                           v.path};
+    try {
+      set_cluster_value(spec, value);
+    } catch (const Error& error) {
+      reader.fail_at(v.node, "{}", error.what());
     }
+    given.push_back(std::move(value));
+  }
+  for (const ClusterValueText& value : overrides.values) {
+    set_cluster_value(spec, value);
+    given.push_back(value);
   }
   if (int64_t{spec.nodes} * spec.gpus_per_node > kMaxScenarioGpus) {
     reader.fail_at(cluster_node, "{} has {} nodes x {} GPUs = {} GPUs, above the limit of {}", what, spec.nodes,
                    spec.gpus_per_node, int64_t{spec.nodes} * spec.gpus_per_node, kMaxScenarioGpus);
   }
   // What only the whole spec can tell (NICs that do not divide the GPUs, spines on a single switch).
-  reader.at(cluster_node, what, [&] { models::validate(spec); });
+  reader.at(cluster_node, what, [&] { finish_cluster_spec(spec, given); });
   return spec;
 }
 
@@ -269,11 +246,11 @@ void read_allocator(const Reader& reader, const YAML::Node& node, const std::str
   variant.allocator = reader.at(node, path, [&] { return models::parse_alloc_conf(variant.alloc_conf); });
 }
 
-std::vector<ClusterVariant> read_clusters(const Reader& reader, const Mapping& top) {
+std::vector<ClusterVariant> read_clusters(const Reader& reader, const Mapping& top, const ClusterOverrides& overrides) {
   const YAML::Node& base_node = top.require("cluster");
   const ClusterValues base_values = read_cluster_values(reader, base_node, "cluster");
   std::vector<ClusterVariant> variants;
-  variants.push_back({std::string(kBaseVariantName), resolve_cluster(reader, base_values, base_node, "cluster"),
+  variants.push_back({std::string(kBaseVariantName), resolve_cluster(reader, base_values, base_node, "cluster", overrides),
                       source_mark(base_node.Mark())});
   if (const YAML::Node* allocator = top.find("allocator")) read_allocator(reader, *allocator, "allocator", variants[0]);
   const ClusterVariant base = variants[0];
@@ -310,7 +287,7 @@ std::vector<ClusterVariant> read_clusters(const Reader& reader, const Mapping& t
       const ClusterValues values =
           merge_cluster_values(base_values, read_cluster_values(reader, *cluster_node, variant.path("cluster")));
       out.cluster =
-          resolve_cluster(reader, values, *cluster_node, fmt::format("cluster of variant '{}'", variant_name));
+          resolve_cluster(reader, values, *cluster_node, fmt::format("cluster of variant '{}'", variant_name), overrides);
       out.mark = source_mark(cluster_node->Mark());
     }
     if (allocator != nullptr) read_allocator(reader, *allocator, variant.path("allocator"), out);
@@ -1080,7 +1057,7 @@ void check_version(const Reader& reader, const YAML::Node& root) {
   }
 }
 
-Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
+Scenario read_scenario(const Reader& reader, const YAML::Node& root, const ClusterOverrides& overrides) {
   check_version(reader, root);
   Mapping top(reader, root, "", kTopKeys);
   Scenario scenario;
@@ -1092,7 +1069,7 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root) {
   if (const YAML::Node* description = top.find("description")) {
     scenario.description = reader.scalar(*description, "description");
   }
-  scenario.variants = read_clusters(reader, top);
+  scenario.variants = read_clusters(reader, top, overrides);
   if (const YAML::Node* backend = top.find("backend")) {
     const std::string text = reader.scalar(*backend, "backend");
     scenario.backend = reader.at(*backend, "backend", [&] { return parse_backend(text); });
@@ -1178,7 +1155,7 @@ void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLev
 }
 
 models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& node, const std::string& path) {
-  return resolve_cluster(reader, read_cluster_values(reader, node, path), node, path);
+  return resolve_cluster(reader, read_cluster_values(reader, node, path), node, path, ClusterOverrides{});
 }
 
 // recompute: none | selective | full, or a boolean (true: full), as scenarios before selective had.
@@ -1327,7 +1304,7 @@ models::TrainingConfig TrainingWorkload::config_for(size_t index, int gpus) cons
   return config;
 }
 
-Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
+Scenario parse_scenario(std::string_view yaml_text, const std::string& file, const ClusterOverrides& overrides) {
   const Reader reader(file);
   const YAML::Node root = load_one_document(reader, yaml_text);
   if (!root || root.IsNull()) {
@@ -1335,15 +1312,15 @@ Scenario parse_scenario(std::string_view yaml_text, const std::string& file) {
         {1, 1}, fmt::format("the scenario is empty (it starts with 'tandem_scenario: {}')", kScenarioFormatVersion));
   }
   try {
-    return read_scenario(reader, root);
+    return read_scenario(reader, root, overrides);
   } catch (const YAML::Exception& error) {
     // The readers above check every node's kind before using it; this is a last guard.
     reader.fail_at_mark(source_mark(error.mark), error.msg);
   }
 }
 
-Scenario load_scenario(const std::string& path) {
-  return parse_scenario(read_text_file(path, "scenario", kMaxScenarioFileBytes), path);
+Scenario load_scenario(const std::string& path, const ClusterOverrides& overrides) {
+  return parse_scenario(read_text_file(path, "scenario", kMaxScenarioFileBytes), path, overrides);
 }
 
 }  // namespace tandem::app

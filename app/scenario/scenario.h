@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "app/calibrate/calibration.h"
+#include "app/common/cluster_keys.h"
 #include "app/common/common.h"
 #include "core/faults.h"
 #include "core/flight_recorder.h"
@@ -39,7 +40,6 @@ inline constexpr int kScenarioFormatVersion = 1;
 
 // Limits checked at load. Beyond them a value is a typo rather than a plan, or more than the
 // simulator is meant for.
-inline constexpr int kMaxScenarioNodes = 4096;
 inline constexpr int kMaxScenarioGpusPerNode = 64;
 inline constexpr int kMaxScenarioGpus = 32768;                      // nodes * gpus_per_node
 inline constexpr size_t kMaxScenarioVariants = 32;                  // the base cluster included
@@ -320,11 +320,12 @@ struct Scenario {
 };
 
 // Reads and checks `path`. Throws Error(kIo) when it cannot be read, Error(kFormat) for anything
-// the file gets wrong (messages start with "path:line:column: ").
-Scenario load_scenario(const std::string& path);
+// the file gets wrong (messages start with "path:line:column: "). `overrides` (the command line's
+// cluster flags) replace the file's cluster values in every variant.
+Scenario load_scenario(const std::string& path, const ClusterOverrides& overrides = {});
 
 // The same for YAML text; `file` is what messages and Scenario::file call it.
-Scenario parse_scenario(std::string_view yaml_text, const std::string& file);
+Scenario parse_scenario(std::string_view yaml_text, const std::string& file, const ClusterOverrides& overrides = {});
 
 // Whether the workload's algorithm name runs `collective` at all (the runner shows "n/a" where
 // not): core algorithms as core/algorithms.h says, nvls for all_reduce only, auto for everything.

@@ -83,6 +83,18 @@ TEST(RunCli, SmokeScenarioOnTheSimulator) {
   std::filesystem::remove_all(dir);
 }
 
+// `tandem run` takes a scenario's cluster keys as flags: 16 nodes of 800G without editing the file.
+TEST(RunCli, ClusterFlagsReplaceTheScenariosCluster) {
+  const Outcome outcome = run_tandem("run scenarios/smoke-8xh100.yaml --nodes 2 --nic-gbps 800 --quiet");
+  EXPECT_TRUE(contains(outcome.out, "cluster overrides (every variant): --nodes 2 --nic-gbps 800")) << outcome.out;
+  const Outcome report = run_tandem("run scenarios/smoke-8xh100.yaml --nodes 2 --nic-gbps 800");
+  EXPECT_TRUE(contains(report.out, "2 nodes x 8 H100-SXM (16 GPUs)")) << report.out;
+  EXPECT_TRUE(contains(report.out, "8x 800 Gb/s NICs per node")) << report.out;
+  // A bad value names its flag and the range, before anything runs.
+  expect_one_line_error(run_tandem("run scenarios/smoke-8xh100.yaml --nodes 0"), 2,
+                        "--nodes must be an integer from 1 to 16384 (got '0')");
+}
+
 TEST(RunCli, HostBackend) {
   // Small sizes: the host backend moves real data with a thread per rank.
   const std::string path = write_scenario("host.yaml", R"(tandem_scenario: 1

@@ -68,6 +68,67 @@ TEST(Scenario, ShippedSmokeLoads) {
   EXPECT_FALSE(scenario.expectations.empty());
 }
 
+// The command line's overrides replace the file's cluster values in every variant, and the file's
+// keys and the flags are one table: the same values give the same cluster either way.
+TEST(Scenario, CommandLineOverridesReplaceTheClusterInEveryVariant) {
+  const std::string yaml = R"(tandem_scenario: 1
+name: overrides
+cluster: {preset: dgx-h100, nodes: 2, nic_gbps: 400}
+variants:
+  - {name: 800G, cluster: {nic_gbps: 800}}
+  - {name: four, cluster: {nodes: 4}}
+workload: {type: collective-sweep, collectives: [all_reduce], sizes: [1M], algorithms: [ring]}
+)";
+  ClusterOverrides overrides;
+  overrides.values.push_back({find_cluster_key("nodes"), "16", "--nodes"});
+  overrides.values.push_back({find_cluster_key("gpus_per_node"), "4", "--gpus-per-node"});
+  const Scenario scenario = parse_scenario(yaml, "t.yaml", overrides);
+  ASSERT_EQ(scenario.variants.size(), 3u);
+  for (const ClusterVariant& variant : scenario.variants) {
+    EXPECT_EQ(variant.cluster.nodes, 16) << variant.name;
+    EXPECT_EQ(variant.cluster.gpus_per_node, 4) << variant.name;
+    EXPECT_EQ(variant.cluster.nics_per_node, 4) << variant.name;  // one NIC per GPU kept
+  }
+  EXPECT_DOUBLE_EQ(scenario.variants[1].cluster.nic_Bps, 800e9 / 8);  // the variant's own value stays
+  EXPECT_DOUBLE_EQ(scenario.variants[0].cluster.nic_Bps, 400e9 / 8);
+
+  // The same values from the file: the same cluster.
+  const Scenario from_file = parse_scenario(
+      "tandem_scenario: 1\nname: f\ncluster: {preset: dgx-h100, nodes: 16, gpus_per_node: 4}\n"
+      "workload: {type: collective-sweep, collectives: [all_reduce], sizes: [1M], algorithms: [ring]}\n",
+      "f.yaml");
+  const models::ClusterSpec& a = from_file.variants[0].cluster;
+  const models::ClusterSpec& b = scenario.variants[0].cluster;
+  EXPECT_EQ(a.nodes, b.nodes);
+  EXPECT_EQ(a.gpus_per_node, b.gpus_per_node);
+  EXPECT_EQ(a.nics_per_node, b.nics_per_node);
+
+  // A preset override starts every variant from that preset.
+  ClusterOverrides h200;
+  h200.preset = "dgx-h200";
+  EXPECT_EQ(parse_scenario(yaml, "t.yaml", h200).variants[2].cluster.preset, "dgx-h200");
+}
+
+TEST(Scenario, ClusterKeysAreOneTable) {
+  // Every key a cluster mapping takes is a flag, and the range is the table's on both sides.
+  ASSERT_NE(find_cluster_key("nvlink_GBps"), nullptr);
+  EXPECT_EQ(find_cluster_key("nvlink_GBps")->flag, "--nvlink-GBps");
+  EXPECT_EQ(find_cluster_key("gpu_memory_GB")->flag, "--gpu-memory-GB");
+  EXPECT_EQ(find_cluster_key("nodes")->max, models::kMaxNodes);
+  EXPECT_EQ(find_cluster_key("preset"), nullptr);  // the preset is --cluster / preset:, not a value
+  models::ClusterSpec spec = models::cluster_preset("dgx-h100");
+  EXPECT_THROW(set_cluster_value(spec, {find_cluster_key("gpu_power_w"), "900", "--gpu-power-w"}), Error);  // TDP 700
+  set_cluster_value(spec, {find_cluster_key("nvls"), "false", "--nvls"});
+  EXPECT_FALSE(spec.gpu.nvls);
+  try {
+    resolve_cluster_spec("dgx-h100", {{find_cluster_key("fabric"), "single-switch", "--fabric"},
+                                      {find_cluster_key("oversubscription"), "1", "--oversubscription"}});
+    ADD_FAILURE() << "a single switch took --oversubscription";
+  } catch (const Error& error) {
+    EXPECT_EQ(std::string(error.what()), "--oversubscription does not apply to a single-switch fabric");
+  }
+}
+
 TEST(Scenario, DefaultsAndOverrides) {
   const Scenario scenario = parse_scenario(R"(tandem_scenario: 1
 name: defaults
@@ -233,11 +294,11 @@ std::vector<Rejection> rejections() {
       {"unknown cluster key", with_cluster("cluster:\n  preset: dgx-h100\n  nic_gbs: 800\n"),
        "t.yaml:5:3: unknown key 'nic_gbs' in cluster (did you mean 'nic_gbps'?) (expected: preset, nodes, gpus_per_node, fabric, nic_gbps"},
       {"zero nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 0}\n"),
-       "t.yaml:3:36: cluster.nodes must be an integer from 1 to 4096 (got '0')"},
-      {"too many nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 5000}\n"),
-       "t.yaml:3:36: cluster.nodes must be an integer from 1 to 4096 (got '5000')"},
+       "t.yaml:3:36: cluster.nodes must be an integer from 1 to 16384 (got '0')"},
+      {"too many nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 20000}\n"),
+       "t.yaml:3:36: cluster.nodes must be an integer from 1 to 16384 (got '20000')"},
       {"fractional nodes", with_cluster("cluster: {preset: dgx-h100, nodes: 2.5}\n"),
-       "cluster.nodes must be an integer from 1 to 4096 (got '2.5')"},
+       "cluster.nodes must be an integer from 1 to 16384 (got '2.5')"},
       {"too many GPUs",
        with_cluster("cluster: {preset: dgx-h100, nodes: 4096, gpus_per_node: 16, nics_per_node: 16}\n"),
        "t.yaml:3:10: cluster has 4096 nodes x 16 GPUs = 65536 GPUs, above the limit of 32768"},
@@ -248,7 +309,7 @@ std::vector<Rejection> rejections() {
       {"unknown fabric", with_cluster("cluster: {preset: dgx-h100, fabric: torus}\n"),
        "t.yaml:3:37: cluster.fabric: unknown fabric 'torus'"},
       {"NICs that do not divide the GPUs", with_cluster("cluster: {preset: dgx-h100, nics_per_node: 3}\n"),
-       "t.yaml:3:10: cluster: cluster nics_per_node = 3: must divide gpus_per_node (8)"},
+       "t.yaml:3:10: cluster: cluster.nics_per_node 3 must divide the 8 GPUs per node"},
 
       // variants
       {"variant without name", minimal_plus("variants:\n  - cluster: {nodes: 4}\n"),

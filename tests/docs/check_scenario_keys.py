@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks that the scenario and plan references document every key the loaders accept: each key of
 the k...Keys tables in app/scenario/scenario.cc must appear in docs/scenarios.md, in backticks or as `key:`
-in a YAML example, and each of app/plan/plan.cc's in docs/plan.md.
+in a YAML example, and each of app/plan/plan.cc's in docs/plan.md; each cluster key of
+app/common/cluster_keys.cc in docs/scenarios.md and its flag in docs/cli.md.
 
 Usage: check_scenario_keys.py REPO      exit 0 when every key is documented, 1 with the missing ones.
 Standard library only.
@@ -19,9 +20,31 @@ def tables(source):
     return out
 
 
+def cluster_keys(source):
+    """[(key, flag)] of app/common/cluster_keys.cc's table: entries {{"nodes", "--nodes", ...}."""
+    return re.findall(r'\{\{"(\w+)",\s*"(--[\w-]+)"', source)
+
+
+def documented(text, word):
+    backticked = re.search(r"`[^`\n]*(?<![\w-])" + re.escape(word) + r"(?![\w-])[^`\n]*`", text)
+    in_example = re.search(r"(^|[\s{,])" + re.escape(word) + r":", text, re.M)  # a YAML example
+    return backticked or in_example
+
+
 def main():
     repo = sys.argv[1]
     missing, checked = [], 0
+    scenarios_doc = open(f"{repo}/docs/scenarios.md", encoding="utf-8").read()
+    cli_doc = open(f"{repo}/docs/cli.md", encoding="utf-8").read()
+    pairs = cluster_keys(open(f"{repo}/app/common/cluster_keys.cc", encoding="utf-8").read())
+    if len(pairs) < 10:
+        missing.append(f"app/common/cluster_keys.cc: found {len(pairs)} cluster keys; the table's form changed?")
+    for key, flag in pairs:
+        checked += 2
+        if not documented(scenarios_doc, key):
+            missing.append(f"docs/scenarios.md: cluster key '{key}' (app/common/cluster_keys.cc) is not documented")
+        if not documented(cli_doc, flag):
+            missing.append(f"docs/cli.md: cluster flag '{flag}' (app/common/cluster_keys.cc) is not documented")
     for source, doc in [("app/scenario/scenario.cc", "docs/scenarios.md"), ("app/plan/plan.cc", "docs/plan.md")]:
         text = open(f"{repo}/{doc}", encoding="utf-8").read()
         for table, keys in tables(open(f"{repo}/{source}", encoding="utf-8").read()).items():
