@@ -240,8 +240,8 @@ RowRequest request_for(const Row& row) {
   // algorithm column records the environment, not what ran. The simulator picks its point-to-point
   // schedule.
   const bool point_to_point = point.collective == Collective::kAllToAll || point.collective == Collective::kSendRecv;
-  point.algorithm = point_to_point ? "auto" : row.algorithm;
-  point.protocol = row.protocol;
+  if (!point_to_point) point.algorithm = sim::parse_sim_algorithm_or_auto(row.algorithm);
+  point.protocol = sim::parse_protocol_or_auto(row.protocol);
   point.dtype = DataType::kF32;  // nccl-tests' default
   request.points = {point};
   return out;
@@ -322,10 +322,10 @@ int run(int argc, char** argv) {
       worst_id = row.id;
     }
     fmt::print("{:>10.2f} {:>15} {:>6.1f}%{} {} {} {}ch\n", predicted, range_text(row), 100 * error, miss ? "!" : " ",
-               result.algorithm, name(result.protocol), result.channels);
+               sim::name_or_auto(result.algorithm), name(result.protocol), result.channels);
     csv += fmt::format("{},\"{}\",{},{},{},{},{},{},{:.6g},{},{},{:.6g},{},{},{}\n", row.id, row.system, row.gpus,
                        row.nodes, row.collective, asked_text(row), row.bytes, row.metric, predicted, row.low, row.high,
-                       error, result.algorithm, name(result.protocol), result.channels);
+                       error, sim::name_or_auto(result.algorithm), name(result.protocol), result.channels);
   }
 
   fmt::print("\n{} rows: {} simulated, {} skipped, {} failed to simulate\n", rows.size(), simulated, skipped, errors);

@@ -8,7 +8,9 @@
 namespace tandem::sim {
 
 SimRequest CollectivePlan::request() const {
-  if (schedule == nullptr) fail(ErrorCode::kBackend, "sim: {} is a simulator model, not a schedule", choice.algorithm);
+  if (schedule == nullptr) {
+    fail(ErrorCode::kBackend, "sim: {} is a simulator model, not a schedule", name(choice.algorithm));
+  }
   SimRequest request;
   request.schedule = schedule;
   request.spec = spec;
@@ -33,8 +35,8 @@ CollectivePlan CollectivePlans::plan(const CollectiveQuery& query) {
   plan.per_node = query.per_node;
   plan.tuner = query.tuner;
   plan.analytic = query.analytic;
-  if (is_simulator_model(query.choice.algorithm)) return plan;
-  const Algorithm algorithm = parse_algorithm(query.choice.algorithm);
+  if (query.choice.algorithm.is_model()) return plan;
+  const Algorithm algorithm = query.choice.algorithm.schedule;
   AlgoParams params = query.params;
   if (algorithm == Algorithm::kRing || algorithm == Algorithm::kTree) params.channels = query.choice.channels;
   plan.half_ring = query.half_ring && algorithm == Algorithm::kRing &&
@@ -50,7 +52,7 @@ CollectivePlan CollectivePlans::plan(const CollectiveQuery& query) {
 CollectivePlan CollectivePlans::of_schedule(const Schedule& schedule, const CollectiveSpec& spec, std::vector<int> gpus,
                                             models::NcclProtocol protocol, uint32_t tiles) {
   CollectivePlan plan;
-  plan.choice.algorithm = std::string(name(schedule.algorithm));
+  plan.choice.algorithm = schedule.algorithm;
   plan.choice.protocol = protocol;
   plan.choice.tiles = tiles;
   plan.collective = spec.collective;
@@ -62,7 +64,9 @@ CollectivePlan CollectivePlans::of_schedule(const Schedule& schedule, const Coll
 
 SimResult CollectivePlans::run(const CollectivePlan& plan) {
   if (plan.schedule == nullptr) {
-    if (plan.tuner == nullptr) fail(ErrorCode::kBackend, "sim: {} planned without a tuner", plan.choice.algorithm);
+    if (plan.tuner == nullptr) {
+      fail(ErrorCode::kBackend, "sim: {} planned without a tuner", name(plan.choice.algorithm));
+    }
     return *run_simulator_model(simulator_, *plan.tuner, plan.choice, plan.collective, plan.bytes, plan.instances,
                                 plan.per_node);
   }

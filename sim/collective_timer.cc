@@ -83,7 +83,7 @@ CollectiveTimer::CollectiveTimer(const models::ClusterSpec& cluster, const Netwo
       plans_(simulator_, network) {}
 
 CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, const models::CommGroup& group,
-                                       const std::string& algorithm) {
+                                       std::optional<SimAlgorithm> algorithm) {
   if (group.instances.empty() || group.instances.front().empty()) {
     fail(ErrorCode::kInvalidArgument, "group '{}' has no ranks to time {} on", group.name, name(collective));
   }
@@ -91,24 +91,24 @@ CollectiveTiming CollectiveTimer::time(Collective collective, int64_t bytes, con
   const Shape shape = shape_of(group.instances.front(), cluster_.gpus_per_node);
   const Tuner tuner(cluster_, shape.nodes, shape.per_node);
   // A named algorithm where it implements the collective (tree: all_reduce), NCCL's pick elsewhere.
-  const bool named =
-      algorithm != "auto" && (is_simulator_model(algorithm) ? simulator_model_applies(algorithm, collective)
-                                                            : implements(parse_algorithm(algorithm), collective));
-  Choice choice = named ? tuner.choose_for(collective, bytes, algorithm) : tuner.choose(collective, bytes);
+  const bool named = algorithm && applies(*algorithm, collective);
+  Choice choice = named ? tuner.choose_for(collective, bytes, *algorithm) : tuner.choose(collective, bytes);
   // NCCL's p2p plan assumes the same ranks on every node, and is a fluid-model simulation: the
   // survivors of a shrink, and the packet model, run core's direct schedule op by op instead.
-  if (choice.algorithm == "p2p" && (!shape.regular || network_.fidelity == Fidelity::kPacket)) {
-    choice = tuner.choose_for(collective, bytes, "direct");
+  using Model = SimAlgorithm::Model;
+  if (choice.algorithm == Model::kP2p && (!shape.regular || network_.fidelity == Fidelity::kPacket)) {
+    choice = tuner.choose_for(collective, bytes, Algorithm::kDirect);
   }
   // The in-switch models (NVLS, NVLS Tree, CollNet) assume the same ranks on every node, as NCCL's
   // set-up of them does: a group that is not (the ranks still waiting in a hang, the survivors of a
   // shrink) gets the ring.
-  if (!shape.regular && is_simulator_model(choice.algorithm) && choice.algorithm != "p2p") {
-    choice = tuner.choose_for(collective, bytes, "ring");
+  if (!shape.regular && choice.algorithm.is_model() && choice.algorithm != Model::kP2p) {
+    choice = tuner.choose_for(collective, bytes, Algorithm::kRing);
   }
   // Rings run round by round and p2p in one round (cheap at any scale); anything else op by op,
   // one actor per rank.
-  const bool round_by_round = shape.regular && (choice.algorithm == "ring" || choice.algorithm == "p2p");
+  const bool round_by_round =
+      shape.regular && (choice.algorithm == Algorithm::kRing || choice.algorithm == Model::kP2p);
   std::vector<std::vector<int>> instances =
       instances_to_simulate(group.instances, shape.nodes, cluster_.gpus_per_node,
                             round_by_round ? kMaxConcurrentRanks : kMaxConcurrentRanksOpByOp);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -39,7 +40,7 @@ struct CollectiveTiming {
   std::string group;      // "tp", "fsdp", ...
   int ranks = 0;          // in one instance of the group
   int instances = 0;      // instances of the group simulated at once
-  std::string algorithm;  // what ran (auto resolved)
+  SimAlgorithm algorithm;  // what ran (auto resolved)
   models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   double seconds = 0;
   double busbw_GBps = 0;
@@ -57,13 +58,13 @@ class CollectiveTimer {
   CollectiveTimer(const models::ClusterSpec& cluster, const NetworkModel& network, bool explicit_schedules = false);
 
   // `bytes` (nccl-tests' size) of `collective` on `group`, whose instances list the GPUs of each
-  // instance in the group's rank order. `algorithm`: "auto" (NCCL's tuner), a core algorithm name
-  // or "nvls"; a named algorithm that does not implement the collective gives way to the tuner.
+  // instance in the group's rank order. `algorithm`: nullopt (NCCL's tuner) or the one to run; a
+  // named algorithm that does not implement the collective gives way to the tuner.
   // A group whose first instance spans whole blocks of equal size on its nodes (node-major) is
   // simulated in rank-symmetric form (rings round by round, cheap at any scale); any other (the
   // survivors of a shrink) op by op with an explicit schedule in its rank order.
   CollectiveTiming time(Collective collective, int64_t bytes, const models::CommGroup& group,
-                        const std::string& algorithm);
+                        std::optional<SimAlgorithm> algorithm);
 
  private:
   // A group that is not node-major whole blocks (a shrink's survivors): op by op, its ring orders
@@ -76,7 +77,9 @@ class CollectiveTimer {
   models::Topology topology_;
   Simulator simulator_;
   CollectivePlans plans_;  // the schedules, built once per shape
-  std::map<std::tuple<Collective, int64_t, std::string, std::vector<std::vector<int>>>, CollectiveTiming> cache_;
+  std::map<std::tuple<Collective, int64_t, std::optional<SimAlgorithm>, std::vector<std::vector<int>>>,
+           CollectiveTiming>
+      cache_;
 };
 
 }  // namespace tandem::sim

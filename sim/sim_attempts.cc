@@ -125,7 +125,7 @@ const SimAttempts::Prepared& SimAttempts::prepare(const std::vector<int>& ranks)
   query.bytes = config.work.size_bytes;
   // NCCL's protocol and channels for the named algorithm: ring and tree channels together use
   // every NIC of a node.
-  query.choice = tuner.choose_for(p.spec.collective, config.work.size_bytes, std::string(name(algorithm)));
+  query.choice = tuner.choose_for(p.spec.collective, config.work.size_bytes, algorithm);
   query.layout = std::move(layout);
   query.instances = {p.gpus};
   query.per_node = placement_.per_node;

@@ -49,7 +49,7 @@ RingTimes simulate_rings(const models::ClusterSpec& spec, int per_node) {
   constexpr DataType kType = DataType::kI32;
   const auto element = static_cast<int64_t>(size_bytes(kType));
   CollectiveQuery query;
-  query.choice.algorithm = "ring";  // one channel, Simple: the bootstrap ring is plain sockets
+  query.choice.algorithm = Algorithm::kRing;  // one channel, Simple: the bootstrap ring is plain sockets
   query.layout = RankLayout::nodes(spec.nodes, per_node);
   query.instances = {gpu_of_rank};
   query.per_node = per_node;

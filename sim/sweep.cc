@@ -52,18 +52,16 @@ std::vector<SweepPointResult> run_in_process(const SweepRequest& request) {
     out.point = point;
     try {
       const int64_t count = nccl_tests_counts(point.collective, point.bytes, point.dtype, n).count;
-      Choice choice =
-          point.algorithm == "auto" && point.protocol == "auto"
-              ? tuner.choose(point.collective, point.bytes)
-              : tuner.choose_for(
-                    point.collective, point.bytes,
-                    point.algorithm == "auto" ? tuner.choose(point.collective, point.bytes).algorithm : point.algorithm,
-                    point.protocol);
+      Choice choice = !point.algorithm && !point.protocol
+                          ? tuner.choose(point.collective, point.bytes)
+                          : tuner.choose_for(point.collective, point.bytes,
+                                             point.algorithm.value_or(tuner.choose(point.collective, point.bytes).algorithm),
+                                             point.protocol);
       // NCCL's p2p model is a fluid-model one: the packet model runs core's direct schedule.
-      if (choice.algorithm == "p2p" && request.network.fidelity == Fidelity::kPacket) {
-        choice = tuner.choose_for(point.collective, point.bytes, "direct", point.protocol);
+      if (choice.algorithm == SimAlgorithm::Model::kP2p && request.network.fidelity == Fidelity::kPacket) {
+        choice = tuner.choose_for(point.collective, point.bytes, Algorithm::kDirect, point.protocol);
       }
-      if (request.channels > 0 && choice.algorithm != "p2p") choice.channels = request.channels;
+      if (request.channels > 0 && choice.algorithm != SimAlgorithm::Model::kP2p) choice.channels = request.channels;
       out.algorithm = choice.algorithm;
       out.protocol = choice.protocol;
       out.channels = choice.channels;
@@ -101,7 +99,7 @@ json to_json(const std::vector<SweepPointResult>& results) {
   for (const SweepPointResult& r : results) {
     rows.push_back({{"ok", r.ok},
                     {"error", r.error},
-                    {"algorithm", r.algorithm},
+                    {"algorithm", r.algorithm ? name(*r.algorithm) : ""},
                     {"protocol", name(r.protocol)},
                     {"channels", r.channels},
                     {"seconds", r.seconds},
@@ -118,7 +116,8 @@ void from_json(const json& rows, std::vector<SweepPointResult>& results) {
     SweepPointResult& r = results[i];
     r.ok = row.at("ok").get<bool>();
     r.error = row.at("error").get<std::string>();
-    r.algorithm = row.at("algorithm").get<std::string>();
+    const std::string algorithm = row.at("algorithm").get<std::string>();
+    if (!algorithm.empty()) r.algorithm = parse_sim_algorithm(algorithm);
     r.protocol = models::parse_nccl_protocol(row.at("protocol").get<std::string>());
     r.channels = row.at("channels").get<int>();
     r.seconds = row.at("seconds").get<double>();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "core/sizes.h"
 #include "core/types.h"
 #include "models/cluster.h"
+#include "sim/sim_algorithm.h"
 #include "sim/simulator.h"
 
 namespace tandem::sim {
@@ -21,8 +23,8 @@ namespace tandem::sim {
 struct SweepPoint {
   Collective collective = Collective::kAllReduce;
   int64_t bytes = 0;                  // nccl-tests' size: all_gather / reduce_scatter count the total
-  std::string algorithm = "auto";     // a core algorithm name, "nvls", "nvls_tree", or "auto" (NCCL's tuner)
-  std::string protocol = "auto";      // "LL", "LL128", "Simple", or "auto" (NCCL's pick for the algorithm)
+  std::optional<SimAlgorithm> algorithm;         // nullopt: NCCL's tuner picks
+  std::optional<models::NcclProtocol> protocol;  // nullopt: NCCL's pick for the algorithm
   DataType dtype = DataType::kBF16;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
@@ -32,7 +34,7 @@ struct SweepPointResult {
   SweepPoint point;
   bool ok = false;
   std::string error;                  // why the point did not run (unsupported pair, ...)
-  std::string algorithm;              // the algorithm that ran (auto resolved)
+  std::optional<SimAlgorithm> algorithm;  // the algorithm that ran (auto resolved); none when it did not
   models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   int channels = 0;                   // NCCL channels the collective ran on
   double seconds = 0;

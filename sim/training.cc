@@ -93,7 +93,8 @@ class StepSimulator {
  private:
   CollectiveTiming time_collective(const models::StepProgram& program, const models::CommOp& op,
                                    const std::string& algorithm) {
-    return timer_.time(op.collective, op.bytes, program.groups[static_cast<size_t>(op.group)], algorithm);
+    return timer_.time(op.collective, op.bytes, program.groups[static_cast<size_t>(op.group)],
+                       parse_sim_algorithm_or_auto(algorithm));
   }
 
   models::ClusterSpec cluster_;
@@ -123,7 +124,7 @@ json to_json(const CollectiveTiming& c) {
           {"group", c.group},
           {"ranks", c.ranks},
           {"instances", c.instances},
-          {"algorithm", c.algorithm},
+          {"algorithm", name(c.algorithm)},
           {"protocol", name(c.protocol)},
           {"seconds", c.seconds},
           {"busbw_GBps", c.busbw_GBps}};
@@ -265,7 +266,7 @@ TrainingStepResult from_json(const json& j) {
     x.group = c.at("group").get<std::string>();
     x.ranks = c.at("ranks").get<int>();
     x.instances = c.at("instances").get<int>();
-    x.algorithm = c.at("algorithm").get<std::string>();
+    x.algorithm = parse_sim_algorithm(c.at("algorithm").get<std::string>());
     x.protocol = models::parse_nccl_protocol(c.at("protocol").get<std::string>());
     x.seconds = c.at("seconds").get<double>();
     x.busbw_GBps = c.at("busbw_GBps").get<double>();

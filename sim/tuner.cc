@@ -29,8 +29,8 @@ models::ClusterSpec participating(models::ClusterSpec cluster, int nodes, int gp
   return cluster;
 }
 
-uint32_t tiles_for(const std::string& algorithm, int64_t bytes, int channels, int nodes, int gpus_per_node) {
-  if (algorithm == "tree") {
+uint32_t tiles_for(SimAlgorithm algorithm, int64_t bytes, int channels, int nodes, int gpus_per_node) {
+  if (algorithm == Algorithm::kTree) {
     int64_t depth = gpus_per_node - 1;
     for (int span = 1; span < nodes; span *= 2) ++depth;
     const int64_t per_channel = bytes / std::max(1, channels);
@@ -38,39 +38,8 @@ uint32_t tiles_for(const std::string& algorithm, int64_t bytes, int channels, in
     while (per_channel / chunk < depth * kTreeChunksPerDepth && chunk > kTreeMinChunkBytes) chunk /= 2;
     return static_cast<uint32_t>(std::clamp<int64_t>((per_channel + chunk - 1) / chunk, 1, kMaxTreeTiles));
   }
-  if (algorithm != "recursive_doubling") return 1;
+  if (algorithm != Algorithm::kRecursiveDoubling) return 1;
   return static_cast<uint32_t>(std::clamp<int64_t>(bytes / kPipelineChunkBytes, 1, kMaxTiles));
-}
-
-// The NCCL algorithm whose protocol and channels a tandem algorithm takes: NCCL's own where it has
-// it; the ring's for tandem's other algorithms (their steps are point-to-point like a ring's).
-models::NcclAlgorithm nccl_algorithm(const std::string& algorithm) {
-  if (algorithm == "tree") return models::NcclAlgorithm::kTree;
-  if (algorithm == "nvls") return models::NcclAlgorithm::kNvls;
-  if (algorithm == "nvls_tree") return models::NcclAlgorithm::kNvlsTree;
-  if (algorithm == "pat") return models::NcclAlgorithm::kPat;
-  if (algorithm == "collnet_direct") return models::NcclAlgorithm::kCollNetDirect;
-  if (algorithm == "collnet_chain") return models::NcclAlgorithm::kCollNetChain;
-  return models::NcclAlgorithm::kRing;
-}
-
-std::string tandem_name(models::NcclAlgorithm algorithm) {
-  switch (algorithm) {
-    case models::NcclAlgorithm::kTree:
-      return "tree";
-    case models::NcclAlgorithm::kNvls:
-      return "nvls";
-    case models::NcclAlgorithm::kNvlsTree:
-      return "nvls_tree";
-    case models::NcclAlgorithm::kPat:
-      return "pat";
-    case models::NcclAlgorithm::kCollNetDirect:
-      return "collnet_direct";
-    case models::NcclAlgorithm::kCollNetChain:
-      return "collnet_chain";
-    default:
-      return "ring";
-  }
 }
 
 // The channels the simulated schedule runs: NCCL's for the algorithms whose schedules have them;
@@ -93,7 +62,7 @@ Tuner::Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node)
 // sends bytes / ranks to each rank; send_recv all of it to one).
 Choice Tuner::choose_p2p(Collective collective, int64_t bytes) const {
   const int64_t peer_bytes = collective == Collective::kAllToAll ? bytes / std::max(1, p2p_plan_.nranks) : bytes;
-  return {"p2p", p2p_plan_.uses_ll(peer_bytes) ? models::NcclProtocol::kLL : models::NcclProtocol::kSimple, 1,
+  return {SimAlgorithm::Model::kP2p, p2p_plan_.uses_ll(peer_bytes) ? models::NcclProtocol::kLL : models::NcclProtocol::kSimple, 1,
           p2p_plan_.peer_channels(peer_bytes)};
 }
 
@@ -117,42 +86,41 @@ Choice Tuner::choose(Collective collective, int64_t bytes) const {
       if (t && (!best || *t < best->time_us)) best = models::NcclPrediction{a, p, *t};
     }
   }
-  if (!best) return {"ring", models::NcclProtocol::kSimple, 1, 1};
-  const std::string algorithm = tandem_name(best->algorithm);
+  if (!best) return {Algorithm::kRing, models::NcclProtocol::kSimple, 1, 1};
+  const SimAlgorithm algorithm = sim_algorithm(best->algorithm);
   const int channels = schedule_channels(model_, best->algorithm, best->protocol, bytes);
   return {algorithm, best->protocol, tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
 }
 
-Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
-                         const std::string& protocol) const {
-  if (algorithm == "p2p") {
-    if (collective != Collective::kAllToAll && collective != Collective::kSendRecv) {
+Choice Tuner::choose_for(Collective collective, int64_t bytes, SimAlgorithm algorithm,
+                         std::optional<models::NcclProtocol> protocol) const {
+  if (algorithm == SimAlgorithm::Model::kP2p) {
+    if (!applies(algorithm, collective)) {
       fail(ErrorCode::kUnsupported, "p2p runs all_to_all and send_recv (NCCL's point-to-point), not {}",
            name(collective));
     }
     return choose_p2p(collective, bytes);
   }
-  const bool collnet = algorithm == "collnet_direct" || algorithm == "collnet_chain";
+  const bool collnet =
+      algorithm == SimAlgorithm::Model::kCollNetDirect || algorithm == SimAlgorithm::Model::kCollNetChain;
   if (collnet) {
-    if (collective != Collective::kAllReduce) {
-      fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", algorithm, name(collective));
+    if (!applies(algorithm, collective)) {
+      fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", name(algorithm), name(collective));
     }
     const std::string why =
         model_.unsupported_reason(collective, nccl_algorithm(algorithm), models::NcclProtocol::kSimple);
     if (!why.empty()) {
-      fail(ErrorCode::kUnsupported, "{}: {}; it needs a cluster with --sharp and 2 nodes or more", algorithm, why);
+      fail(ErrorCode::kUnsupported, "{}: {}; it needs a cluster with --sharp and 2 nodes or more", name(algorithm),
+           why);
     }
   }
-  if (algorithm != "nvls" && algorithm != "nvls_tree" && !collnet) {
-    const Algorithm core = parse_algorithm(algorithm);
-    if (!implements(core, collective)) fail(ErrorCode::kUnsupported, "{}", unsupported_message(core, collective));
+  if (!algorithm.is_model() && !implements(algorithm.schedule, collective)) {
+    fail(ErrorCode::kUnsupported, "{}", unsupported_message(algorithm.schedule, collective));
   }
   const models::NcclAlgorithm nccl = nccl_algorithm(algorithm);
   // The protocol NCCL would use with this algorithm forced (or the one asked for).
-  std::optional<models::NcclProtocol> chosen;
-  if (protocol != "auto") {
-    chosen = models::parse_nccl_protocol(protocol);
-  } else {
+  std::optional<models::NcclProtocol> chosen = protocol;
+  if (!chosen) {
     std::optional<double> best;
     for (models::NcclProtocol p : models::all_nccl_protocols()) {
       const std::optional<double> t = model_.time_us(collective, static_cast<uint64_t>(bytes), nccl, p);
@@ -163,35 +131,24 @@ Choice Tuner::choose_for(Collective collective, int64_t bytes, const std::string
     }
   }
   const models::NcclProtocol p = chosen.value_or(models::NcclProtocol::kSimple);
-  const bool nccl_has_it =
-      algorithm == "ring" || algorithm == "tree" || algorithm == "nvls" || algorithm == "nvls_tree" || collnet;
-  const int channels = nccl_has_it ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
+  const int channels = nccl_has(algorithm) ? model_.runtime_channels(nccl, p, static_cast<uint64_t>(bytes)) : 1;
   return {algorithm, p, tiles_for(algorithm, bytes, channels, nodes_, gpus_per_node_), channels};
-}
-
-bool is_simulator_model(std::string_view algorithm) {
-  return algorithm == "p2p" || algorithm == "nvls" || algorithm == "nvls_tree" || algorithm == "collnet_direct" ||
-         algorithm == "collnet_chain";
-}
-
-bool simulator_model_applies(std::string_view algorithm, Collective collective) {
-  if (algorithm == "p2p") return collective == Collective::kAllToAll || collective == Collective::kSendRecv;
-  return is_simulator_model(algorithm) && collective == Collective::kAllReduce;
 }
 
 std::optional<SimResult> run_simulator_model(Simulator& simulator, const Tuner& tuner, const Choice& choice,
                                              Collective collective, int64_t bytes,
                                              const std::vector<std::vector<int>>& instances, int per_node) {
-  const std::string& a = choice.algorithm;
-  if (a == "p2p") return simulator.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
-  if (!is_simulator_model(a)) return std::nullopt;
+  using Model = SimAlgorithm::Model;
+  const SimAlgorithm a = choice.algorithm;
+  if (a == Model::kP2p) return simulator.run_p2p({collective, bytes, instances, tuner.p2p_plan()});
+  if (!a.is_model()) return std::nullopt;
   if (collective != Collective::kAllReduce) {
-    fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", a, name(collective));
+    fail(ErrorCode::kUnsupported, "{} models all_reduce only, not {}", name(a), name(collective));
   }
   const std::vector<int>& gpus = instances.front();
-  if (a == "nvls") return simulator.run_nvls_all_reduce(bytes, gpus);
-  if (a == "nvls_tree") return simulator.run_nvls_tree_all_reduce(bytes, gpus, per_node);
-  return simulator.run_collnet_all_reduce(bytes, gpus, per_node, a == "collnet_chain");
+  if (a == Model::kNvls) return simulator.run_nvls_all_reduce(bytes, gpus);
+  if (a == Model::kNvlsTree) return simulator.run_nvls_tree_all_reduce(bytes, gpus, per_node);
+  return simulator.run_collnet_all_reduce(bytes, gpus, per_node, a == Model::kCollNetChain);
 }
 
 }  // namespace tandem::sim

@@ -15,12 +15,13 @@
 #include "core/types.h"
 #include "models/cost_model.h"
 #include "sim/p2p.h"
+#include "sim/sim_algorithm.h"
 #include "sim/simulator.h"
 
 namespace tandem::sim {
 
 struct Choice {
-  std::string algorithm;  // a core algorithm name, "nvls", "nvls_tree", "collnet_direct", "collnet_chain" or "p2p"
+  SimAlgorithm algorithm;  // a core schedule or one of the simulator's models
   models::NcclProtocol protocol = models::NcclProtocol::kSimple;
   uint32_t tiles = 1;  // pipelining depth for the schedule
   int channels = 1;    // NCCL's runtime channels for this pick (ring and tree schedules run them;
@@ -33,9 +34,10 @@ class Tuner {
   Tuner(const models::ClusterSpec& cluster, int nodes, int gpus_per_node);
 
   Choice choose(Collective collective, int64_t bytes) const;
-  // `algorithm` forced (NCCL_ALGO); `protocol` too unless "auto" (NCCL_PROTO).
-  Choice choose_for(Collective collective, int64_t bytes, const std::string& algorithm,
-                    const std::string& protocol = "auto") const;
+  // `algorithm` forced (NCCL_ALGO); `protocol` too when given (NCCL_PROTO). Throws
+  // Error(kUnsupported) when the algorithm does not run `collective` here.
+  Choice choose_for(Collective collective, int64_t bytes, SimAlgorithm algorithm,
+                    std::optional<models::NcclProtocol> protocol = std::nullopt) const;
 
   // NCCL's point-to-point plan for these GPUs (what a "p2p" choice runs on).
   const P2pPlan& p2p_plan() const { return p2p_plan_; }
@@ -48,12 +50,6 @@ class Tuner {
   int nodes_;
   int gpus_per_node_;
 };
-
-// The simulator's models that are not core schedules: "p2p" (all_to_all, send_recv), "nvls",
-// "nvls_tree", "collnet_direct", "collnet_chain" (all_reduce). Whether `algorithm` is one, and
-// whether it times `collective`.
-bool is_simulator_model(std::string_view algorithm);
-bool simulator_model_applies(std::string_view algorithm, Collective collective);
 
 // Runs `choice` when it names one of the simulator's models rather than a core schedule (p2p,
 // nvls, nvls_tree, collnet_direct, collnet_chain) on `instances` (each one group's GPUs,

@@ -275,14 +275,14 @@ class RowSimulator {
             point.collective = rows_[i].row.collective;
             point.bytes = rows_[i].row.bytes;
             const bool p2p = point.collective == Collective::kAllToAll || point.collective == Collective::kSendRecv;
-            point.algorithm = p2p ? "auto" : rows_[i].row.algorithm;
-            point.protocol = rows_[i].row.protocol;
+            if (!p2p) point.algorithm = sim::parse_sim_algorithm_or_auto(rows_[i].row.algorithm);
+            point.protocol = sim::parse_protocol_or_auto(rows_[i].row.protocol);
             point.dtype = rows_[i].row.dtype;
             sweep.points.push_back(point);
           }
           json reply = json::array();
           for (const sim::SweepPointResult& r : sim::run_sweep(sweep, /*isolated=*/false)) {
-            reply.push_back({r.ok, r.seconds, r.ok ? fmt::format("{}/{}", r.algorithm, name(r.protocol)) : r.error});
+            reply.push_back({r.ok, r.seconds, r.ok ? fmt::format("{}/{}", sim::name_or_auto(r.algorithm), name(r.protocol)) : r.error});
           }
           return reply.dump();
         },

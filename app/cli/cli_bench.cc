@@ -180,14 +180,15 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   options.nranks = nranks;
   options.ranks_per_node = request.gpus_per_node;
   BenchOptions for_plan = options;
+  const std::optional<sim::SimAlgorithm> algorithm = sim::parse_sim_algorithm_or_auto(options.algorithm);
   // Simulator models, not core algorithms.
-  if (sim::is_simulator_model(for_plan.algorithm)) for_plan.algorithm = "auto";
+  if (algorithm && algorithm->is_model()) for_plan.algorithm = "auto";
   const BenchPlan plan = make_plan(for_plan);
   for (int64_t bytes : plan.sizes) {
     sim::SweepPoint point;
     point.collective = plan.collective;
     point.bytes = nccl_tests_counts(plan.collective, bytes, plan.dtype, nranks).size_bytes;
-    point.algorithm = options.algorithm;
+    point.algorithm = algorithm;
     point.dtype = plan.dtype;
     point.op = plan.op;
     point.root = plan.root;
@@ -223,9 +224,9 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     fmt::print("{}", format_row(row));
     rows.push_back(row);
     // NCCL's p2p splits each peer's transfer over some of its channels: say how many.
-    notes.push_back(r.algorithm == "p2p" ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels,
+    notes.push_back(r.algorithm == sim::SimAlgorithm::Model::kP2p ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels,
                                                        r.channels == 1 ? "" : "s")
-                                         : fmt::format("{}/{} {}ch", r.algorithm, name(r.protocol), r.channels));
+                                         : fmt::format("{}/{} {}ch", sim::name_or_auto(r.algorithm), name(r.protocol), r.channels));
   }
   fmt::print("{}", format_footer(rows));
   // Which algorithm, protocol and channel count ran, per run of equal choices.

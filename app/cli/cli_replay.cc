@@ -114,10 +114,10 @@ int run_replay(const ReplayCliOptions& options) {
     fail(ErrorCode::kInvalidArgument, "--gaps '{}': expected recorded or none", options.gaps);
   }
   replay_options.recorded_gaps = options.gaps == "recorded";
-  if (options.algorithm != "auto" && !sim::is_simulator_model(options.algorithm)) {
-    parse_algorithm_name(options.algorithm);
-  }
-  replay_options.algorithm = options.algorithm;
+  // The algorithm's own spelling ("Ring" is ring); unknown names are refused, listing the known ones.
+  replay_options.algorithm = options.algorithm == "auto" || sim::find_sim_algorithm(options.algorithm)
+                                 ? options.algorithm
+                                 : std::string(name(parse_algorithm_name(options.algorithm)));
   replay_options.jobs = options.jobs > 0 ? options.jobs : std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   if (progress.enabled()) {
     replay_options.progress = [&progress](std::string_view phase, size_t done, size_t total) {

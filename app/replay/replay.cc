@@ -507,12 +507,13 @@ std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, co
       [&](size_t f) {
         // Explicit schedules, as tandem run's collective loops simulate them.
         sim::CollectiveTimer timer(options.cluster, options.network, true);
+        const std::optional<sim::SimAlgorithm> algorithm = sim::parse_sim_algorithm_or_auto(options.algorithm);
         json out = json::array();
         for (size_t i : families[f]) {
           const TimingQuery& q = queries[i];
           models::CommGroup group{"replay", 1, 1, {q.ranks}};
-          const sim::CollectiveTiming t = timer.time(q.collective, q.bytes, group, options.algorithm);
-          out.push_back({t.seconds, t.algorithm, t.busbw_GBps});
+          const sim::CollectiveTiming t = timer.time(q.collective, q.bytes, group, algorithm);
+          out.push_back({t.seconds, sim::name(t.algorithm), t.busbw_GBps});
         }
         return out.dump();
       },
@@ -526,7 +527,7 @@ std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, co
         for (size_t k = 0; k < families[f].size(); ++k) {
           sim::CollectiveTiming& t = timings[families[f][k]];
           t.seconds = reply.at(k).at(0).get<double>();
-          t.algorithm = reply.at(k).at(1).get<std::string>();
+          t.algorithm = sim::parse_sim_algorithm(reply.at(k).at(1).get<std::string>());
           t.busbw_GBps = reply.at(k).at(2).get<double>();
         }
         done += families[f].size();
@@ -779,7 +780,7 @@ void run_completed(Built& built, const Replayed& logic, const Timings& timings, 
     for (size_t d : logic.arrived[op]) start = std::max(start, clock.arrival(d));
     if (auto t = timings.find(op, o.ranks)) {
       o.predicted_s = t->seconds;
-      o.algorithm = t->algorithm;
+      o.algorithm = std::string(sim::name(t->algorithm));
       o.busbw_GBps = t->busbw_GBps;
     }
     o.state = ReplayState::kCompleted;
@@ -868,7 +869,7 @@ void judge_blocked(Built& built, const Replayed& logic, const Signatures& signat
   }
   if (auto t = timings.find(info.op, o.ranks)) {
     o.predicted_s = t->seconds;
-    o.algorithm = t->algorithm;
+    o.algorithm = std::string(sim::name(t->algorithm));
     o.busbw_GBps = t->busbw_GBps;
   }
 }

@@ -91,7 +91,7 @@ ClaimValue collective_value(const Scenario& scenario, const Claim& claim, const 
   sim::SweepRequest request;
   request.cluster = variant.cluster;
   request.network = network_model(scenario);  // its calibration: profile applied
-  request.points.push_back({.collective = claim.collective, .bytes = bytes, .algorithm = setting.algorithm});
+  request.points.push_back({.collective = claim.collective, .bytes = bytes, .algorithm = sim::parse_sim_algorithm_or_auto(setting.algorithm)});
   const std::vector<sim::SweepPointResult> results = sim::run_sweep(request);
   const sim::SweepPointResult& r = results.at(0);
   if (!r.ok) {
@@ -99,7 +99,7 @@ ClaimValue collective_value(const Scenario& scenario, const Claim& claim, const 
          name(claim.collective), claim_size(bytes), variant.name, r.error);
   }
   return {setting.name, r.seconds * 1e3,
-          fmt::format("{} {} {} on {}, {} channels, busbw {:.1f} GB/s", r.algorithm, models::name(r.protocol),
+          fmt::format("{} {} {} on {}, {} channels, busbw {:.1f} GB/s", sim::name_or_auto(r.algorithm), models::name(r.protocol),
                       claim_size(bytes), variant.name, r.channels, r.busbw_GBps)};
 }
 

@@ -89,8 +89,10 @@ const ClusterVariant* Scenario::find_variant(std::string_view variant_name) cons
 
 bool algorithm_applies(std::string_view algorithm, Collective collective) {
   if (algorithm == "auto") return true;
-  if (sim::is_simulator_model(algorithm)) return sim::simulator_model_applies(algorithm, collective);
-  return implements(parse_algorithm_name(algorithm), collective);
+  if (const std::optional<sim::SimAlgorithm> known = sim::find_sim_algorithm(algorithm)) {
+    return sim::applies(*known, collective);
+  }
+  return implements(parse_algorithm_name(algorithm), collective);  // throws, naming the algorithms
 }
 
 std::string parse_training_algorithm(std::string_view text) {

@@ -133,9 +133,12 @@ std::vector<PointResult> run_data_variant(const Scenario& scenario, const Cluste
     if (!algorithm_applies(algorithm, collective)) {
       point.status = PointStatus::kNotApplicable;
       point.reason = not_applicable_reason(algorithm, collective);
-    } else if (algorithm == "nvls") {
+    } else if (const std::optional<sim::SimAlgorithm> model = sim::find_sim_algorithm(algorithm);
+               model && model->is_model()) {
       point.status = PointStatus::kSkipped;
-      point.reason = "nvls is an in-switch reduction: simulator only";
+      point.reason = fmt::format("{} is {}: simulator only", algorithm,
+                                 *model == sim::SimAlgorithm::Model::kP2p ? "NCCL's point-to-point model"
+                                                                          : "an in-switch reduction");
     } else if (per_rank_bytes(counts, sweep.dtype) > kHostMaxBytesPerRank) {
       point.status = PointStatus::kSkipped;
       point.reason = fmt::format("host limit: {} per rank", format_size(kHostMaxBytesPerRank));
@@ -202,7 +205,7 @@ sim::SweepRequest make_sweep_request(const Scenario& scenario, const ClusterVari
     sim::SweepPoint point;
     point.collective = collective;
     point.bytes = bytes;
-    point.algorithm = algorithm;
+    point.algorithm = sim::parse_sim_algorithm_or_auto(algorithm);
     point.dtype = sweep.dtype;
     point.op = sweep.op;
     point.root = kSweepRoot;
@@ -228,7 +231,7 @@ std::vector<PointResult> collect_sim_results(const Scenario& scenario, const Clu
       }
       const sim::SweepPointResult& result = results[next++];
       if (result.ok) {
-        point.algorithm_used = result.algorithm;
+        point.algorithm_used = std::string(sim::name_or_auto(result.algorithm));
         point.protocol = models::name(result.protocol);
         point.channels = result.channels;
         point.time_us = result.seconds * 1e6;

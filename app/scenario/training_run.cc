@@ -304,7 +304,7 @@ std::string top_collectives(const std::vector<sim::TrainingStepResult>& steps) {
       std::string how;
       for (const sim::CollectiveTiming& c : s.collectives) {
         if (c.collective == e.collective && c.bytes == e.bytes && c.group == e.group) {
-          how = fmt::format("{} ranks, {}/{} {:.1f} GB/s busbw", c.ranks, c.algorithm, models::name(c.protocol),
+          how = fmt::format("{} ranks, {}/{} {:.1f} GB/s busbw", c.ranks, sim::name(c.algorithm), models::name(c.protocol),
                             c.busbw_GBps);
           break;
         }

@@ -56,13 +56,13 @@ ScenarioResults synthetic_results(const Scenario& scenario) {
       sim::SweepPointResult result;
       result.point = point;
       result.ok = true;
-      result.algorithm = point.algorithm == "auto" ? "ring" : point.algorithm;
+      result.algorithm = point.algorithm.value_or(Algorithm::kRing);
       result.protocol = models::NcclProtocol::kSimple;
       const double factor = variant.name == "fast" && point.bytes > (1 << 20) ? 2.0 : 1.0;
       result.busbw_GBps = 45 * factor;
       result.algbw_GBps = 30 * factor;
       result.seconds = double(point.bytes) / (result.algbw_GBps * 1e9);
-      if (variant.name == "base" && point.collective == Collective::kAllGather && point.algorithm == "auto" &&
+      if (variant.name == "base" && point.collective == Collective::kAllGather && !point.algorithm &&
           point.bytes == (int64_t{1} << 30)) {
         result = {};
         result.point = point;
@@ -84,12 +84,12 @@ TEST(ScenarioRun, SweepRequestLeavesOutNotApplicablePairs) {
   // all_reduce: ring, tree, auto x 2 sizes; all_gather: ring, auto x 2 sizes (tree is n/a).
   ASSERT_EQ(request.points.size(), 10u);
   for (const sim::SweepPoint& point : request.points) {
-    EXPECT_FALSE(point.collective == Collective::kAllGather && point.algorithm == "tree");
+    EXPECT_FALSE(point.collective == Collective::kAllGather && point.algorithm == Algorithm::kTree);
     EXPECT_EQ(point.dtype, DataType::kBF16);
     EXPECT_EQ(point.op, ReduceOp::kSum);
   }
   EXPECT_EQ(request.points.front().collective, Collective::kAllReduce);
-  EXPECT_EQ(request.points.front().algorithm, "ring");
+  EXPECT_EQ(request.points.front().algorithm, Algorithm::kRing);
   EXPECT_EQ(request.points.front().bytes, 1024);
   EXPECT_EQ(sweep_ranks(scenario.variants[0], std::get<CollectiveSweep>(scenario.workload)), 16);
 }

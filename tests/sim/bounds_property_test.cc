@@ -166,21 +166,15 @@ std::string size_text(int64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-models::NcclAlgorithm nccl_algorithm(const std::string& algorithm) {
-  if (algorithm == "collnet_direct") return models::NcclAlgorithm::kCollNetDirect;
-  if (algorithm == "collnet_chain") return models::NcclAlgorithm::kCollNetChain;
-  return algorithm == "tree" ? models::NcclAlgorithm::kTree : models::NcclAlgorithm::kRing;
-}
-
 // NCCL's cost-model prediction for the algorithm a point asked for: with a forced algorithm, its
 // fastest protocol (the protocol NCCL, and the simulator's tuner, would use with it); with auto,
 // the model's own pick. nullopt where the model has none.
 std::optional<models::NcclPrediction> model_prediction(const models::NcclCostModel& model, const SweepPoint& point,
                                                        uint64_t bytes) {
-  if (point.algorithm == "auto") return model.select(point.collective, bytes);
+  if (!point.algorithm) return model.select(point.collective, bytes);
   std::optional<models::NcclPrediction> best;
   for (models::NcclProtocol protocol : models::all_nccl_protocols()) {
-    const models::NcclAlgorithm algorithm = nccl_algorithm(point.algorithm);
+    const models::NcclAlgorithm algorithm = nccl_algorithm(*point.algorithm);
     const std::optional<double> time_us = model.time_us(point.collective, bytes, algorithm, protocol);
     if (time_us && (!best || *time_us < best->time_us)) best = models::NcclPrediction{algorithm, protocol, *time_us};
   }
@@ -203,7 +197,7 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
     for (int64_t bytes : sizes_for(g, nranks)) {
       SweepPoint point;
       point.collective = g.collective;
-      point.algorithm = g.algorithm;
+      point.algorithm = parse_sim_algorithm_or_auto(g.algorithm);
       point.bytes = bytes;
       // Fewer bytes than one element per rank: nothing to move (NCCL returns at once).
       if (simulated_bytes(point, nranks) == 0) continue;
@@ -217,7 +211,8 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
   for (const SweepPointResult& result : results) {
     const SweepPoint& point = result.point;
     const std::string where =
-        fmt::format("{}: {} {} {}", c.label(), name(point.collective), point.algorithm, size_text(point.bytes));
+        fmt::format("{}: {} {} {}", c.label(), name(point.collective), name_or_auto(point.algorithm),
+                    size_text(point.bytes));
     EXPECT_TRUE(result.ok) << where << ": did not run: " << result.error;
     if (!result.ok) continue;
     const auto bytes = static_cast<uint64_t>(simulated_bytes(point, nranks));
@@ -225,13 +220,14 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
     // 1. The physical lower bound. NVLS reduces in the NVSwitches, so it answers to the bound with
     //    in-network reduction; ring and tree reduce on the GPUs.
     const models::CollectiveBounds bounds = models::collective_bounds(point.collective, bytes, spec);
-    const bool in_network = (result.algorithm.starts_with("nvls") || result.algorithm.starts_with("collnet")) &&
+    const std::string_view ran = name_or_auto(result.algorithm);
+    const bool in_network = (ran.starts_with("nvls") || ran.starts_with("collnet")) &&
                             bounds.with_in_network_reduction.has_value();
     const models::CollectiveBound& bound =
         in_network ? *bounds.with_in_network_reduction : bounds.without_in_network_reduction;
     EXPECT_GE(result.seconds, bound.time_s * (1 - kBoundTolerance))
         << fmt::format("{} (ran {} {}): simulated {:.3f} us beats the physical lower bound {:.3f} us{}", where,
-                       result.algorithm, name(result.protocol), result.seconds * 1e6, bound.time_s * 1e6,
+                       ran, name(result.protocol), result.seconds * 1e6, bound.time_s * 1e6,
                        in_network ? " (with in-network reduction)" : "");
 
     // 2. NCCL's cost model, on large sizes. Trees on 2 nodes are NCCL's special case: each byte
@@ -240,7 +236,7 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
     //    nNodes <= 2); the simulator follows the links there, and the measured 2-node row M5 of
     //    bench/data/multinode_calibration.csv checks it instead.
     if (point.bytes < kLargeBytes) continue;
-    if (spec.nodes == 2 && (result.algorithm == "tree" || result.algorithm == "nvls_tree")) continue;
+    if (spec.nodes == 2 && (ran == "tree" || ran == "nvls_tree")) continue;
     // CollNet on partly populated SHARP nodes (4 of 8 GPUs): NCCL's model gives 2x (chain) to 4.6x
     // (direct) the NIC-bound time the links give, and picks NVLS + CollNet for auto, which tandem
     // does not simulate; only the bound is checked there (docs/simulator.md, CollNet).
@@ -250,7 +246,7 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
     const double ratio = result.seconds * 1e6 / predicted->time_us;
     EXPECT_TRUE(ratio >= 1 / kModelFactor && ratio <= kModelFactor) << fmt::format(
         "{}: simulated {:.1f} us ({} {}), NCCL's cost model {:.1f} us ({} {}): ratio {:.2f} outside [1/{}, {}]", where,
-        result.seconds * 1e6, result.algorithm, name(result.protocol), predicted->time_us, name(predicted->algorithm),
+        result.seconds * 1e6, ran, name(result.protocol), predicted->time_us, name(predicted->algorithm),
         name(predicted->protocol), ratio, kModelFactor, kModelFactor);
   }
 }

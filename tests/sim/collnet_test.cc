@@ -22,7 +22,7 @@ models::ClusterSpec h100(int nodes, bool sharp) {
   return cluster;
 }
 
-bool collnet(const std::string& algorithm) { return algorithm.starts_with("collnet"); }
+bool collnet(SimAlgorithm algorithm) { return name(algorithm).starts_with("collnet"); }
 
 // NCCL's collNetSupport and COLLNET_NODE_THRESHOLD: CollNet needs SHARP and 2 nodes or more.
 TEST(CollNet, PickedOnlyWithSharpAcrossNodes) {
@@ -43,7 +43,7 @@ TEST(CollNet, ForcedWithoutSharpIsOneClearError) {
   const Tuner tuner(h100(16, false), 16, 8);
   for (const char* algorithm : {"collnet_direct", "collnet_chain"}) {
     try {
-      tuner.choose_for(Collective::kAllReduce, int64_t{1} << 30, algorithm);
+      tuner.choose_for(Collective::kAllReduce, int64_t{1} << 30, parse_sim_algorithm(algorithm));
       ADD_FAILURE() << algorithm << " accepted without SHARP";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
@@ -52,8 +52,8 @@ TEST(CollNet, ForcedWithoutSharpIsOneClearError) {
       EXPECT_EQ(what.find('\n'), std::string::npos) << what;
     }
   }
-  EXPECT_THROW(Tuner(h100(16, true), 16, 8).choose_for(Collective::kAllGather, 1 << 20, "collnet_direct"), Error);
-  EXPECT_NO_THROW(Tuner(h100(16, true), 16, 8).choose_for(Collective::kAllReduce, 1 << 20, "collnet_chain"));
+  EXPECT_THROW(Tuner(h100(16, true), 16, 8).choose_for(Collective::kAllGather, 1 << 20, parse_sim_algorithm("collnet_direct")), Error);
+  EXPECT_NO_THROW(Tuner(h100(16, true), 16, 8).choose_for(Collective::kAllReduce, 1 << 20, parse_sim_algorithm("collnet_chain")));
 }
 
 // Above the bound with in-network reduction, below the ring's time at 4 GiB on 16 nodes (the ring
@@ -66,7 +66,7 @@ TEST(CollNet, TimeIsAboveTheBoundAndBeatsTheRing) {
     SweepPoint point;
     point.collective = Collective::kAllReduce;
     point.bytes = bytes;
-    point.algorithm = algorithm;
+    point.algorithm = parse_sim_algorithm(algorithm);
     point.dtype = DataType::kF32;
     request.points.push_back(point);
   }
@@ -79,9 +79,9 @@ TEST(CollNet, TimeIsAboveTheBoundAndBeatsTheRing) {
     ASSERT_TRUE(results[i].ok) << results[i].error;
     EXPECT_EQ(results[i].algorithm, request.points[i].algorithm);
     EXPECT_GE(results[i].seconds, bounds.with_in_network_reduction->time_s);
-    EXPECT_LT(results[i].seconds, results[2].seconds) << results[i].algorithm;
+    EXPECT_LT(results[i].seconds, results[2].seconds) << name_or_auto(results[i].algorithm);
     std::printf("%s 4 GiB on 16 x 8 H100 + SHARP: %.0f us (bound %.0f us, ring %.0f us)\n",
-                results[i].algorithm.c_str(), results[i].seconds * 1e6, bounds.with_in_network_reduction->time_s * 1e6,
+                std::string(name_or_auto(results[i].algorithm)).c_str(), results[i].seconds * 1e6, bounds.with_in_network_reduction->time_s * 1e6,
                 results[2].seconds * 1e6);
   }
 }

@@ -101,7 +101,7 @@ SweepRequest all_to_all(int nodes, int gpus_per_node, int64_t bytes, const std::
   SweepPoint point;
   point.collective = Collective::kAllToAll;
   point.bytes = bytes;
-  point.algorithm = algorithm;
+  point.algorithm = parse_sim_algorithm_or_auto(algorithm);
   point.dtype = DataType::kF32;
   r.points = {point};
   return r;
@@ -114,7 +114,7 @@ TEST(P2pSimulation, OneNodeIsBoundByChannelsNotNvlink) {
   const int64_t bytes = int64_t{500} << 20;
   const SweepPointResult p2p = run_sweep(all_to_all(1, 4, bytes))[0];
   ASSERT_TRUE(p2p.ok) << p2p.error;
-  EXPECT_EQ(p2p.algorithm, "p2p");
+  EXPECT_EQ(name_or_auto(p2p.algorithm), "p2p");
   EXPECT_EQ(p2p.channels, 8);
   const double channel_bound_s = static_cast<double>(bytes) / 4 / 8 / kP2pNvlinkChannelBps;
   EXPECT_GT(p2p.seconds, channel_bound_s);
@@ -174,7 +174,7 @@ TEST(P2pSimulation, AcrossNodesAllToAllIsBoundByOneNicPerGpu) {
   for (const auto& [nodes, quoted] : {std::pair{2, 90.0}, {4, 62.0}, {8, 54.0}, {64, 48.0}}) {
     const SweepPointResult r = run_sweep(all_to_all(nodes, 8, int64_t{1} << 30))[0];
     ASSERT_TRUE(r.ok) << r.error;
-    EXPECT_EQ(r.algorithm, "p2p");
+    EXPECT_EQ(name_or_auto(r.algorithm), "p2p");
     const double n = nodes;
     const double nic_bound = nic_GBps * n / (n - 1) * (8 * n - 1) / (8 * n);
     EXPECT_NEAR(r.busbw_GBps, quoted, 0.10 * quoted) << nodes << " nodes";

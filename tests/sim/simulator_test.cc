@@ -29,7 +29,7 @@ SweepPoint point(Collective c, int64_t bytes, const std::string& algorithm) {
   SweepPoint p;
   p.collective = c;
   p.bytes = bytes;
-  p.algorithm = algorithm;
+  p.algorithm = parse_sim_algorithm_or_auto(algorithm);
   p.dtype = DataType::kBF16;
   return p;
 }

@@ -172,7 +172,7 @@ TEST(Training, HalfRingAllReduceMatchesExplicitAllGatherAndReduceScatter) {
       request.cluster = h100s(nodes);
       request.explicit_schedules = true;
       for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}) {
-        request.points.push_back({c, bytes, "ring"});
+        request.points.push_back({c, bytes, Algorithm::kRing});
       }
       const std::vector<SweepPointResult> r = run_sweep(request);
       ASSERT_TRUE(r[0].ok && r[1].ok && r[2].ok) << r[0].error << r[1].error << r[2].error;

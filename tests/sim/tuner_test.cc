@@ -37,7 +37,7 @@ TEST(Tuner, AutoPicksPatForAllGatherAndReduceScatterOnOneGpuPerNode) {
   for (Collective c : {Collective::kAllGather, Collective::kReduceScatter}) {
     SCOPED_TRACE(name(c));
     const Choice choice = tuner.choose(c, kMiB);
-    EXPECT_EQ(choice.algorithm, "pat");
+    EXPECT_EQ(name(choice.algorithm), "pat");
     EXPECT_EQ(choice.protocol, models::NcclProtocol::kSimple);
     EXPECT_EQ(choice.channels, 1);  // tandem's PAT schedule is one lane
     EXPECT_EQ(choice.tiles, 1u);
@@ -53,9 +53,9 @@ TEST(Tuner, AutoPicksPatForAllGatherAndReduceScatterOnOneGpuPerNode) {
       }
     }
     // At 1 GiB bandwidth decides: PAT's 0.75 bus-bandwidth factor loses to the ring.
-    EXPECT_EQ(tuner.choose(c, kGiB).algorithm, "ring");
+    EXPECT_EQ(name(tuner.choose(c, kGiB).algorithm), "ring");
   }
-  EXPECT_NE(tuner.choose(Collective::kAllReduce, kMiB).algorithm, "pat");
+  EXPECT_NE(name(tuner.choose(Collective::kAllReduce, kMiB).algorithm), "pat");
 }
 
 TEST(Tuner, NeverPatWithSeveralGpusPerNode) {
@@ -64,7 +64,7 @@ TEST(Tuner, NeverPatWithSeveralGpusPerNode) {
       const Tuner tuner(h100(), nodes, gpus);
       for (Collective c : {Collective::kAllGather, Collective::kReduceScatter, Collective::kAllReduce}) {
         for (int64_t bytes = 8; bytes <= kGiB; bytes *= 8) {
-          EXPECT_NE(tuner.choose(c, bytes).algorithm, "pat")
+          EXPECT_NE(name(tuner.choose(c, bytes).algorithm), "pat")
               << name(c) << " " << bytes << " B, " << nodes << " x " << gpus;
         }
       }
@@ -74,13 +74,13 @@ TEST(Tuner, NeverPatWithSeveralGpusPerNode) {
 
 TEST(Tuner, ForcedPatRunsSimple) {
   for (int gpus : {1, 8}) {
-    const Choice choice = Tuner(h100(), 4, gpus).choose_for(Collective::kReduceScatter, 64 * kMiB, "pat");
-    EXPECT_EQ(choice.algorithm, "pat");
+    const Choice choice = Tuner(h100(), 4, gpus).choose_for(Collective::kReduceScatter, 64 * kMiB, parse_sim_algorithm("pat"));
+    EXPECT_EQ(name(choice.algorithm), "pat");
     EXPECT_EQ(choice.protocol, models::NcclProtocol::kSimple);
     EXPECT_EQ(choice.channels, 1);
   }
   try {
-    Tuner(h100(), 4, 1).choose_for(Collective::kAllReduce, kMiB, "pat");
+    Tuner(h100(), 4, 1).choose_for(Collective::kAllReduce, kMiB, parse_sim_algorithm("pat"));
     FAIL() << "pat all_reduce accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
@@ -105,7 +105,7 @@ TEST(Tuner, SweepRunsThePickedPatScheduleAtItsAlphaBetaTime) {
   const std::vector<SweepPointResult> results = run_sweep(request);
   ASSERT_EQ(results.size(), 1u);
   ASSERT_TRUE(results[0].ok) << results[0].error;
-  EXPECT_EQ(results[0].algorithm, "pat");
+  EXPECT_EQ(name_or_auto(results[0].algorithm), "pat");
 
   const models::Topology topology = models::build_cluster(request.cluster);
   const int per_node = topology.gpus_per_node();
