@@ -76,6 +76,9 @@ class Executor {
   // False for an executor that times a schedule without moving data (sim): run() neither reads nor
   // writes the buffers, which may be empty, so there is nothing to fill or check.
   virtual bool moves_data() const { return true; }
+  // Whether run()'s seconds are wall time (host, cuda, nccl) or a clock of the backend's own (sim's
+  // simulated time): a caller must not time a failed run() with the wall clock of the latter.
+  virtual bool wall_clock() const { return true; }
   // The ranks of an `nranks` collective this process runs: every rank, except under a
   // process-per-rank launch (nccl under mpirun / srun), where run() reads and writes only these
   // ranks' buffers and the others may be null.

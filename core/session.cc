@@ -335,7 +335,15 @@ AttemptResult ExecutorAttempts::run(const std::vector<int>& ranks, const std::ve
     seconds = executor_.run(schedule, spec, run_buffers, context).seconds;
   } catch (const Error& e) {
     errors[0] = e;
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (executor_.wall_clock()) {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      // A simulated backend replays a failure's outcome, not its time, and its clock is not the
+      // host's: a stuck attempt lasts until the watchdog fires (attempt_outcome takes the watchdog
+      // off again); a failed or corrupt one shows at the end of the collective, as SimAttempts
+      // times it (sim/sim_attempts.cc): its fault-free simulated time.
+      seconds = clean ? 0.0 : e.code() == ErrorCode::kTimeout ? config.recovery.watchdog_s : fault_free_seconds(ranks);
+    }
   }
   AttemptResult result = attempt_outcome(session_, active, faults, errors, seconds, executor_.name());
   if (result.status == Status::kOk && config.recovery.verify && data) {

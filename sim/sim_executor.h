@@ -67,6 +67,7 @@ class SimExecutor : public Executor {
   ~SimExecutor() override;
 
   bool moves_data() const override { return false; }
+  bool wall_clock() const override { return false; }
   std::string name() const override { return "sim"; }
 
   // Rank r runs on GPU gpu_of_rank[r] (distinct GPUs of the cluster; a run needs at least as many

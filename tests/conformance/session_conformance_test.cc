@@ -188,6 +188,33 @@ TEST_P(SessionConformance, SameLoopSameFaultsSameOutcomesSameDumps) {
   }
 }
 
+// Each iteration's time on the sim executor, twice: a failed or stuck simulated attempt is timed on
+// the simulator's clock (the watchdog, the fault-free collective), never on the host's wall clock,
+// so two runs agree to the last bit.
+TEST(SessionConformanceClock, ASimulatedFailureTakesNoWallTime) {
+  for (const Case& c : cases()) {
+    if (c.name != "transient" && c.name != "corrupt" && c.name != "hang") continue;
+    auto times = [&] {
+      const std::string dir = fresh_dir("sim-clock", c);
+      return sim::run_isolated([&] {
+        sim::SimExecutor executor(one_node());
+        executor.set_placement(sim::SimExecutor::node_major_placement(executor.topology(), kRanks, kRanks));
+        const FaultInjector injector(FaultPlan{c.faults, 7}, [](const Fault&, int, int) { return false; });
+        Session session(config_of(c, dir), injector);
+        ExecutorAttempts runner(session, executor);
+        while (session.run_next(runner)) {
+        }
+        std::filesystem::remove_all(dir);
+        std::string text;
+        for (const IterationResult& it : session.iterations()) text += fmt::format("{:a} ", it.seconds);
+        return text;
+      });
+    };
+    const std::string first = times();
+    EXPECT_EQ(times(), first) << c.name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Faults, SessionConformance, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& param) {
                            std::string name = param.param.name;
