@@ -384,7 +384,7 @@ ClaimsResults run_claims(const Scenario& scenario, ScenarioBackend backend, cons
 std::vector<ClaimExpectationOutcome> evaluate_claim_expectations(const Scenario& scenario,
                                                                  const ClaimsResults& results) {
   std::vector<ClaimExpectationOutcome> outcomes;
-  for (const ClaimExpectation& e : scenario.claim_expectations) {
+  for (const ClaimExpectation& e : scenario.expectations_of<ClaimExpectation>()) {
     ClaimExpectationOutcome outcome;
     outcome.expectation = e;
     const ClaimResult* r = results.find(e.claim);

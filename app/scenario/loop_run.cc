@@ -259,7 +259,7 @@ LoopResults run_loop(const Scenario& scenario, ScenarioBackend backend, const Lo
 
 std::vector<LoopExpectationOutcome> evaluate_loop_expectations(const Scenario& scenario, const LoopResults& results) {
   std::vector<LoopExpectationOutcome> out;
-  for (const LoopExpectation& e : scenario.loop_expectations) {
+  for (const LoopExpectation& e : scenario.expectations_of<LoopExpectation>()) {
     if (e.backend && *e.backend != results.backend) continue;
     LoopExpectationOutcome o;
     o.pass = true;

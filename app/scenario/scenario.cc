@@ -1101,11 +1101,15 @@ Scenario read_scenario(const Reader& reader, const YAML::Node& root, const Clust
   read_faults(reader, top, scenario);
   scenario.recovery = read_recovery(reader, top);
   scenario.outputs = read_outputs(reader, top);
-  scenario.expectations = read_expectations(reader, top, scenario);
-  scenario.loop_expectations = read_loop_expectations(reader, top, scenario);
-  scenario.training_expectations = read_training_expectations(reader, top, scenario);
-  scenario.startup_expectations = read_startup_expectations(reader, top, scenario);
-  scenario.claim_expectations = read_claim_expectations(reader, top, scenario);
+  // Each reader reads `expect:` only for its own workload type (the others return nothing).
+  auto add = [&](auto read) {
+    for (auto& e : read(reader, top, scenario)) scenario.expectations.emplace_back(std::move(e));
+  };
+  add(read_expectations);
+  add(read_loop_expectations);
+  add(read_training_expectations);
+  add(read_startup_expectations);
+  add(read_claim_expectations);
   return scenario;
 }
 

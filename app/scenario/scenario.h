@@ -295,6 +295,10 @@ struct ClaimExpectation {
   SourceMark mark;
 };
 
+// One entry of `expect:`.
+using ScenarioExpectation =
+    std::variant<Expectation, LoopExpectation, TrainingExpectation, StartupExpectation, ClaimExpectation>;
+
 struct Scenario {
   std::string file;  // the path it was loaded from, as given (for messages and results)
   std::string name;
@@ -307,16 +311,24 @@ struct Scenario {
   std::optional<CalibrationProfile> calibration;
   Workload workload;
   Outputs outputs;
-  std::vector<Expectation> expectations;                   // collective-sweep
-  std::vector<LoopExpectation> loop_expectations;          // collective-loop
-  std::vector<TrainingExpectation> training_expectations;  // training
-  std::vector<StartupExpectation> startup_expectations;    // startup
-  std::vector<ClaimExpectation> claim_expectations;        // claims
+  // `expect:`, in file order; each entry of the kind its workload checks (a collective-sweep's
+  // Expectation, a loop's, a training step's, a start-up's, a claim's).
+  std::vector<ScenarioExpectation> expectations;
   FaultPlan faults;                                        // `faults:` and `fault_seed:`
   std::vector<SourceMark> fault_marks;                     // where each fault is, for messages
   RecoveryPolicy recovery;
 
   const ClusterVariant* find_variant(std::string_view variant_name) const;
+
+  // The expectations of kind E, in file order.
+  template <typename E>
+  std::vector<E> expectations_of() const {
+    std::vector<E> out;
+    for (const ScenarioExpectation& e : expectations) {
+      if (const E* one = std::get_if<E>(&e)) out.push_back(*one);
+    }
+    return out;
+  }
 };
 
 // Reads and checks `path`. Throws Error(kIo) when it cannot be read, Error(kFormat) for anything

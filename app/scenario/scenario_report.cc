@@ -320,7 +320,7 @@ nlohmann::json scenario_json(const Scenario& scenario) {
   nlohmann::json collectives = nlohmann::json::array();
   for (Collective collective : sweep.collectives) collectives.push_back(std::string(name(collective)));
   nlohmann::json expectations = nlohmann::json::array();
-  for (const Expectation& expectation : scenario.expectations) {
+  for (const Expectation& expectation : scenario.expectations_of<Expectation>()) {
     nlohmann::json entry = {
         {"variant", expectation.variant},
         {"collective", std::string(name(expectation.collective))},

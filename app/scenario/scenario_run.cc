@@ -297,7 +297,7 @@ bool check_bound(const Bound& bound, double value, std::string_view what, std::s
 
 std::vector<ExpectationOutcome> evaluate_expectations(const Scenario& scenario, const ScenarioResults& results) {
   std::vector<ExpectationOutcome> outcomes;
-  for (const Expectation& expectation : scenario.expectations) {
+  for (const Expectation& expectation : scenario.expectations_of<Expectation>()) {
     ExpectationOutcome outcome;
     outcome.expectation = expectation;
     const PointResult* point =

@@ -94,7 +94,7 @@ StartupResults run_startup(const Scenario& scenario, ScenarioBackend backend, co
 std::vector<StartupExpectationOutcome> evaluate_startup_expectations(const Scenario& scenario,
                                                                      const StartupResults& results) {
   std::vector<StartupExpectationOutcome> outcomes;
-  for (const StartupExpectation& e : scenario.startup_expectations) {
+  for (const StartupExpectation& e : scenario.expectations_of<StartupExpectation>()) {
     StartupExpectationOutcome outcome;
     outcome.expectation = e;
     const sim::StartupResult* run = results.find(scenario, e.variant, e.config);

@@ -126,7 +126,7 @@ void rehearse_training(const Scenario& scenario, TrainingResults& results, const
 std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Scenario& scenario,
                                                                        const TrainingResults& results) {
   std::vector<TrainingExpectationOutcome> outcomes;
-  for (const TrainingExpectation& e : scenario.training_expectations) {
+  for (const TrainingExpectation& e : scenario.expectations_of<TrainingExpectation>()) {
     TrainingExpectationOutcome outcome;
     outcome.expectation = e;
     if (e.backend && *e.backend != ScenarioBackend::kSim) {

@@ -71,7 +71,7 @@ TEST(ClaimsScenario, ShippedReleaseClaimsLoads) {
   ASSERT_TRUE(memory->training.has_value());
   EXPECT_EQ(memory->training->base.model.name, "llama3-70b");
   EXPECT_EQ(memory->after[0].allocator, "expandable_segments:True");
-  EXPECT_EQ(scenario.claim_expectations.size(), claims.claims.size());
+  EXPECT_EQ(scenario.expectations_of<ClaimExpectation>().size(), claims.claims.size());
 }
 
 TEST(ClaimsScenario, MistakesAreErrorsAtTheirPlace) {

@@ -144,9 +144,10 @@ TEST(ScenarioRun, Expectations) {
 
   // Bounds that do not hold, each side.
   Scenario tight = scenario;
+  auto expectation = [&](size_t i) -> Expectation& { return std::get<Expectation>(tight.expectations[i]); };
   tight.expectations.resize(2);
-  tight.expectations[0].busbw_GBps = {std::nullopt, 44.0};
-  tight.expectations[1].busbw_GBps = {100.0, std::nullopt};
+  expectation(0).busbw_GBps = {std::nullopt, 44.0};
+  expectation(1).busbw_GBps = {100.0, std::nullopt};
   outcomes = evaluate_expectations(tight, results);
   EXPECT_EQ(outcomes[0].verdict, ExpectationVerdict::kFail);
   EXPECT_EQ(outcomes[0].detail, "busbw 45 GB/s is above the maximum 44");
@@ -155,9 +156,9 @@ TEST(ScenarioRun, Expectations) {
 
   // Several bounds on one point: all must hold.
   tight.expectations.resize(1);
-  tight.expectations[0].busbw_GBps = {40.0, std::nullopt};
-  tight.expectations[0].algbw_GBps = {std::nullopt, 31.0};
-  tight.expectations[0].time_us = {std::nullopt, 1.0};
+  expectation(0).busbw_GBps = {40.0, std::nullopt};
+  expectation(0).algbw_GBps = {std::nullopt, 31.0};
+  expectation(0).time_us = {std::nullopt, 1.0};
   outcomes = evaluate_expectations(tight, results);
   EXPECT_EQ(outcomes[0].verdict, ExpectationVerdict::kFail);
   EXPECT_TRUE(contains(outcomes[0].detail, "time 3.579e+04 us is above the maximum 1")) << outcomes[0].detail;

@@ -215,8 +215,10 @@ expect:
   EXPECT_EQ(sweep.op, ReduceOp::kMax);
   EXPECT_EQ(sweep.gpus_per_node, 4);
   EXPECT_FALSE(scenario.outputs.json);
-  ASSERT_EQ(scenario.expectations.size(), 2u);
-  const Expectation& first = scenario.expectations[0];
+  const std::vector<Expectation> expectations = scenario.expectations_of<Expectation>();
+  ASSERT_EQ(expectations.size(), 2u);
+  ASSERT_EQ(scenario.expectations.size(), 2u);  // nothing of another kind
+  const Expectation& first = expectations[0];
   EXPECT_EQ(first.variant, "base");
   EXPECT_EQ(first.algorithm, "halving_doubling");
   EXPECT_EQ(first.size_bytes, 2048);
@@ -226,7 +228,7 @@ expect:
   EXPECT_FALSE(first.backend.has_value());
   EXPECT_EQ(first.mark.line, 16);
   EXPECT_EQ(first.mark.column, 5);
-  const Expectation& second = scenario.expectations[1];
+  const Expectation& second = expectations[1];
   EXPECT_EQ(second.busbw_GBps.min, 0.5);
   EXPECT_FALSE(second.busbw_GBps.max.has_value());
   EXPECT_EQ(second.backend, ScenarioBackend::kSim);
@@ -512,8 +514,8 @@ TEST(Scenario, StartupWorkloadReadsLevers) {
   EXPECT_FALSE(old.topo_cache);
   EXPECT_TRUE(startup.configs[1].levers.eager_init);
   EXPECT_TRUE(startup.configs[1].levers.oob_net);
-  ASSERT_EQ(scenario.startup_expectations.size(), 1u);
-  EXPECT_EQ(scenario.startup_expectations[0].relative_to, "old");
+  ASSERT_EQ(scenario.expectations_of<StartupExpectation>().size(), 1u);
+  EXPECT_EQ(scenario.expectations_of<StartupExpectation>()[0].relative_to, "old");
   // Without configs: one set of today's defaults.
   const std::string plain = std::string(kStartup).substr(0, std::string(kStartup).find("  configs:"));
   const Scenario defaults = parse_scenario(plain, "t.yaml");
@@ -605,9 +607,10 @@ TEST(Scenario, LoopWithFaultsAndRecovery) {
   EXPECT_EQ(s.recovery.action, RecoveryAction::kShrink);
   EXPECT_TRUE(s.outputs.dumps);
   EXPECT_EQ(*s.outputs.dump_format, FrFormat::kJson);
-  ASSERT_EQ(s.loop_expectations.size(), 2u);
-  EXPECT_EQ(*s.loop_expectations[0].outcome, Outcome::kCompletedAfterRetry);
-  EXPECT_EQ(*s.loop_expectations[1].culprit_ranks, std::vector<int>{5});
+  const std::vector<LoopExpectation> loop_expect = s.expectations_of<LoopExpectation>();
+  ASSERT_EQ(loop_expect.size(), 2u);
+  EXPECT_EQ(*loop_expect[0].outcome, Outcome::kCompletedAfterRetry);
+  EXPECT_EQ(*loop_expect[1].culprit_ranks, std::vector<int>{5});
 }
 
 TEST(Scenario, FaultMistakesAreFileLineColumnErrors) {

@@ -36,9 +36,10 @@ TEST(TrainingScenario, ShippedLlama70bLoads) {
   EXPECT_EQ(training.layouts[0].layout.sharding, models::Sharding::kFsdp);
   EXPECT_EQ(training.layouts[1].layout.tp, 8);
   EXPECT_EQ(training.layouts[1].layout.pp, 4);
-  EXPECT_EQ(scenario.training_expectations.size(), 8u);
+  EXPECT_EQ(scenario.expectations_of<TrainingExpectation>().size(), 8u);
   EXPECT_TRUE(scenario.variants[3].allocator.expandable_segments);
-  EXPECT_TRUE(scenario.expectations.empty());
+  EXPECT_TRUE(scenario.expectations_of<Expectation>().empty());  // nothing of another kind
+  EXPECT_EQ(scenario.expectations.size(), 8u);
 }
 
 TEST(TrainingScenario, LayoutOverridesAndBatchPerGpu) {
