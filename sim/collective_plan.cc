@@ -19,6 +19,7 @@ SimRequest CollectivePlan::request() const {
   request.tiles = choice.tiles;
   if (instances.size() > 1) request.concurrent.assign(instances.begin() + 1, instances.end());
   request.analytic = analytic;
+  request.replay_cache = replay_cache;
   return request;
 }
 
@@ -45,7 +46,14 @@ CollectivePlan CollectivePlans::plan(const CollectiveQuery& query) {
     plan.spec.collective = Collective::kAllReduce;
     plan.spec.count = query.bytes / static_cast<int64_t>(size_bytes(query.spec.dtype));
   }
-  plan.schedule = &schedule_for(plan.spec, algorithm, query.layout, params, query.form);
+  Planned& planned = schedule_for(plan.spec, algorithm, query.layout, params, query.form);
+  plan.schedule = &planned.schedule;
+  plan.replay_cache = &planned.replay_cache;
+  // One schedule's derived replay at a time: what the simulator keeps is as large as the schedule
+  // (hundreds of MB for a 16,384-rank tree), and runs of one schedule come together (the sizes of
+  // a sweep, the layers of a step).
+  if (last_cache_ != nullptr && last_cache_ != plan.replay_cache) last_cache_->reset();
+  last_cache_ = plan.replay_cache;
   return plan;
 }
 
@@ -78,13 +86,15 @@ SimResult CollectivePlans::run(const CollectivePlan& plan) {
   return result;
 }
 
-const Schedule& CollectivePlans::schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
-                                              const AlgoParams& params, ScheduleForm form) {
+CollectivePlans::Planned& CollectivePlans::schedule_for(const CollectiveSpec& spec, Algorithm algorithm,
+                                                       const RankLayout& layout, const AlgoParams& params,
+                                                       ScheduleForm form) {
   ShapeKey key{spec.collective,       algorithm,      spec.root,    layout.nranks,      layout.ranks_per_node,
                layout.rings,          params.channels, params.pipeline_chunks, params.inter_node, form};
   auto it = schedules_.find(key);
   if (it == schedules_.end()) {
-    it = schedules_.emplace(std::move(key), build_checked_schedule(spec, layout, algorithm, params, form)).first;
+    it = schedules_.emplace(std::move(key), Planned{build_checked_schedule(spec, layout, algorithm, params, form), {}})
+             .first;
   }
   return it->second;
 }

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -59,6 +60,7 @@ struct CollectivePlan {
   int64_t bytes = 0;
   CollectiveSpec spec;                 // simulated: the all_reduce of a half ring
   const Schedule* schedule = nullptr;  // null: one of the simulator's models
+  std::shared_ptr<void>* replay_cache = nullptr;  // the schedule's (SimRequest::replay_cache)
   std::vector<std::vector<int>> instances;
   int per_node = 1;
   const Tuner* tuner = nullptr;
@@ -90,12 +92,18 @@ class CollectivePlans {
  private:
   using ShapeKey = std::tuple<Collective, Algorithm, int, int, int, std::vector<std::vector<int>>, int, int,
                               Algorithm, ScheduleForm>;
-  const Schedule& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
-                               const AlgoParams& params, ScheduleForm form);
+  // A schedule built once per shape, with what the simulator derives from it.
+  struct Planned {
+    Schedule schedule;
+    std::shared_ptr<void> replay_cache;
+  };
+  Planned& schedule_for(const CollectiveSpec& spec, Algorithm algorithm, const RankLayout& layout,
+                        const AlgoParams& params, ScheduleForm form);
 
   Simulator& simulator_;
   NetworkModel network_;
-  std::map<ShapeKey, Schedule> schedules_;  // map nodes stay put: plans point into it
+  std::map<ShapeKey, Planned> schedules_;  // map nodes stay put: plans point into them
+  std::shared_ptr<void>* last_cache_ = nullptr;  // the one replay_cache kept filled
 };
 
 }  // namespace tandem::sim

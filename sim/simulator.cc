@@ -280,7 +280,7 @@ struct Simulator::Impl {
   double run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                       const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, uint32_t tiles, double wire,
                       const std::function<double(int, int)>& hop_latency, double base_latency, SimResult& result,
-                      bool contention_by_round = false);
+                      bool contention_by_round, std::shared_ptr<void>* cache);
   std::vector<std::vector<int>> placements_of(const SimRequest& request, int n) const;
   // The op-by-op simulation (OpByOpRun) and its phases.
   double run_op_by_op(const Schedule& schedule, const SimRequest& request,
@@ -699,14 +699,12 @@ struct ReplayConnections {
   };
   std::vector<Ends> connections;
   std::vector<size_t> connection_of_send;  // by op id (SIZE_MAX: not a send)
-  std::vector<double> first_bytes;         // wire bytes of each connection's first message (tile 0)
+  std::vector<SlotRange> first_src;        // each connection's first message (its bytes: per size)
   std::vector<size_t> group_of;            // the Snapshot each connection contends in
   size_t groups = 0;                       // Snapshots: one, or one per round (contention_by_round)
 };
 
-ReplayConnections replay_connections(const Schedule& schedule, const Dag& dag,
-                                     const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of, double wire,
-                                     bool contention_by_round) {
+ReplayConnections replay_connections(const Schedule& schedule, const Dag& dag, bool contention_by_round) {
   ReplayConnections out;
   std::map<std::tuple<int, int, uint32_t>, size_t> connection_of;
   out.connection_of_send.assign(dag.index.total, SIZE_MAX);
@@ -719,7 +717,7 @@ ReplayConnections replay_connections(const Schedule& schedule, const Dag& dag,
     const auto [it, fresh] = connection_of.emplace(std::make_tuple(at.rank, op.peer, at.lane), out.connections.size());
     if (fresh) {
       out.connections.push_back({at.rank, op.peer});
-      out.first_bytes.push_back(static_cast<double>(bytes_of(op.src, 0)) * wire);
+      out.first_src.push_back(op.src);
       const uint32_t round = contention_by_round && at.index < lane.rounds.size() ? lane.rounds[at.index] : 0;
       out.group_of.push_back(group_of_round.emplace(round, group_of_round.size()).first->second);
     }
@@ -781,6 +779,28 @@ ReplayProgram flatten_replay(const Schedule& schedule, const Dag& dag, const std
   return out;
 }
 
+// What the analytic replay derives from a schedule alone, whatever its size: its op graph, its
+// connections and its flattened program. Built once per schedule that CollectivePlans keeps
+// (SimRequest::replay_cache): at 16,384 ranks a tree's graph is millions of ops, and rebuilding it
+// for every size was most of a training step's simulation time (allocating and faulting in its
+// pages).
+struct ReplayPrep {
+  explicit ReplayPrep(Dag graph) : dag(std::move(graph)) {}
+  Dag dag;
+  ReplayConnections replay;
+  ReplayProgram program;
+};
+
+std::shared_ptr<const ReplayPrep> replay_prep(const Schedule& schedule, bool contention_by_round,
+                                              std::shared_ptr<void>* cache) {
+  if (cache != nullptr && *cache) return std::static_pointer_cast<const ReplayPrep>(*cache);
+  auto prep = std::make_shared<ReplayPrep>(build_dag(schedule));
+  prep->replay = replay_connections(schedule, prep->dag, contention_by_round);
+  prep->program = flatten_replay(schedule, prep->dag, prep->replay.connection_of_send);
+  if (cache != nullptr) *cache = prep;
+  return prep;
+}
+
 }  // namespace
 
 // Explicit schedules whose connections all carry traffic at once in steady state (a pipelined
@@ -796,15 +816,20 @@ ReplayProgram flatten_replay(const Schedule& schedule, const Dag& dag, const std
 double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector<std::vector<int>>& placements,
                                      const std::function<int64_t(const SlotRange&, uint32_t)>& bytes_of,
                                      uint32_t tiles, double wire, const std::function<double(int, int)>& hop_latency,
-                                     double base_latency, SimResult& result, bool contention_by_round) {
-  // Ops numbered, each receive's matching send and one topological order: the graph validate()
-  // builds (core/schedule_dag.h).
-  const Dag dag = build_dag(schedule);
-  const size_t total_ops = dag.index.total;
-  const ReplayConnections replay = replay_connections(schedule, dag, bytes_of, wire, contention_by_round);
+                                     double base_latency, SimResult& result, bool contention_by_round,
+                                     std::shared_ptr<void>* cache) {
+  // Ops numbered, each receive's matching send and one topological order (the graph validate()
+  // builds, core/schedule_dag.h), the connections and the flattened program: per schedule.
+  const std::shared_ptr<const ReplayPrep> prep = replay_prep(schedule, contention_by_round, cache);
+  const size_t total_ops = prep->dag.index.total;
+  const ReplayConnections& replay = prep->replay;
   const auto& connections = replay.connections;
-  const std::vector<double>& first_bytes = replay.first_bytes;
   const std::vector<size_t>& group_of = replay.group_of;
+  // Wire bytes of each connection's first message (tile 0), at this size.
+  std::vector<double> first_bytes(connections.size());
+  for (size_t c = 0; c < connections.size(); ++c) {
+    first_bytes[c] = static_cast<double>(bytes_of(replay.first_src[c], 0)) * wire;
+  }
 
   double total = 0;
   const double hbm = hbm_Bps();
@@ -822,7 +847,7 @@ double Simulator::Impl::run_replayed(const Schedule& schedule, const std::vector
     result.simulated_transfers += snapshot.pairs();
   }
 
-  const ReplayProgram program = flatten_replay(schedule, dag, replay.connection_of_send);
+  const ReplayProgram& program = prep->program;
   const std::vector<uint32_t>& first_lane = program.first_lane;
   // Per tile the bytes of each sub-chunk.
   const uint32_t k = schedule.chunks_per_block;
@@ -975,7 +1000,7 @@ SimResult Simulator::run(const SimRequest& request) {
     result.compressed = true;
     result.seconds = s.run_replayed(
         schedule, placements, [&](const SlotRange& range, uint32_t tile) { return sizer.bytes(range, tile); }, tiles,
-        wire, hop_latency, base_latency, result, schedule.algorithm == Algorithm::kPat);
+        wire, hop_latency, base_latency, result, schedule.algorithm == Algorithm::kPat, request.replay_cache);
     return result;
   }
   result.seconds = s.run_op_by_op(schedule, request, placements, sizer, tiles, wire, base_latency);

@@ -120,6 +120,11 @@ struct SimRequest {
   // op_index) >= 1: the host backend's realisation. Forces the op-by-op simulation; not with
   // `concurrent` groups.
   std::function<double(int rank, int64_t op_index)> send_slowdown;
+  // Where the simulator keeps what it derives from `schedule` alone (the analytic replay's op graph,
+  // connections and flattened program) between runs of that schedule at other sizes: a slot
+  // CollectivePlans keeps per schedule it built (sim/collective_plan.h); null: derived afresh.
+  // The slot must belong to this very schedule, unchanged since.
+  std::shared_ptr<void>* replay_cache = nullptr;
   // Replay any explicit schedule analytically after one contention round (as trees always are),
   // rings and chains included, instead of op by op: one SimGrid actor per rank and lane and one
   // per connection costs minutes and gigabytes at a thousand ranks (a 4 MiB ring broadcast on
