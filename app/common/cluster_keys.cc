@@ -23,84 +23,63 @@ constexpr double kMaxGpuPowerW = 2000;  // the cap when the preset's GPU has no 
 constexpr double kMinGpuMemoryGB = 1;
 constexpr double kMaxGpuMemoryGB = 1024;
 
-// A key with what it sets. Text values (the fabric) are set by name in set_cluster_value.
-struct Entry {
-  ClusterKey key;
-  void (*set)(ClusterSpec&, double);
-};
-
 // clang-format off
-const std::array<Entry, 18> kEntries{{
-    {{"nodes", "--nodes", "number of nodes", Kind::kInteger, 1, models::kMaxNodes},
+const std::array<ClusterKey, 18> kKeys{{
+    {"nodes", "--nodes", "number of nodes", Kind::kInteger, 1, models::kMaxNodes,
      [](ClusterSpec& s, double v) { s.nodes = static_cast<int>(v); }},
-    {{"gpus_per_node", "--gpus-per-node", "GPUs per node (default: the preset's)", Kind::kInteger, 1,
-      models::kMaxGpusPerNode},
+    {"gpus_per_node", "--gpus-per-node", "GPUs per node (default: the preset's)", Kind::kInteger, 1,
+      models::kMaxGpusPerNode,
      [](ClusterSpec& s, double v) { s.gpus_per_node = static_cast<int>(v); }},
-    {{"fabric", "--fabric", "rail-optimized, fat-tree or single-switch (default: the preset's)", Kind::kText, 0, 0},
+    {"fabric", "--fabric", "rail-optimized, fat-tree or single-switch (default: the preset's)", Kind::kText, 0, 0,
      nullptr},
-    {{"nic_gbps", "--nic-gbps", "NIC line rate in Gb/s, e.g. 400 or 800 (default: the preset's)", Kind::kNumber,
-      models::kMinLinkGbps, models::kMaxLinkGbps},
+    {"nic_gbps", "--nic-gbps", "NIC line rate in Gb/s, e.g. 400 or 800 (default: the preset's)", Kind::kNumber,
+      models::kMinLinkGbps, models::kMaxLinkGbps,
      [](ClusterSpec& s, double v) { s.nic_Bps = v * kGbpsToBps; }},
-    {{"nics_per_node", "--nics-per-node", "NICs per node, dividing the GPUs per node (default: the preset's, one per GPU)",
-      Kind::kInteger, 1, models::kMaxGpusPerNode},
+    {"nics_per_node", "--nics-per-node", "NICs per node, dividing the GPUs per node (default: the preset's, one per GPU)",
+      Kind::kInteger, 1, models::kMaxGpusPerNode,
      [](ClusterSpec& s, double v) { s.nics_per_node = static_cast<int>(v); }},
-    {{"spines", "--spines", "spine switches (0, the default: derived from the leaf ports)", Kind::kInteger, 0,
-      models::kMaxSpines},
+    {"spines", "--spines", "spine switches (0, the default: derived from the leaf ports)", Kind::kInteger, 0,
+      models::kMaxSpines,
      [](ClusterSpec& s, double v) { s.spines = static_cast<int>(v); }},
-    {{"oversubscription", "--oversubscription", "leaf downlink : uplink bandwidth ratio, e.g. 2 for 2:1 (default 1)",
-      Kind::kNumber, models::kMinOversubscription, models::kMaxOversubscription},
+    {"oversubscription", "--oversubscription", "leaf downlink : uplink bandwidth ratio, e.g. 2 for 2:1 (default 1)",
+      Kind::kNumber, models::kMinOversubscription, models::kMaxOversubscription,
      [](ClusterSpec& s, double v) { s.oversubscription = v; }},
-    {{"nodes_per_leaf", "--nodes-per-leaf",
+    {"nodes_per_leaf", "--nodes-per-leaf",
       "nodes under one leaf group (rail-optimized: a scalable unit; 0, the default: 32 leaf ports)", Kind::kInteger,
-      0, models::kMaxNodes},
+      0, models::kMaxNodes,
      [](ClusterSpec& s, double v) { s.nodes_per_leaf = static_cast<int>(v); }},
-    {{"nvlink_GBps", "--nvlink-GBps", "NVLink bandwidth per GPU in GB/s per direction", Kind::kNumber,
-      models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8},
+    {"nvlink_GBps", "--nvlink-GBps", "NVLink bandwidth per GPU in GB/s per direction", Kind::kNumber,
+      models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8,
      [](ClusterSpec& s, double v) { s.nvlink_Bps = v * kGBpsToBps; }},
-    {{"pcie_GBps", "--pcie-GBps", "GPU <-> NIC PCIe bandwidth in GB/s per direction", Kind::kNumber,
-      models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8},
+    {"pcie_GBps", "--pcie-GBps", "GPU <-> NIC PCIe bandwidth in GB/s per direction", Kind::kNumber,
+      models::kMinLinkGbps / 8, models::kMaxLinkGbps / 8,
      [](ClusterSpec& s, double v) { s.pcie_Bps = v * kGBpsToBps; }},
-    {{"nvls", "--nvls", "true or false: NVLink SHARP in the NVSwitches (default: the preset's)", Kind::kBoolean, 0, 1},
+    {"nvls", "--nvls", "true or false: NVLink SHARP in the NVSwitches (default: the preset's)", Kind::kBoolean, 0, 1,
      [](ClusterSpec& s, double v) { s.gpu.nvls = v != 0; }},
-    {{"sharp", "--sharp", "the switches reduce in the network (InfiniBand SHARP: NCCL CollNet)", Kind::kBoolean, 0, 1},
+    {"sharp", "--sharp", "the switches reduce in the network (InfiniBand SHARP: NCCL CollNet)", Kind::kBoolean, 0, 1,
      [](ClusterSpec& s, double v) { s.sharp = v != 0; }},
-    {{"nvlink_latency_us", "--nvlink-latency-us", "GPU <-> NVSwitch link latency", Kind::kNumber, 0,
-      models::kMaxLatencyUs},
+    {"nvlink_latency_us", "--nvlink-latency-us", "GPU <-> NVSwitch link latency", Kind::kNumber, 0,
+      models::kMaxLatencyUs,
      [](ClusterSpec& s, double v) { s.nvlink_latency_s = v * kUsToS; }},
-    {{"pcie_latency_us", "--pcie-latency-us", "GPU <-> NIC link latency", Kind::kNumber, 0, models::kMaxLatencyUs},
+    {"pcie_latency_us", "--pcie-latency-us", "GPU <-> NIC link latency", Kind::kNumber, 0, models::kMaxLatencyUs,
      [](ClusterSpec& s, double v) { s.pcie_latency_s = v * kUsToS; }},
-    {{"nic_latency_us", "--nic-latency-us", "NIC <-> leaf link latency", Kind::kNumber, 0, models::kMaxLatencyUs},
+    {"nic_latency_us", "--nic-latency-us", "NIC <-> leaf link latency", Kind::kNumber, 0, models::kMaxLatencyUs,
      [](ClusterSpec& s, double v) { s.nic_latency_s = v * kUsToS; }},
-    {{"switch_latency_us", "--switch-latency-us", "leaf <-> spine link latency", Kind::kNumber, 0,
-      models::kMaxLatencyUs},
+    {"switch_latency_us", "--switch-latency-us", "leaf <-> spine link latency", Kind::kNumber, 0,
+      models::kMaxLatencyUs,
      [](ClusterSpec& s, double v) { s.switch_latency_s = v * kUsToS; }},
     // The upper bound is the GPU's TDP where the preset knows it (set_cluster_value).
-    {{"gpu_power_w", "--gpu-power-w", "GPU power cap in W (at most the GPU's TDP; default: the TDP)", Kind::kNumber,
-      kMinGpuPowerW, kMaxGpuPowerW},
+    {"gpu_power_w", "--gpu-power-w", "GPU power cap in W (at most the GPU's TDP; default: the TDP)", Kind::kNumber,
+      kMinGpuPowerW, kMaxGpuPowerW,
      [](ClusterSpec& s, double v) { s.gpu.power_limit_w = v; }},
-    {{"gpu_memory_GB", "--gpu-memory-GB", "GPU memory in GB (default: the preset's)", Kind::kNumber, kMinGpuMemoryGB,
-      kMaxGpuMemoryGB},
+    {"gpu_memory_GB", "--gpu-memory-GB", "GPU memory in GB (default: the preset's)", Kind::kNumber, kMinGpuMemoryGB,
+      kMaxGpuMemoryGB,
      [](ClusterSpec& s, double v) { s.gpu.memory_bytes = v * 1e9; }},
 }};
 // clang-format on
 
 // The keys that describe switches above the leaves: a single-switch fabric has none.
 constexpr std::array<std::string_view, 3> kSwitchFabricKeys{"spines", "oversubscription", "nodes_per_leaf"};
-
-const std::array<ClusterKey, kEntries.size()>& keys() {
-  static const std::array<ClusterKey, kEntries.size()> all = [] {
-    std::array<ClusterKey, kEntries.size()> out{};
-    for (size_t i = 0; i < kEntries.size(); ++i) out[i] = kEntries[i].key;
-    return out;
-  }();
-  return all;
-}
-
-const Entry& entry_of(const ClusterKey& key) {
-  const size_t i = static_cast<size_t>(&key - keys().data());
-  if (i >= kEntries.size()) fail(ErrorCode::kInvalidArgument, "'{}' is not one of the cluster's keys", key.key);
-  return kEntries[i];
-}
 
 double parse_value(const ClusterKey& key, const ClusterSpec& spec, const std::string& text, const std::string& what) {
   double max = key.max;
@@ -137,18 +116,17 @@ double parse_value(const ClusterKey& key, const ClusterSpec& spec, const std::st
 
 }  // namespace
 
-std::span<const ClusterKey> cluster_keys() { return keys(); }
+std::span<const ClusterKey> cluster_keys() { return kKeys; }
 
 const ClusterKey* find_cluster_key(std::string_view key) {
-  for (const ClusterKey& k : keys()) {
+  for (const ClusterKey& k : kKeys) {
     if (k.key == key) return &k;
   }
   return nullptr;
 }
 
 void set_cluster_value(models::ClusterSpec& spec, const ClusterValueText& value) {
-  const Entry& entry = entry_of(*value.key);
-  if (value.key->kind == Kind::kText) {
+  if (value.key->set == nullptr) {
     try {
       spec.fabric = models::parse_fabric(value.text);
     } catch (const Error& error) {
@@ -156,7 +134,7 @@ void set_cluster_value(models::ClusterSpec& spec, const ClusterValueText& value)
     }
     return;
   }
-  entry.set(spec, parse_value(*value.key, spec, value.text, value.what));
+  value.key->set(spec, parse_value(*value.key, spec, value.text, value.what));
 }
 
 void finish_cluster_spec(models::ClusterSpec& spec, const std::vector<ClusterValueText>& given) {

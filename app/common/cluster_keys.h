@@ -20,7 +20,8 @@ struct ClusterKey {
   std::string_view help;
   Kind kind = Kind::kNumber;
   double min = 0;
-  double max = 0;
+  double max = 0;  // gpu_power_w: the GPU's TDP where the preset knows it
+  void (*set)(models::ClusterSpec&, double) = nullptr;  // the value, parsed and checked; null: the fabric (text)
 };
 
 // Every key but the preset (a file's `preset:`, the command line's --cluster), in the order the

@@ -21,8 +21,8 @@ def tables(source):
 
 
 def cluster_keys(source):
-    """[(key, flag)] of app/common/cluster_keys.cc's table: entries {{"nodes", "--nodes", ...}."""
-    return re.findall(r'\{\{"(\w+)",\s*"(--[\w-]+)"', source)
+    """[(key, flag)] of app/common/cluster_keys.cc's table: entries {"nodes", "--nodes", ...}."""
+    return re.findall(r'\{"(\w+)",\s*"(--[\w-]+)"', source)
 
 
 def documented(text, word):
