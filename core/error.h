@@ -2,6 +2,7 @@
 // is a tandem::Error carrying a code; the command line turns it into one line and a non-zero exit.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -25,13 +26,21 @@ enum class ErrorCode {
 
 const char* error_code_name(ErrorCode code);
 
+struct FaultReport;  // core/fault_report.h
+
 class Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  // An executor's fault, with its fields (core/fault_report.h: fault_error()).
+  Error(ErrorCode code, const std::string& message, std::shared_ptr<const FaultReport> report)
+      : std::runtime_error(message), code_(code), report_(std::move(report)) {}
   ErrorCode code() const { return code_; }
+  // The fault's fields when a backend reported one, else null.
+  const FaultReport* report() const { return report_.get(); }
 
  private:
   ErrorCode code_;
+  std::shared_ptr<const FaultReport> report_;
 };
 
 // Throws tandem::Error with a fmt-formatted message.

@@ -34,11 +34,11 @@ struct RankBuffers {
 // The fault injector's hook into a backend: asked for every send (src rank, dst rank, the op's
 // index in src's program over all tiles, lanes in order: tile * ops_per_tile + the lane's first op
 // + the op's index in its lane); empty = no faults. Backends apply the effect to that transfer
-// (core/faults.h says what each field means) and report it alike: a failed send as Error(kFault)
-// "rank R lane L op I: send to P failed (injected fault #F)"; a stalled one loses its message and
-// the later ones of that (src, dst, lane), and the receiver's timeout says "its message from rank S
-// was lost (injected fault #F)"; a corrupt one, with checksums, Error(kCorrupt) "rank R lane L op
-// I: the message from S failed its checksum".
+// (core/faults.h says what each field means) and report it alike, as a FaultReport inside the
+// Error (core/fault_report.h, fault_error()): a failed send as kSendFailed (rank = the sender, peer,
+// its op, the fault); a stalled one loses its message and the later ones of that (src, dst,
+// lane), and the receiver's timeout is kLost (rank = the receiver, peer = the sender, the fault);
+// a corrupt one, with checksums, kCorrupt (rank = the receiver, peer = the sender, its op).
 using TransferHook = std::function<TransferEffect(int src, int dst, int64_t op_index)>;
 
 struct RunContext {

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fault_report.h"
+
 namespace tandem {
 
 enum class RecoveryAction : uint8_t { kAbort, kShrink, kReroute };
@@ -45,7 +47,8 @@ struct AttemptResult {
   double seconds = 0;             // the backend's clock spent in this attempt (to failure or end)
   std::vector<int> failed_ranks;  // stuck: the ranks that never arrived or died
   bool link_fault = false;        // the failure came from a link or NIC (reroute can help)
-  std::string message;            // what the backend saw, for the report
+  std::optional<FaultReport> fault;  // what the backend saw (not kOk), as fields
+  std::string message;            // and as words, for the report (fault->text())
 };
 
 // What the next attempt runs with.

@@ -164,6 +164,11 @@ AttemptResult Session::run_attempt(AttemptRunner& runner, int k, double began, c
   for (int r : faults.crashed) recorders_->crashed(r);
   const auto ids = recorders_->launch(p.ranks, active, ns(p.start_s));
   AttemptResult result = runner.attempt(p, active);
+  if (result.fault) {
+    result.fault->sequence = k;
+    result.fault->bytes = config_.work.size_bytes;
+    result.fault->seconds = result.seconds;
+  }
   // The ranks in a stuck attempt wait in it until the watchdog fires (run_resilient adds that wait
   // after the attempt).
   const double waited = result.status == Status::kStuck ? config_.recovery.watchdog_s : 0.0;
@@ -224,42 +229,100 @@ bool Session::run_next(AttemptRunner& runner) {
 
 // ---- how an attempt ended ------------------------------------------------------------------------
 
+namespace {
+
+// The report an attempt's error carries, or one made from its code and words (a backend error
+// without a report: a device timeout, a failed kernel).
+FaultReport report_of(const Error& error, const std::string& backend) {
+  if (error.report() != nullptr) return *error.report();
+  FaultReport report{.backend = backend, .note = error.what()};
+  switch (error.code()) {
+    case ErrorCode::kFault: report.kind = FaultReport::Kind::kSendFailed; break;
+    case ErrorCode::kCorrupt: report.kind = FaultReport::Kind::kCorrupt; break;
+    case ErrorCode::kDesync: report.kind = FaultReport::Kind::kDesync; break;
+    default: report.kind = FaultReport::Kind::kStalled; break;
+  }
+  return report;
+}
+
+}  // namespace
+
 AttemptResult attempt_outcome(const Session& session, const std::vector<int>& active, const RankFaults& faults,
                               const std::vector<std::optional<Error>>& errors, double seconds,
                               const std::string& backend) {
   AttemptResult result;
   result.seconds = seconds;
-  auto has = [&](ErrorCode code) {
-    return std::any_of(errors.begin(), errors.end(), [&](const auto& e) { return e && e->code() == code; });
-  };
-  auto first_message = [&] {
+  const auto first = [&](std::optional<ErrorCode> code) -> const Error* {
     for (const auto& e : errors) {
-      if (e) return std::string(e->what());
+      if (e && (!code || e->code() == *code)) return &*e;
     }
-    return std::string();
+    return nullptr;
   };
-  if (has(ErrorCode::kDesync)) {
+  if (faults.desync || first(ErrorCode::kDesync)) {
     result.status = Status::kDesync;
-    result.message = faults.desync.value_or(first_message());
-  } else if (!faults.missing.empty() || has(ErrorCode::kTimeout)) {
+    result.fault = faults.desync ? FaultReport{.kind = FaultReport::Kind::kDesync, .backend = backend,
+                                               .note = *faults.desync}
+                                 : report_of(*first(ErrorCode::kDesync), backend);
+  } else if (!faults.missing.empty() || first(ErrorCode::kTimeout)) {
     result.status = Status::kStuck;
     result.failed_ranks = faults.missing;
     result.link_fault = faults.missing.empty() && session.any_link_fault(active);
     result.seconds = std::max(0.0, seconds - session.config().recovery.watchdog_s);
-    result.message = faults.missing.empty()
-                         ? first_message()
-                         : fmt::format("rank(s) {} never arrived", fmt::join(faults.missing, ", "));
-  } else if (has(ErrorCode::kFault)) {
+    result.fault = faults.missing.empty()
+                       ? report_of(*first(ErrorCode::kTimeout), backend)
+                       : FaultReport{.kind = FaultReport::Kind::kAbsent, .backend = backend, .absent = faults.missing};
+  } else if (const Error* fault = first(ErrorCode::kFault)) {
     result.status = Status::kFailed;
     result.link_fault = session.any_link_fault(active);
-    result.message = first_message();
-  } else if (has(ErrorCode::kCorrupt)) {
+    result.fault = report_of(*fault, backend);
+  } else if (const Error* corrupt = first(ErrorCode::kCorrupt)) {
     result.status = Status::kCorrupt;
-    result.message = first_message();
-  } else if (const std::string message = first_message(); !message.empty()) {
-    fail(ErrorCode::kBackend, "{} attempt failed: {}", backend, message);
+    result.fault = report_of(*corrupt, backend);
+  } else if (const Error* other = first(std::nullopt)) {
+    fail(ErrorCode::kBackend, "{} attempt failed: {}", backend, other->what());
   }
+  if (result.fault) result.message = result.fault->text();
   return result;
+}
+
+// ---- what an attempt runs with -------------------------------------------------------------------
+
+AttemptSetup::AttemptSetup(const Session& session, const std::vector<int>& ranks, const std::vector<int>& active,
+                           int attempt, bool clean)
+    : spec(session.spec(static_cast<int>(ranks.size()))),
+      faults(clean ? RankFaults{} : session.rank_faults(active, ranks)),
+      schedule(build_checked_schedule(spec, RankLayout::flat(spec.nranks), session.config().work.algorithm)),
+      check{spec.collective, spec.dtype, spec.op, 0, spec.nranks, spec.count, static_cast<uint64_t>(attempt) + 1},
+      verify(session.config().recovery.verify) {
+  context.timeout = watchdog_timeout(session.config().recovery);
+  context.checksums = verify;
+  if (clean) return;
+  std::vector<bool> missing(ranks.size(), false);
+  for (int r : faults.missing) {
+    missing[static_cast<size_t>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin())] = true;
+  }
+  const FaultInjector& injector = session.injector();
+  context.on_send = [&injector, ranks, active, missing](int src, int dst, int64_t op) {
+    if (missing[static_cast<size_t>(src)]) return TransferEffect{.stall = true};
+    return injector.transfer(active, ranks[static_cast<size_t>(src)], ranks[static_cast<size_t>(dst)], op);
+  };
+}
+
+void AttemptSetup::prepare(std::span<const RankBuffers> host_buffers) const {
+  fill_inputs(check, host_buffers);
+  poison_outputs(check, host_buffers);
+}
+
+void AttemptSetup::check_outputs(AttemptResult& result, std::span<const RankBuffers> host_buffers,
+                                 const std::string& backend) const {
+  if (result.status != Status::kOk || !verify) return;
+  if (const int64_t wrong = count_wrong(check, host_buffers); wrong > 0) {
+    result.status = Status::kCorrupt;
+    result.fault = FaultReport{.kind = FaultReport::Kind::kCorrupt,
+                               .backend = backend,
+                               .note = fmt::format("{} wrong elements", wrong)};
+    result.message = result.fault->text();
+  }
 }
 
 // ---- any executor ----------------------------------------------------------------------------------
@@ -284,47 +347,24 @@ double ExecutorAttempts::fault_free_seconds(const std::vector<int>& ranks) {
 
 AttemptResult ExecutorAttempts::run(const std::vector<int>& ranks, const std::vector<int>& active, int attempt,
                                     bool clean) {
-  const auto m = static_cast<int>(ranks.size());
-  const CollectiveSpec spec = session_.spec(m);
+  const AttemptSetup setup(session_, ranks, active, attempt, clean);
+  const CollectiveSpec& spec = setup.spec;
   const SessionConfig& config = session_.config();
-  const RankFaults faults = clean ? RankFaults{} : session_.rank_faults(active, ranks);
-  if (faults.desync) {
-    AttemptResult result;
-    result.status = Status::kDesync;
-    result.message = *faults.desync;
-    return result;
-  }
+  if (setup.faults.desync) return attempt_outcome(session_, active, setup.faults, {}, 0.0, executor_.name());
   // Buffers, inputs and the reference check for an executor that moves data; none for one that
   // only times the schedule (sim).
   const bool data = executor_.moves_data();
+  const int m = spec.nranks;
   const SizeCounts counts = nccl_tests_counts(spec.collective, config.work.size_bytes, spec.dtype, m);
   const int64_t element_bytes = static_cast<int64_t>(size_bytes(spec.dtype));
   std::optional<RunMemory> memory;
   std::vector<RankBuffers> buffers(static_cast<size_t>(m));
-  const CheckSpec check{spec.collective, spec.dtype, spec.op, 0, m, spec.count, static_cast<uint64_t>(attempt) + 1};
   if (data) {
     memory.emplace(executor_, m, static_cast<size_t>(counts.input_elements * element_bytes),
                    static_cast<size_t>(counts.output_elements * element_bytes));
     buffers = memory->host(spec.collective, spec.count, spec.dtype, false);
-    fill_inputs(check, buffers);
-    poison_outputs(check, buffers);
+    setup.prepare(buffers);
     memory->upload();
-  }
-
-  const Schedule schedule = build_checked_schedule(spec, RankLayout::flat(m), config.work.algorithm);
-  RunContext context;
-  context.timeout = watchdog_timeout(config.recovery);
-  context.checksums = config.recovery.verify;
-  std::vector<bool> missing(static_cast<size_t>(m), false);
-  for (int r : faults.missing) {
-    missing[static_cast<size_t>(std::find(ranks.begin(), ranks.end(), r) - ranks.begin())] = true;
-  }
-  if (!clean) {
-    context.on_send = [&](int src, int dst, int64_t op) {
-      if (missing[static_cast<size_t>(src)]) return TransferEffect{.stall = true};
-      return session_.injector().transfer(active, ranks[static_cast<size_t>(src)], ranks[static_cast<size_t>(dst)],
-                                          op);
-    };
   }
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::optional<Error>> errors(1);
@@ -332,7 +372,7 @@ AttemptResult ExecutorAttempts::run(const std::vector<int>& ranks, const std::ve
   try {
     const std::vector<RankBuffers> run_buffers =
         data ? memory->run(spec.collective, spec.count, spec.dtype, false) : buffers;
-    seconds = executor_.run(schedule, spec, run_buffers, context).seconds;
+    seconds = executor_.run(setup.schedule, spec, run_buffers, setup.context).seconds;
   } catch (const Error& e) {
     errors[0] = e;
     if (executor_.wall_clock()) {
@@ -345,13 +385,10 @@ AttemptResult ExecutorAttempts::run(const std::vector<int>& ranks, const std::ve
       seconds = clean ? 0.0 : e.code() == ErrorCode::kTimeout ? config.recovery.watchdog_s : fault_free_seconds(ranks);
     }
   }
-  AttemptResult result = attempt_outcome(session_, active, faults, errors, seconds, executor_.name());
-  if (result.status == Status::kOk && config.recovery.verify && data) {
+  AttemptResult result = attempt_outcome(session_, active, setup.faults, errors, seconds, executor_.name());
+  if (result.status == Status::kOk && data && setup.verify) {
     memory->download();
-    if (const int64_t wrong = count_wrong(check, buffers); wrong > 0) {
-      result.status = Status::kCorrupt;
-      result.message = fmt::format("{} wrong elements", wrong);
-    }
+    setup.check_outputs(result, buffers, executor_.name());
   }
   return result;
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data_check.h"
 #include "core/error.h"
 #include "core/executor.h"
 #include "core/faults.h"
@@ -150,8 +151,10 @@ class Session {
 // How an attempt ended, from what its ranks threw (`errors`, one per rank or one for the whole
 // run; empty entries: no error) and the plan's rank faults, the same on every backend: a desync,
 // then ranks that never arrived or a timeout (stuck; `seconds` loses the watchdog's wait, which
-// the session adds), a failed send (failed), a checksum (corrupt). Any other error is the
-// backend's own failure: Error(kBackend) naming `backend`. Ok otherwise: the caller verifies data.
+// the session adds), a failed send (failed), a checksum (corrupt). The result's fault is the
+// report the error carried (core/fault_report.h), or one made from the plan's rank faults. Any
+// other error is the backend's own failure: Error(kBackend) naming `backend`. Ok otherwise: the
+// caller verifies data.
 AttemptResult attempt_outcome(const Session& session, const std::vector<int>& active, const RankFaults& faults,
                               const std::vector<std::optional<Error>>& errors, double seconds,
                               const std::string& backend);
@@ -175,6 +178,27 @@ class FaultFreeTimes {
 
  private:
   std::map<std::vector<int>, double> seconds_;
+};
+
+// What one attempt of a session's collective on `ranks` runs with, on a backend that moves data or
+// times a schedule: the checked schedule, the run context (the watchdog as timeout, checksums when
+// the policy verifies, the plan's transfer faults on the attempt's ranks; a rank that hangs or
+// crashed never sends) and the inputs' check. One piece for HostAttempts and ExecutorAttempts.
+struct AttemptSetup {
+  AttemptSetup(const Session& session, const std::vector<int>& ranks, const std::vector<int>& active, int attempt,
+               bool clean);
+
+  CollectiveSpec spec;
+  RankFaults faults;  // none for a clean (fault-free) run
+  Schedule schedule;
+  RunContext context;
+  CheckSpec check;
+  bool verify = false;
+
+  // Inputs filled and outputs poisoned, in the host view of the buffers.
+  void prepare(std::span<const RankBuffers> host_buffers) const;
+  // An attempt that completed with outputs off the reference becomes corrupt (when the policy verifies).
+  void check_outputs(AttemptResult& result, std::span<const RankBuffers> host_buffers, const std::string& backend) const;
 };
 
 // The attempts of any Executor: one Executor::run per attempt with real data, checked against the

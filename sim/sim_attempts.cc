@@ -12,8 +12,6 @@
 
 namespace tandem::sim {
 
-using Status = AttemptResult::Status;
-
 SimAttempts::SimAttempts(const Session& session, SimPlacement placement)
     : session_(session),
       placement_(std::move(placement)),
@@ -21,20 +19,18 @@ SimAttempts::SimAttempts(const Session& session, SimPlacement placement)
       plans_(sim_, placement_.network) {}
 
 AttemptResult SimAttempts::attempt(const AttemptPlan& plan, const std::vector<int>& active) {
-  AttemptResult result;
+  // What the attempt came to goes through attempt_outcome as on every backend: the error a fault
+  // raises (a report without an op: the simulator times the whole collective on a platform with
+  // the faults applied, it does not run ops), and the time until it shows.
   const RankFaults faults = session_.rank_faults(active, plan.ranks);
-  // A desync is caught when the ranks launch (as the host backend's signature check does).
-  if (faults.desync) {
-    result.status = Status::kDesync;
-    result.message = *faults.desync;
-    return result;
-  }
-  if (!faults.missing.empty()) {
-    result.status = Status::kStuck;
-    result.failed_ranks = faults.missing;
-    result.message = fmt::format("rank(s) {} never arrived", fmt::join(faults.missing, ", "));
-    return result;
-  }
+  const auto outcome = [&](std::optional<FaultReport> report, double seconds) {
+    std::vector<std::optional<Error>> errors(1);
+    if (report) errors[0] = fault_error(std::move(*report));
+    return attempt_outcome(session_, active, faults, errors, seconds, "sim");
+  };
+  // A desync is caught when the ranks launch (as the host backend's signature check does); ranks
+  // that never arrive leave the others waiting for the watchdog.
+  if (faults.desync || !faults.missing.empty()) return outcome(std::nullopt, 0.0);
   sim_.set_dead_links(plan.rerouted ? dead_links() : std::vector<uint32_t>{});
   const Prepared& prepared = prepare(plan.ranks);
   const std::vector<Fault>& plan_faults = session_.injector().plan().faults;
@@ -44,15 +40,13 @@ AttemptResult SimAttempts::attempt(const AttemptPlan& plan, const std::vector<in
     const Fault& fault = plan_faults[static_cast<size_t>(i)];
     if (fault.kind != FaultKind::kLinkDown && fault.kind != FaultKind::kNicDown) continue;
     if (!crosses(prepared, placement_.fault_links.at(i))) continue;
-    result.link_fault = true;
-    result.message = fmt::format("{} carries this collective's traffic", fault.describe());
+    FaultReport report{.backend = "sim", .fault = i, .note = fmt::format("{} carries this collective's traffic", fault.describe())};
     if (fault.recover_after_s) {
-      result.status = Status::kFailed;
-      result.seconds = fault_free_seconds(plan.ranks);
-    } else {
-      result.status = Status::kStuck;
+      report.kind = FaultReport::Kind::kSendFailed;
+      return outcome(std::move(report), fault_free_seconds(plan.ranks));
     }
-    return result;
+    report.kind = FaultReport::Kind::kStalled;
+    return outcome(std::move(report), session_.config().recovery.watchdog_s);
   }
   for (int i : active) {
     const Fault& fault = plan_faults[static_cast<size_t>(i)];
@@ -60,19 +54,21 @@ AttemptResult SimAttempts::attempt(const AttemptPlan& plan, const std::vector<in
     if ((fault.kind == FaultKind::kTransient || fault.kind == FaultKind::kCorrupt) && here) {
       // No data in the simulator: the failure (or the checksum mismatch) shows at the end.
       if (fault.kind == FaultKind::kCorrupt && !session_.config().recovery.verify) continue;
-      result.status = fault.kind == FaultKind::kTransient ? Status::kFailed : Status::kCorrupt;
-      result.seconds = fault_free_seconds(plan.ranks);
-      result.message = fault.describe();
-      return result;
+      return outcome(FaultReport{.kind = fault.kind == FaultKind::kTransient ? FaultReport::Kind::kSendFailed
+                                                                             : FaultReport::Kind::kCorrupt,
+                                 .backend = "sim",
+                                 .fault = i,
+                                 .note = fault.describe()},
+                     fault_free_seconds(plan.ranks));
     }
   }
   set_slowdowns(active, true);
   // Nothing slows or reroutes this attempt: it is the fault-free collective, simulated once per
   // set of ranks, not again (op by op, a 16-channel ring simulated again differs by up to ~2%,
   // docs/simulator.md, which would show as a cost where no fault hit).
-  result.seconds = sim_.faults_active() ? simulate(prepared) : fault_free_seconds(plan.ranks);
+  const double seconds = sim_.faults_active() ? simulate(prepared) : fault_free_seconds(plan.ranks);
   set_slowdowns(active, false);
-  return result;
+  return outcome(std::nullopt, seconds);
 }
 
 double SimAttempts::fault_free_seconds(const std::vector<int>& ranks) {

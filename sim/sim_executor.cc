@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fault_report.h"
 #include "sim/collective_plan.h"
 
 namespace tandem::sim {
@@ -140,8 +141,12 @@ class OutcomeReplay {
     if (op.kind == OpKind::kSend) {
       const TransferEffect& effect = effects_.at(rank, tile, lane, index);
       if (effect.fail) {
-        set_error(ErrorCode::kFault, fmt::format("sim rank {} lane {} op {}: send to {} failed (injected fault #{})",
-                                                 rank, lane, index, op.peer, effect.fault_index));
+        set_error(FaultReport{.kind = FaultReport::Kind::kSendFailed,
+                              .backend = "sim",
+                              .rank = rank,
+                              .peer = op.peer,
+                              .at = position(rank, tile, lane, index),
+                              .fault = effect.fault_index});
         return false;
       }
       // A lost message takes the rest of its connection with it: later messages queue behind it.
@@ -162,8 +167,11 @@ class OutcomeReplay {
       const Message message = queue.front();
       queue.pop_front();
       if (message.corrupt && context_.checksums) {
-        set_error(ErrorCode::kCorrupt, fmt::format("sim rank {} lane {} op {}: the message from {} failed its checksum",
-                                                   rank, lane, index, op.peer));
+        set_error(FaultReport{.kind = FaultReport::Kind::kCorrupt,
+                              .backend = "sim",
+                              .rank = rank,
+                              .peer = op.peer,
+                              .at = position(rank, tile, lane, index)});
         return false;
       }
     }
@@ -172,8 +180,8 @@ class OutcomeReplay {
     return true;
   }
 
-  void set_error(ErrorCode code, std::string message) {
-    if (!error_) error_.emplace(code, std::move(message));
+  void set_error(FaultReport report) {
+    if (!error_) error_.emplace(fault_error(std::move(report)));
   }
 
   bool finished() const {
@@ -188,25 +196,42 @@ class OutcomeReplay {
   // Nothing can move: some receive waits for a message that will never come. Name a rank that
   // waits on a lost message (the fault's victim) and its sender, as the host backend does.
   [[noreturn]] void throw_timeout() const {
-    const std::string head = fmt::format("sim {} ({}, {} ranks) timed out after {} ms: ", name(schedule_.collective),
-                                         name(schedule_.algorithm), schedule_.nranks, context_.timeout.count());
-    const bool with_tile = tiles_ > 1;
-    // "rank 4 waits on lane 0 op 3, Recv from 3" (the host backend's WaitPoint::describe).
-    auto where = [&](int rank, const Waiting& w) {
-      const OpKind kind = schedule_.ranks[static_cast<size_t>(rank)].lanes[w.lane].ops[w.op].kind;
-      const std::string position = with_tile ? fmt::format("tile {} lane {} op {}", w.tile, w.lane, w.op)
-                                             : fmt::format("lane {} op {}", w.lane, w.op);
-      return fmt::format("rank {} waits on {}, {} from {}", rank, position, name(kind), w.peer);
+    FaultReport report{.kind = FaultReport::Kind::kStalled,
+                       .backend = "sim",
+                       .collective = schedule_.collective,
+                       .algorithm = schedule_.algorithm,
+                       .nranks = schedule_.nranks,
+                       .timeout_ms = context_.timeout.count()};
+    const auto waits = [&](int rank, const Waiting& w) {
+      report.rank = rank;
+      report.peer = w.peer;
+      report.at = position(rank, w.tile, w.lane, w.op);
     };
     for (const auto& [at, w] : waiting_) {
       const int rank = at.first;
       const auto lost = lost_fault_.find({w.peer, rank, w.lane});
       if (lost == lost_fault_.end()) continue;
-      throw Error(ErrorCode::kTimeout, fmt::format("{}{}; its message from rank {} was lost (injected fault #{})", head,
-                                                   where(rank, w), w.peer, lost->second));
+      waits(rank, w);
+      report.kind = FaultReport::Kind::kLost;
+      report.fault = lost->second;
+      fail(std::move(report));
     }
-    if (!waiting_.empty()) throw Error(ErrorCode::kTimeout, head + where(waiting_.begin()->first.first, waiting_.begin()->second));
-    throw Error(ErrorCode::kTimeout, head + "no rank can progress");
+    if (waiting_.empty()) {
+      report.note = "no rank can progress";
+    } else {
+      waits(waiting_.begin()->first.first, waiting_.begin()->second);
+    }
+    fail(std::move(report));
+  }
+
+  // Op `op` of (rank, lane) in `tile`, for fault reports ("tile 1 lane 0 op 3, Recv from 2").
+  OpPosition position(int rank, uint32_t tile, uint32_t lane, uint32_t op) const {
+    const Op& at = schedule_.ranks[static_cast<size_t>(rank)].lanes[lane].ops[op];
+    return OpPosition{.tile = tiles_ > 1 ? std::optional<uint32_t>(tile) : std::nullopt,
+                      .lane = lane,
+                      .op = op,
+                      .kind = at.kind,
+                      .peer = at.peer};
   }
 
   struct Waiting {

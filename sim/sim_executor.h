@@ -12,13 +12,14 @@
 //     every rank, with exactly the host backend's numbering (op index over all tiles, lanes in
 //     order: tile * ops_per_tile + first op of the lane + op in the lane). The effects are realised
 //     as the host backend realises them (backend/host/host_executor.cc, core/faults.h):
-//       fail       Error(kFault) "sim rank R lane L op I: send to P failed (injected fault #F)";
+//       fail       Error(kFault), FaultReport kSendFailed "sim rank R lane L op I: send to P failed
+//                  (injected fault #F)";
 //       stall      the message is lost, and with it every later message of that (src, dst, lane)
 //                  connection (FIFO); the receiver waits for ever, so the run ends in
-//                  Error(kTimeout) after RunContext::timeout, naming the waiting rank and "its
-//                  message from rank S was lost (injected fault #F)";
-//       corrupt    with RunContext::checksums, Error(kCorrupt) at the receiver "sim rank R lane L
-//                  op I: the message from S failed its checksum"; without checksums nothing (there
+//                  Error(kTimeout) after RunContext::timeout, FaultReport kLost naming the waiting
+//                  rank and "its message from rank S was lost (injected fault #F)";
+//       corrupt    with RunContext::checksums, Error(kCorrupt), FaultReport kCorrupt at the receiver
+//                  "sim rank R lane L op I: the message from S failed its checksum"; without checksums nothing (there
 //                  is no data to be wrong);
 //       bandwidth_factor b, delay_factor d
 //                  the transfer takes f = d / b times as long: its connection is held (f - 1) x

@@ -42,6 +42,7 @@
 #include "backend/kernels/reduce.h"
 #include "backend/cuda/stream_plan.h"
 #include "core/error.h"
+#include "core/fault_report.h"
 
 namespace tandem::cuda {
 namespace {
@@ -126,8 +127,20 @@ struct MessageFaults {
   std::vector<int> stall_fault;   // the responsible fault, per stalled message
 };
 
-std::string describe_send(const Message& m) {
-  return fmt::format("rank {} lane {} op {} (tile {}): send to {}", m.src, m.lane, m.send_op, m.tile, m.dst);
+// Where a message's send (or its receive) stands in its rank's program, for fault reports.
+OpPosition send_position(const Message& m, const RunContext& context) {
+  return OpPosition{.tile = context.tiles > 1 ? std::optional<uint32_t>(m.tile) : std::nullopt,
+                    .lane = m.lane,
+                    .op = m.send_op,
+                    .kind = OpKind::kSend,
+                    .peer = m.dst};
+}
+OpPosition recv_position(const Message& m, const RunContext& context) {
+  return OpPosition{.tile = context.tiles > 1 ? std::optional<uint32_t>(m.tile) : std::nullopt,
+                    .lane = m.lane,
+                    .op = m.recv_op,
+                    .kind = OpKind::kRecv,
+                    .peer = m.src};
 }
 
 }  // namespace
@@ -184,7 +197,12 @@ struct CudaExecutor::Impl {
       const Message& m = plan.messages[id];
       const TransferEffect effect = context.on_send(m.src, m.dst, m.send_op_index);
       if (effect.fail) {
-        fail(ErrorCode::kFault, "cuda {} failed (injected fault #{})", describe_send(m), effect.fault_index);
+        fail(FaultReport{.kind = FaultReport::Kind::kSendFailed,
+                         .backend = "cuda",
+                         .rank = m.src,
+                         .peer = m.dst,
+                         .at = send_position(m, context),
+                         .fault = effect.fault_index});
       }
       if (effect.stall) {
         faults.stalled.push_back(static_cast<int32_t>(id));
@@ -201,21 +219,24 @@ struct CudaExecutor::Impl {
     return faults;
   }
 
-  [[noreturn]] static void stall(const StreamPlan& plan, const MessageFaults& faults, const RunContext& context) {
+  // A stalled message never arrives: its receiver waits until the timeout (the first stalled
+  // message names the fault; the note counts the others).
+  [[noreturn]] static void stall(const Schedule& schedule, const StreamPlan& plan, const MessageFaults& faults,
+                                 const RunContext& context) {
     std::this_thread::sleep_for(context.timeout);
-    std::vector<int> ranks;
-    std::string transfers;
-    for (size_t i = 0; i < faults.stalled.size(); ++i) {
-      const Message& m = plan.messages[static_cast<size_t>(faults.stalled[i])];
-      if (std::find(ranks.begin(), ranks.end(), m.dst) == ranks.end()) ranks.push_back(m.dst);
-      if (i < 3) {
-        transfers += fmt::format("{}rank {} lane {} op {} (tile {}) waits for rank {} (injected fault #{})",
-                                 i == 0 ? "" : "; ", m.dst, m.lane, m.recv_op, m.tile, m.src, faults.stall_fault[i]);
-      }
-    }
-    std::sort(ranks.begin(), ranks.end());
-    fail(ErrorCode::kTimeout, "cuda: rank(s) {} made no progress for {} ms: {}{}", fmt::join(ranks, ", "),
-         context.timeout.count(), transfers, faults.stalled.size() > 3 ? "; ..." : "");
+    const Message& m = plan.messages[static_cast<size_t>(faults.stalled.front())];
+    FaultReport report{.kind = FaultReport::Kind::kLost,
+                       .backend = "cuda",
+                       .rank = m.dst,
+                       .peer = m.src,
+                       .at = recv_position(m, context),
+                       .fault = faults.stall_fault.front(),
+                       .collective = schedule.collective,
+                       .algorithm = schedule.algorithm,
+                       .nranks = schedule.nranks,
+                       .timeout_ms = context.timeout.count()};
+    if (faults.stalled.size() > 1) report.note = fmt::format("{} more messages stalled", faults.stalled.size() - 1);
+    fail(std::move(report));
   }
 
   CudaOptions options;
@@ -393,7 +414,7 @@ RunResult CudaExecutor::run(const Schedule& schedule, const CollectiveSpec& spec
   TANDEM_CUDA_CHECK(cudaSetDevice(impl_->options.device));
   const StreamPlan plan = build_stream_plan(schedule, spec, context.tiles, context.align_elements);
   const MessageFaults faults = impl_->query_faults(plan, context);
-  if (!faults.stalled.empty()) Impl::stall(plan, faults, context);
+  if (!faults.stalled.empty()) Impl::stall(schedule, plan, faults, context);
 
   const auto element_bytes = size_bytes(spec.dtype);
   std::byte* scratch = impl_->scratch.reserve(static_cast<size_t>(plan.scratch_elements) * element_bytes, "scratch");
@@ -442,8 +463,11 @@ RunResult CudaExecutor::run(const Schedule& schedule, const CollectiveSpec& spec
     for (size_t id = 0; id < plan.messages.size(); ++id) {
       if (host_sums[id] == host_sums[plan.messages.size() + id]) continue;
       const Message& m = plan.messages[id];
-      fail(ErrorCode::kCorrupt, "cuda rank {} lane {} op {} (tile {}): the message from {} failed its checksum", m.dst,
-           m.lane, m.recv_op, m.tile, m.src);
+      fail(FaultReport{.kind = FaultReport::Kind::kCorrupt,
+                       .backend = "cuda",
+                       .rank = m.dst,
+                       .peer = m.src,
+                       .at = recv_position(m, context)});
     }
   }
   return RunResult{.seconds = milliseconds * 1e-3};

@@ -33,11 +33,12 @@ std::string Signature::describe() const {
       tiles, align_elements);
 }
 
-std::string WaitPoint::describe(bool with_tile) const {
-  const std::string position =
-      with_tile ? fmt::format("tile {} lane {} op {}", tile, lane, op) : fmt::format("lane {} op {}", lane, op);
-  if (!waits_on_message) return fmt::format("{}, {} (on a dependency)", position, name(kind));
-  return fmt::format("{}, {} from {}", position, name(kind), peer);
+OpPosition WaitPoint::position(bool with_tile) const {
+  return OpPosition{.tile = with_tile ? std::optional<uint32_t>(tile) : std::nullopt,
+                    .lane = lane,
+                    .op = op,
+                    .kind = kind,
+                    .peer = waits_on_message ? peer : -1};
 }
 
 CollectiveRun::CollectiveRun(uint64_t sequence, const Signature& signature)
@@ -48,10 +49,6 @@ CollectiveRun::CollectiveRun(uint64_t sequence, const Signature& signature)
       wait_points_(static_cast<size_t>(signature.nranks)) {
   inboxes_.reserve(static_cast<size_t>(signature.nranks));
   for (int rank = 0; rank < signature.nranks; ++rank) inboxes_.push_back(std::make_unique<Inbox>());
-}
-
-std::string CollectiveRun::title() const {
-  return fmt::format("{} ({}, {} ranks)", name(signature_.collective), name(signature_.algorithm), signature_.nranks);
 }
 
 const Schedule& CollectiveRun::explicit_schedule(const Schedule& schedule) {
@@ -67,9 +64,12 @@ void CollectiveRun::arrive(int rank, const Signature& signature) {
   }
   if (aborted()) throw_first_error();  // a straggler: the others have given up already
   if (signature == signature_) return;
-  abort(ErrorCode::kDesync, fmt::format("desync in host collective #{}: rank {} called {}, but the first rank to "
+  abort(fault_error({.kind = FaultReport::Kind::kDesync,
+                     .backend = "host",
+                     .rank = rank,
+                     .note = fmt::format("desync in host collective #{}: rank {} called {}, but the first rank to "
                                          "arrive called {}",
-                                         sequence_, rank, signature.describe(), signature_.describe()));
+                                         sequence_, rank, signature.describe(), signature_.describe())}));
   throw_first_error();
 }
 
@@ -78,12 +78,12 @@ void CollectiveRun::finish(int rank) {
   states_[static_cast<size_t>(rank)] = RankState::kFinished;
 }
 
-void CollectiveRun::fail(int rank, ErrorCode code, const std::string& message) {
+void CollectiveRun::fail(int rank, const Error& error) {
   {
     std::lock_guard lock(status_mutex_);
     states_[static_cast<size_t>(rank)] = RankState::kFailed;
   }
-  abort(code, message);
+  abort(error);
 }
 
 void CollectiveRun::send(int src, int dst, int lane, Payload payload) {
@@ -146,10 +146,10 @@ bool CollectiveRun::wait(int rank, uint64_t seen, Clock::time_point deadline, co
   return true;
 }
 
-void CollectiveRun::abort(ErrorCode code, const std::string& message) {
+void CollectiveRun::abort(const Error& error) {
   {
     std::lock_guard lock(status_mutex_);
-    if (!first_error_) first_error_.emplace(code, message);
+    if (!first_error_) first_error_.emplace(error);
   }
   aborted_.store(true, std::memory_order_release);
   // Take each inbox lock before notifying: a rank between its predicate check and its sleep holds
@@ -163,7 +163,7 @@ void CollectiveRun::abort(ErrorCode code, const std::string& message) {
 void CollectiveRun::throw_first_error() {
   std::lock_guard lock(status_mutex_);
   if (!first_error_) throw Error(ErrorCode::kBackend, "host collective aborted without an error");
-  throw Error(first_error_->code(), first_error_->what());
+  throw *first_error_;
 }
 
 std::string CollectiveRun::describe_rank(int rank) {
@@ -174,7 +174,7 @@ std::string CollectiveRun::describe_rank(int rank) {
       return fmt::format("rank {} is running", rank);
     case RankState::kWaiting:
       return fmt::format("rank {} waits on {}", rank,
-                         wait_points_[static_cast<size_t>(rank)].describe(signature_.tiles > 1));
+                         wait_points_[static_cast<size_t>(rank)].position(signature_.tiles > 1).describe());
     case RankState::kFinished:
       return fmt::format("rank {} has finished", rank);
     case RankState::kFailed:
@@ -183,31 +183,44 @@ std::string CollectiveRun::describe_rank(int rank) {
   return fmt::format("rank {} is in an unknown state", rank);
 }
 
-std::string CollectiveRun::timeout_message(int rank, const WaitPoint& where, std::chrono::milliseconds timeout) {
+FaultReport CollectiveRun::timeout_report(int rank, const WaitPoint& where, std::chrono::milliseconds timeout) {
   std::lock_guard lock(status_mutex_);
-  std::vector<int> absent;
-  for (int other = 0; other < signature_.nranks; ++other) {
-    if (states_[static_cast<size_t>(other)] == RankState::kAbsent) absent.push_back(other);
-  }
   const bool with_tile = signature_.tiles > 1;
-  std::string here = fmt::format("rank {} waits on {}", rank, where.describe(with_tile));
-  const std::string head = fmt::format("{} timed out after {} ms: ", title(), timeout.count());
-  if (!absent.empty()) {
+  FaultReport report{.kind = FaultReport::Kind::kStalled,
+                     .backend = "host",
+                     .rank = rank,
+                     .peer = where.waits_on_message ? where.peer : -1,
+                     .at = where.position(with_tile),
+                     .collective = signature_.collective,
+                     .algorithm = signature_.algorithm,
+                     .nranks = signature_.nranks,
+                     .timeout_ms = timeout.count()};
+  const auto waits_here = [&](int waiter, const WaitPoint& point) {
+    report.rank = waiter;
+    report.peer = point.waits_on_message ? point.peer : -1;
+    report.at = point.position(with_tile);
+  };
+  for (int other = 0; other < signature_.nranks; ++other) {
+    if (states_[static_cast<size_t>(other)] == RankState::kAbsent) report.absent.push_back(other);
+  }
+  if (!report.absent.empty()) {
+    report.kind = FaultReport::Kind::kAbsent;
     // Prefer a rank that waits on a missing rank directly over this one, which may wait further
     // down a chain (in a ring, rank 0 waits on 7, which waits on 6, ..., on the missing 5).
-    const auto is_absent = [&](int peer) { return std::find(absent.begin(), absent.end(), peer) != absent.end(); };
+    const auto is_absent = [&](int peer) {
+      return std::find(report.absent.begin(), report.absent.end(), peer) != report.absent.end();
+    };
     if (!(where.waits_on_message && is_absent(where.peer))) {
       for (int other = 0; other < signature_.nranks; ++other) {
         const WaitPoint& point = wait_points_[static_cast<size_t>(other)];
         if (states_[static_cast<size_t>(other)] == RankState::kWaiting && point.waits_on_message &&
             is_absent(point.peer)) {
-          here = fmt::format("rank {} waits on {}", other, point.describe(with_tile));
+          waits_here(other, point);
           break;
         }
       }
     }
-    if (absent.size() == 1) return fmt::format("{}rank {} never arrived ({})", head, absent[0], here);
-    return fmt::format("{}ranks {} never arrived ({})", head, fmt::join(absent, ", "), here);
+    return report;
   }
   // Everyone arrived. A rank waiting on a message that was lost (this one first) names the fault's
   // victim and its sender, whatever rank times out first.
@@ -220,12 +233,14 @@ std::string CollectiveRun::timeout_message(int rank, const WaitPoint& where, std
     const WaitPoint& point = other < 0 ? where : wait_points_[static_cast<size_t>(other)];
     const int fault = lost_on(waiter, point);
     if (fault == kNotLost) continue;
-    return fmt::format("{}rank {} waits on {}; its message from rank {} was lost (injected fault #{})", head, waiter,
-                       point.describe(with_tile), point.peer, fault);
+    waits_here(waiter, point);
+    report.kind = FaultReport::Kind::kLost;
+    report.fault = fault;
+    return report;
   }
   // Say where the awaited peer stands (a hang inside the collective).
-  if (where.waits_on_message) return fmt::format("{}{}; {}", head, here, describe_rank(where.peer));
-  return head + here;
+  if (where.waits_on_message) report.note = describe_rank(where.peer);
+  return report;
 }
 
 }  // namespace tandem::host

@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "core/fifo.h"
 #include "core/executor.h"
+#include "core/fault_report.h"
+#include "core/fifo.h"
 
 namespace tandem::host {
 
@@ -61,7 +62,7 @@ struct WaitPoint {
   int peer = -1;
   bool waits_on_message = false;  // false: blocked on a dependency of another lane
 
-  std::string describe(bool with_tile) const;  // "lane 0 op 12, Recv from 5"
+  OpPosition position(bool with_tile) const;
 };
 
 class CollectiveRun {
@@ -71,15 +72,13 @@ class CollectiveRun {
   const Signature& signature() const { return signature_; }
   // `schedule` in explicit form: a rank-symmetric schedule is expanded once per run, for all ranks.
   const Schedule& explicit_schedule(const Schedule& schedule);
-  // "all_reduce (ring, 8 ranks)"
-  std::string title() const;
 
   // Arrival and departure, for the timeout message. arrive() throws the desync error (after
   // aborting the run) when `signature` differs from the run's.
   void arrive(int rank, const Signature& signature);
   void finish(int rank);
   // `rank` failed with this error: records it (when it is the first) and aborts the run.
-  void fail(int rank, ErrorCode code, const std::string& message);
+  void fail(int rank, const Error& error);
 
   // Eager send: queues `payload` on (src, dst, lane) and wakes dst.
   void send(int src, int dst, int lane, Payload payload);
@@ -97,15 +96,15 @@ class CollectiveRun {
   bool wait(int rank, uint64_t seen, Clock::time_point deadline, const WaitPoint& where);
 
   // Records the first error (later ones are dropped) and wakes every rank.
-  void abort(ErrorCode code, const std::string& message);
+  void abort(const Error& error);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   // Throws the first error. Requires aborted().
   [[noreturn]] void throw_first_error();
 
-  // The timeout message of `rank`, blocked at `where` after `timeout`: names the ranks that never
-  // arrived, else a rank waiting on a lost message and its sender ("its message from rank 3 was
-  // lost (injected fault #0)"), else where the awaited peer stands.
-  std::string timeout_message(int rank, const WaitPoint& where, std::chrono::milliseconds timeout);
+  // The timeout of `rank`, blocked at `where` after `timeout`: the ranks that never arrived, else a
+  // rank waiting on a lost message and its sender (kLost, with the fault), else where the awaited
+  // peer stands.
+  FaultReport timeout_report(int rank, const WaitPoint& where, std::chrono::milliseconds timeout);
 
  private:
   enum class RankState : uint8_t { kAbsent, kRunning, kWaiting, kFinished, kFailed };

@@ -26,13 +26,12 @@ double HostAttempts::fault_free_seconds(const std::vector<int>& ranks) {
 
 AttemptResult HostAttempts::run(const std::vector<int>& ranks, const std::vector<int>& active, int attempt,
                                 bool clean) {
-  const auto m = static_cast<int>(ranks.size());
-  const CollectiveSpec spec = session_.spec(m);
-  const SessionConfig& config = session_.config();
+  const AttemptSetup setup(session_, ranks, active, attempt, clean);
+  const CollectiveSpec& spec = setup.spec;
+  const int m = spec.nranks;
   const FaultInjector& injector = session_.injector();
-  const RankFaults faults = session_.rank_faults(active, ranks);
   // Buffers large enough for any spec a desynced rank may use.
-  const SizeCounts counts = nccl_tests_counts(spec.collective, config.work.size_bytes, spec.dtype, m);
+  const SizeCounts counts = nccl_tests_counts(spec.collective, session_.config().work.size_bytes, spec.dtype, m);
   int64_t elements = std::max(counts.input_elements, counts.output_elements);
   for (int r : ranks) {
     if (auto other = injector.desync(active, r, spec)) elements = std::max(elements, other->count * m);
@@ -47,19 +46,8 @@ AttemptResult HostAttempts::run(const std::vector<int>& ranks, const std::vector
     buffers.push_back(place_buffers(spec.collective, i, spec.count, spec.dtype, false, memory[2 * i]->data(),
                                     memory[2 * i + 1]->data()));
   }
-  const CheckSpec check{spec.collective, spec.dtype, spec.op, 0, m, spec.count, static_cast<uint64_t>(attempt) + 1};
-  fill_inputs(check, buffers);
-  poison_outputs(check, buffers);
+  setup.prepare(buffers);
 
-  const Schedule schedule = build_checked_schedule(spec, RankLayout::flat(m), config.work.algorithm);
-  RunContext context;
-  context.timeout = watchdog_timeout(config.recovery);
-  context.checksums = config.recovery.verify;
-  if (!clean) {
-    context.on_send = [&](int src, int dst, int64_t op) {
-      return injector.transfer(active, ranks[static_cast<size_t>(src)], ranks[static_cast<size_t>(dst)], op);
-    };
-  }
   HostWorld world(m);
   std::vector<std::optional<Error>> errors(static_cast<size_t>(m));
   std::vector<std::thread> threads;
@@ -73,9 +61,9 @@ AttemptResult HostAttempts::run(const std::vector<int>& ranks, const std::vector
         if (other) {
           const RankLayout flat = RankLayout::flat(m);
           const Schedule theirs = build_checked_schedule(*other, flat, default_algorithm(*other, flat));
-          world.run_rank(i, theirs, *other, buffers[static_cast<size_t>(i)], context);
+          world.run_rank(i, theirs, *other, buffers[static_cast<size_t>(i)], setup.context);
         } else {
-          world.run_rank(i, schedule, spec, buffers[static_cast<size_t>(i)], context);
+          world.run_rank(i, setup.schedule, spec, buffers[static_cast<size_t>(i)], setup.context);
         }
       } catch (const Error& error) {
         errors[static_cast<size_t>(i)] = error;
@@ -84,13 +72,8 @@ AttemptResult HostAttempts::run(const std::vector<int>& ranks, const std::vector
   }
   for (std::thread& thread : threads) thread.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  AttemptResult result = attempt_outcome(session_, active, clean ? RankFaults{} : faults, errors, seconds, "host");
-  if (result.status == AttemptResult::Status::kOk && config.recovery.verify) {
-    if (const int64_t wrong = count_wrong(check, buffers); wrong > 0) {
-      result.status = AttemptResult::Status::kCorrupt;
-      result.message = fmt::format("{} wrong elements", wrong);
-    }
-  }
+  AttemptResult result = attempt_outcome(session_, active, setup.faults, errors, seconds, "host");
+  setup.check_outputs(result, buffers, "host");
   return result;
 }
 

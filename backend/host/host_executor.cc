@@ -154,8 +154,12 @@ class RankRunner {
     const int64_t op_index = static_cast<int64_t>(tile_) * ops_per_tile_ + lane_offset_[lane] + index;
     const TransferEffect effect = context_.on_send(rank_, op.peer, op_index);
     if (effect.fail) {
-      fail(ErrorCode::kFault, "host rank {} lane {} op {}: send to {} failed (injected fault #{})", rank_, lane, index,
-           op.peer, effect.fault_index);
+      fail(FaultReport{.kind = FaultReport::Kind::kSendFailed,
+                       .backend = "host",
+                       .rank = rank_,
+                       .peer = op.peer,
+                       .at = position(lane, index, op),
+                       .fault = effect.fault_index});
     }
     if (effect.stall) {
       run_.lose(rank_, op.peer, static_cast<int>(lane), effect.fault_index);
@@ -189,8 +193,8 @@ class RankRunner {
 
   void receive(uint32_t lane, uint32_t index, const Op& op, const Payload& payload) const {
     if (context_.checksums && checksum(payload) != payload.checksum) {
-      fail(ErrorCode::kCorrupt, "host rank {} lane {} op {}: the message from {} failed its checksum", rank_, lane,
-           index, op.peer);
+      fail(FaultReport{
+          .kind = FaultReport::Kind::kCorrupt, .backend = "host", .rank = rank_, .peer = op.peer, .at = position(lane, index, op)});
     }
     const size_t expected = bytes_of(op.dst);
     if (payload.bytes != expected) {
@@ -268,6 +272,15 @@ class RankRunner {
 
   // Where this rank is stuck: the first lane whose next op is a recv without its message, else the
   // first unfinished lane (blocked on a dependency).
+  // Op `index` of `lane` in the current tile, for fault reports.
+  OpPosition position(uint32_t lane, uint32_t index, const Op& op) const {
+    return OpPosition{.tile = context_.tiles > 1 ? std::optional<uint32_t>(tile_) : std::nullopt,
+                      .lane = lane,
+                      .op = index,
+                      .kind = op.kind,
+                      .peer = op.peer};
+  }
+
   WaitPoint blocked_point() const {
     std::optional<WaitPoint> on_dependency;
     for (uint32_t lane = 0; lane < program_.lanes.size(); ++lane) {
@@ -310,7 +323,7 @@ class RankRunner {
       const WaitPoint where = blocked_point();
       if (!run_.wait(rank_, seen, deadline, where)) {
         if (run_.aborted()) run_.throw_first_error();
-        throw Error(ErrorCode::kTimeout, run_.timeout_message(rank_, where, context_.timeout));
+        fail(run_.timeout_report(rank_, where, context_.timeout));
       }
     }
   }
@@ -423,10 +436,10 @@ RunResult HostWorld::run_rank(int rank, const Schedule& schedule, const Collecti
     host::RankRunner(*run, rank, program, spec, buffers, context).run();
     run->finish(rank);
   } catch (const Error& error) {
-    run->fail(rank, error.code(), error.what());
+    run->fail(rank, error);
     run->throw_first_error();
   } catch (const std::exception& error) {
-    run->fail(rank, ErrorCode::kBackend, fmt::format("host rank {}: {}", rank, error.what()));
+    run->fail(rank, Error(ErrorCode::kBackend, fmt::format("host rank {}: {}", rank, error.what())));
     run->throw_first_error();
   }
   return RunResult{.seconds = std::chrono::duration<double>(host::Clock::now() - start).count()};

@@ -53,6 +53,7 @@
 #include "backend/nccl/nccl_plan.h"
 #include "backend/nccl/unique_id.h"
 #include "core/error.h"
+#include "core/fault_report.h"
 
 namespace tandem::nccl {
 namespace {
@@ -371,7 +372,7 @@ struct NcclExecutor::Impl {
   void run_local_steps(const std::vector<const PlanGroup*>& groups, const CollectiveSpec& spec,
                        const RunContext& context, ScheduleRun& run);
   void divide_averages(const NcclPlan& plan, const CollectiveSpec& spec, const ScheduleRun& run);
-  void fail_if_stalled(const ScheduleRun& run);
+  void fail_if_stalled(const Schedule& schedule, const RunContext& context, const ScheduleRun& run);
   void check_checksums(const NcclPlan& plan, const ScheduleRun& run);
   // Waits for every local stream; RunResult::seconds from `start`.
   RunResult wait(Clock::time_point start, const RunContext& context);
@@ -586,6 +587,7 @@ struct ScheduleRun {
   std::vector<ChecksumSlots> sums;
   std::vector<size_t> cursor;     // the rank's next group in its plan
   std::vector<bool> stalled;      // an injected stall: the rank posts nothing more
+  std::vector<std::pair<int, int>> stall;  // and that send's (peer, fault)
   std::vector<size_t> send_slot;  // checksum slot of the rank's next send message
   std::vector<size_t> recv_slot;  // and of its next receive message
 };
@@ -615,6 +617,7 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
   const std::vector<std::pair<uint32_t, uint32_t>> keys = group_keys(plan);
   run.cursor.assign(ranks.size(), 0);
   run.stalled.assign(ranks.size(), false);
+  run.stall.assign(ranks.size(), {-1, -1});
   run.send_slot.assign(ranks.size(), 0);
   run.recv_slot.assign(ranks.size(), 0);
 
@@ -634,7 +637,7 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
   }
 
   const RunResult result = wait(start, context);
-  fail_if_stalled(run);
+  fail_if_stalled(schedule, context, run);
   if (context.checksums) check_checksums(plan, run);
   for (LocalRank& local : ranks) local.corrupt_copies.clear();
   return result;
@@ -645,7 +648,7 @@ RunResult NcclExecutor::Impl::run_schedule(const Schedule& schedule, const Colle
 void NcclExecutor::Impl::ask_send_faults(const NcclPlan& plan, const RunContext& context, ScheduleRun& run) {
   run.faults.assign(ranks.size(), {});
   bool failed_here = false;
-  std::string failure;
+  FaultReport failure{.kind = FaultReport::Kind::kSendFailed, .backend = "nccl"};
   if (context.on_send) {
     for (size_t i = 0; i < ranks.size() && !failed_here; ++i) {
       for (const PlanGroup& group : plan.ranks[i].groups) {
@@ -655,8 +658,10 @@ void NcclExecutor::Impl::ask_send_faults(const NcclPlan& plan, const RunContext&
           run.faults[i][t.op_index] = SendFault{effect};
           if (effect.fail && !failed_here) {
             failed_here = true;
-            failure = fmt::format("nccl rank {} lane {} op {}: send to {} failed (injected fault #{})", ranks[i].rank,
-                                  t.lane, t.op, t.peer, effect.fault_index);
+            failure.rank = ranks[i].rank;
+            failure.peer = t.peer;
+            failure.at = OpPosition{.lane = t.lane, .op = t.op, .kind = OpKind::kSend, .peer = t.peer};
+            failure.fault = effect.fault_index;
           }
         }
       }
@@ -669,11 +674,12 @@ void NcclExecutor::Impl::ask_send_faults(const NcclPlan& plan, const RunContext&
     for (size_t r = 0; r < all.size() && !failed_here; ++r) {
       if (all[r].at(0) != std::byte{0}) {
         failed_here = true;
-        failure = fmt::format("nccl: rank {} failed an injected send; this rank stops too", r);
+        failure.rank = static_cast<int>(r);
+        failure.note = "this rank stops too";
       }
     }
   }
-  if (failed_here) throw Error(ErrorCode::kFault, failure);
+  if (failed_here) fail(std::move(failure));
 }
 
 // Memory: scratch and staging per rank; checksum sums (zeroed on the rank's stream); this run's
@@ -729,8 +735,9 @@ std::vector<const PlanGroup*> NcclExecutor::Impl::take_groups(const NcclPlan& pl
     // Stall: a send never posted; the rank posts nothing from here on.
     for (const Transfer& t : groups[i]->transfers) {
       if (t.kind == TransferKind::kSend && run.faults[i].contains(t.op_index) &&
-          run.faults[i][t.op_index].effect.stall) {
+          run.faults[i][t.op_index].effect.stall && !run.stalled[i]) {
         run.stalled[i] = true;
+        run.stall[i] = {t.peer, run.faults[i][t.op_index].effect.fault_index};
       }
     }
     if (run.stalled[i]) groups[i] = nullptr;
@@ -884,15 +891,23 @@ void NcclExecutor::Impl::divide_averages(const NcclPlan& plan, const CollectiveS
 }
 
 // A rank that stalled stopped posting: whatever its peers do, this collective did not complete.
-void NcclExecutor::Impl::fail_if_stalled(const ScheduleRun& run) {
+void NcclExecutor::Impl::fail_if_stalled(const Schedule& schedule, const RunContext& context,
+                                         const ScheduleRun& run) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (!run.stalled[i]) continue;
-    const int rank = ranks[i].rank;
     abort_all();
-    fail(ErrorCode::kTimeout,
-         "nccl rank {}: an injected stall kept a send from being posted; the rank stopped there "
-         "and its peers wait until their timeout (communicators aborted)",
-         rank);
+    fail(FaultReport{.kind = FaultReport::Kind::kLost,
+                     .backend = "nccl",
+                     .rank = run.stall[i].first,
+                     .peer = ranks[i].rank,
+                     .fault = run.stall[i].second,
+                     .collective = schedule.collective,
+                     .algorithm = schedule.algorithm,
+                     .nranks = schedule.nranks,
+                     .timeout_ms = context.timeout.count(),
+                     .note = fmt::format("the stall kept rank {} from posting the send, and the rest of its sends; "
+                                         "the communicators were aborted",
+                                         ranks[i].rank)});
   }
 }
 
@@ -912,8 +927,11 @@ void NcclExecutor::Impl::check_checksums(const NcclPlan& plan, const ScheduleRun
       for (const Transfer& t : group.transfers) {
         if (t.kind != TransferKind::kRecv) continue;
         if (expected[slot] != received[slot]) {
-          fail(ErrorCode::kCorrupt, "nccl rank {} lane {} op {}: the message from {} failed its checksum",
-               ranks[i].rank, t.lane, t.op, t.peer);
+          fail(FaultReport{.kind = FaultReport::Kind::kCorrupt,
+                           .backend = "nccl",
+                           .rank = ranks[i].rank,
+                           .peer = t.peer,
+                           .at = OpPosition{.lane = t.lane, .op = t.op, .kind = OpKind::kRecv, .peer = t.peer}});
         }
         ++slot;
       }

@@ -10,10 +10,12 @@
 // CPU runners (backend/cuda/stream_plan.h run_on_host, tests/backend/nccl/plan_simulator.h) but
 // neither takes the fault hook, so they are not here; the device executors run in tests/gpu.
 //
-// Culprits are read from the messages every backend writes alike:
-//   kFault    "rank R lane L op I: send to P failed (injected fault #F)"       culprit R (sender)
-//   kCorrupt  "rank R lane L op I: the message from S failed its checksum"     culprit R (receiver)
-//   kTimeout  "...; its message from rank S was lost (injected fault #F)"      culprit S (sender)
+// Culprits and faults are the fields of the report every backend's error carries
+// (core/fault_report.h), never read back from its words:
+//   kFault    kSendFailed: rank R's send to P failed          culprit R (sender), the plan's fault
+//   kCorrupt  kCorrupt: rank R's message from S failed its checksum   culprit R (receiver)
+//   kTimeout  kLost: rank R waits on S's lost message          culprit S (sender), the plan's fault
+//             kAbsent: ranks that never arrived                culprit the first of them
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,13 +25,13 @@
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "backend/host/host_executor.h"
 #include "core/algorithms.h"
 #include "core/error.h"
+#include "core/fault_report.h"
 #include "core/faults.h"
 #include "models/cluster.h"
 #include "sim/sim_executor.h"
@@ -210,19 +212,6 @@ Scenario scenario(FaultCase fault, const FirstSend& send, const std::string& lin
   return s;
 }
 
-// The culprit an error message names (see the top of this file); -1 when it names none.
-int culprit_of(const Error& error) {
-  static const std::regex sender_or_receiver(R"(rank (\d+) lane \d+ op \d+: )");
-  static const std::regex lost(R"(its message from rank (\d+) was lost)");
-  static const std::regex absent(R"(rank (\d+) never arrived)");
-  std::smatch match;
-  const std::string text = error.what();
-  const std::regex& pattern = error.code() == ErrorCode::kTimeout ? lost : sender_or_receiver;
-  if (std::regex_search(text, match, pattern)) return std::stoi(match[1]);
-  if (error.code() == ErrorCode::kTimeout && std::regex_search(text, match, absent)) return std::stoi(match[1]);
-  return -1;
-}
-
 // ---- the suite ----------------------------------------------------------------------------------
 
 std::map<std::string, int>& cases_run() {
@@ -304,12 +293,17 @@ TEST_P(ExecutorConformance, SameFaultSameOutcomeSameCulprit) {
   if (expected.code) {
     ASSERT_TRUE(error.has_value()) << "completed; expected " << error_code_name(*expected.code);
     EXPECT_EQ(error->code(), *expected.code) << error->what();
+    const FaultReport* report = error->report();
+    ASSERT_NE(report, nullptr) << "no fault report: " << error->what();
+    EXPECT_EQ(report->code(), error->code());
+    EXPECT_EQ(report->text(), error->what());
+    EXPECT_EQ(report->backend, factory.name);
     if (expected.culprit >= 0) {
-      EXPECT_EQ(culprit_of(*error), expected.culprit) << error->what();
+      EXPECT_EQ(report->culprit(), expected.culprit) << error->what();
     }
     // The sender's side names the fault; a checksum mismatch is found by a receiver, which cannot.
     if (*expected.code != ErrorCode::kCorrupt) {
-      EXPECT_NE(std::string(error->what()).find("injected fault #0"), std::string::npos) << error->what();
+      EXPECT_EQ(report->fault, 0) << error->what();
     }
     return;
   }

@@ -1,7 +1,11 @@
 // The fault plan's triggers and the recovery policy's decisions, backend-free.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+
 #include "core/error.h"
+#include "core/fault_report.h"
 #include "core/faults.h"
 #include "core/recovery.h"
 
@@ -214,6 +218,69 @@ TEST(Recovery, DesyncAbortsAtOnceAndCorruptionIsRetried) {
   EXPECT_EQ(desync.plans.size(), 1u);
   Script corrupt{{result(Status::kCorrupt, 1), result(Status::kOk, 1)}};
   EXPECT_EQ(corrupt.run(policy).outcome, Outcome::kCompletedAfterRetry);
+}
+
+// ---- the fault report: one value, one text ------------------------------------------------------
+
+TEST(FaultReport, EachKindHasItsCodeCulpritAndText) {
+  const OpPosition recv{.lane = 1, .op = 7, .kind = OpKind::kRecv, .peer = 3};
+  const FaultReport sent{.kind = FaultReport::Kind::kSendFailed,
+                         .backend = "sim",
+                         .rank = 3,
+                         .peer = 4,
+                         .at = OpPosition{.lane = 1, .op = 6, .kind = OpKind::kSend, .peer = 4},
+                         .fault = 2};
+  EXPECT_EQ(sent.code(), ErrorCode::kFault);
+  EXPECT_EQ(sent.culprit(), 3);
+  EXPECT_EQ(sent.text(), "sim rank 3 lane 1 op 6: send to 4 failed (injected fault #2)");
+
+  const FaultReport corrupt{.kind = FaultReport::Kind::kCorrupt, .backend = "host", .rank = 4, .peer = 3, .at = recv};
+  EXPECT_EQ(corrupt.code(), ErrorCode::kCorrupt);
+  EXPECT_EQ(corrupt.culprit(), 4);
+  EXPECT_EQ(corrupt.text(), "host rank 4 lane 1 op 7: the message from 3 failed its checksum");
+
+  FaultReport lost{.kind = FaultReport::Kind::kLost,
+                   .backend = "host",
+                   .rank = 4,
+                   .peer = 3,
+                   .at = recv,
+                   .fault = 0,
+                   .collective = Collective::kAllGather,
+                   .algorithm = Algorithm::kRing,
+                   .nranks = 8,
+                   .timeout_ms = 200};
+  EXPECT_EQ(lost.code(), ErrorCode::kTimeout);
+  EXPECT_EQ(lost.culprit(), 3);  // the sender whose message was lost, not the waiting receiver
+  EXPECT_EQ(lost.text(),
+            "host all_gather (ring, 8 ranks) timed out after 200 ms: rank 4 waits on lane 1 op 7, recv from 3; its "
+            "message from rank 3 was lost (injected fault #0)");
+  lost.at->tile = 2;
+  EXPECT_NE(lost.text().find("rank 4 waits on tile 2 lane 1 op 7, recv from 3"), std::string::npos) << lost.text();
+
+  const FaultReport absent{.kind = FaultReport::Kind::kAbsent, .backend = "sim", .absent = {5, 6}};
+  EXPECT_EQ(absent.culprit(), 5);
+  EXPECT_EQ(absent.text(), "ranks 5, 6 never arrived");
+
+  // A fault the backend cannot place on an op (the simulator's dead link) is its note.
+  const FaultReport link{.kind = FaultReport::Kind::kStalled, .backend = "sim", .fault = 1, .note = "link l3 is down"};
+  EXPECT_EQ(link.text(), "link l3 is down");
+  EXPECT_EQ(link.culprit(), -1);
+}
+
+TEST(FaultReport, TravelsWithItsErrorThroughCopies) {
+  const FaultReport report{.kind = FaultReport::Kind::kSendFailed, .backend = "nccl", .rank = 1, .peer = 2, .fault = 0};
+  std::optional<Error> kept;
+  try {
+    fail(report);
+  } catch (const Error& e) {
+    kept = e;  // as the backends keep the first error and rethrow it
+  }
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ(kept->code(), ErrorCode::kFault);
+  EXPECT_STREQ(kept->what(), "nccl rank 1: send to 2 failed (injected fault #0)");
+  ASSERT_NE(kept->report(), nullptr);
+  EXPECT_EQ(kept->report()->peer, 2);
+  EXPECT_EQ(Error(ErrorCode::kIo, "no report").report(), nullptr);
 }
 
 }  // namespace

@@ -239,7 +239,11 @@ TEST_F(SessionTest, AttemptOutcomeNamesTheSameStatusForTheSameErrorOnEveryBacken
   const AttemptResult stuck = attempt_outcome(session, active, missing, clean, 1.0, "test");
   EXPECT_EQ(stuck.status, Status::kStuck);
   EXPECT_EQ(stuck.failed_ranks, std::vector<int>{3});
-  EXPECT_EQ(stuck.message, "rank(s) 3 never arrived");
+  ASSERT_TRUE(stuck.fault.has_value());
+  EXPECT_EQ(stuck.fault->kind, FaultReport::Kind::kAbsent);
+  EXPECT_EQ(stuck.fault->absent, std::vector<int>{3});
+  EXPECT_EQ(stuck.fault->culprit(), 3);
+  EXPECT_EQ(stuck.message, "rank 3 never arrived");
 }
 
 }  // namespace

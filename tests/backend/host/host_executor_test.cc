@@ -19,6 +19,7 @@
 #include "core/algorithms.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/fault_report.h"
 #include "tests/backend/host/collective_check.h"
 
 namespace tandem {
@@ -132,8 +133,13 @@ TEST(HostExecutorTest, TimeoutInsideTheCollectiveSaysWhereThePeerStands) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kTimeout);
     EXPECT_STREQ(error.what(),
-                 "send_recv (direct, 2 ranks) timed out after 100 ms: rank 0 waits on lane 0 op 0, recv from 1; "
+                 "host send_recv (direct, 2 ranks) timed out after 100 ms: rank 0 waits on lane 0 op 0, recv from 1; "
                  "rank 1 has finished");
+    ASSERT_NE(error.report(), nullptr);
+    EXPECT_EQ(error.report()->kind, FaultReport::Kind::kStalled);
+    EXPECT_EQ(error.report()->rank, 0);
+    EXPECT_EQ(error.report()->peer, 1);
+    EXPECT_EQ(error.report()->fault, -1);
   }
   EXPECT_LT(Clock::now() - start, kPrompt);
 }
