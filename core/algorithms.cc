@@ -13,6 +13,19 @@
 
 namespace tandem {
 
+// The builders, one file each under core/algorithms/ (the build compiles every file there).
+namespace algorithms {
+Schedule build_ring(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params,
+                    ScheduleForm form);
+Schedule build_tree(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_recursive_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_halving_doubling(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_direct(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+// NCCL's PAT (all_gather, reduce_scatter): one lane, whole blocks; channels and pipeline_chunks do not apply.
+Schedule build_pat(const CollectiveSpec& spec, const RankLayout& layout, const AlgoParams& params);
+}  // namespace algorithms
+
 namespace {
 
 using C = Collective;
@@ -41,9 +54,11 @@ struct Entry {
   Builder build;
 };
 
-const std::array<Entry, 7>& entries() {
-  static const std::array<Entry, 7> kEntries = {{
+// The table: an algorithm is its enum value (core/types.h), its entry here and its builder.
+std::span<const Entry> entries() {
+  static const auto kEntries = std::to_array<Entry>({
       {{.algorithm = Algorithm::kRing,
+        .name = "ring",
         .summary = "NCCL's ring: one ring per channel over the layout's channel rings, pipelined steps",
         .collectives = kRingCollectives,
         .uses_channels = true,
@@ -51,6 +66,7 @@ const std::array<Entry, 7>& entries() {
         .has_symmetric_form = true},
        algorithms::build_ring},
       {{.algorithm = Algorithm::kTree,
+        .name = "tree",
         .summary =
             "NCCL's double binary tree over nodes, a chain inside each node, two mirrored trees per channel pair",
         .collectives = kTreeCollectives,
@@ -58,30 +74,35 @@ const std::array<Entry, 7>& entries() {
         .uses_pipeline_chunks = true},
        explicit_only<algorithms::build_tree>},
       {{.algorithm = Algorithm::kRecursiveDoubling,
+        .name = "recursive_doubling",
         .summary = "recursive doubling (binomial trees for broadcast / reduce): log2(n) latency-bound steps",
         .collectives = kDoublingCollectives,
         .uses_pipeline_chunks = true},
        explicit_only<algorithms::build_recursive_doubling>},
       {{.algorithm = Algorithm::kHalvingDoubling,
+        .name = "halving_doubling",
         .summary = "Rabenseifner's recursive halving (reduce_scatter) then doubling (all_gather)",
         .collectives = kHalvingCollectives,
         .uses_pipeline_chunks = true},
        explicit_only<algorithms::build_halving_doubling>},
       {{.algorithm = Algorithm::kDirect,
+        .name = "direct",
         .summary = "every rank exchanges with every peer directly (NCCL's p2p all_to_all and send/recv)",
         .collectives = kDirectCollectives},
        explicit_only<algorithms::build_direct>},
       {{.algorithm = Algorithm::kHierarchical,
+        .name = "hierarchical",
         .summary = "reduce_scatter inside each node, rings between nodes per local rank, all_gather inside",
         .collectives = kHierarchicalCollectives,
         .uses_channels = true,
         .needs_whole_nodes = true},
        explicit_only<algorithms::build_hierarchical>},
       {{.algorithm = Algorithm::kPat,
+        .name = "pat",
         .summary = "NCCL's PAT: log2(n) aggregated binomial-tree steps (NCCL uses it with one GPU per node)",
         .collectives = kPatCollectives},
        explicit_only<algorithms::build_pat>},
-  }};
+  });
   return kEntries;
 }
 
@@ -89,8 +110,11 @@ const Entry& entry(Algorithm algorithm) {
   for (const Entry& e : entries()) {
     if (e.info.algorithm == algorithm) return e;
   }
-  fail(ErrorCode::kInvalidArgument, "algorithm '{}' has no schedule of its own (it is resolved per call)",
-       name(algorithm));
+  if (algorithm == Algorithm::kAuto) {
+    fail(ErrorCode::kInvalidArgument, "algorithm 'auto' has no schedule of its own (it is resolved per call)");
+  }
+  fail(ErrorCode::kInvalidArgument, "algorithm #{} is not in the registry (core/algorithms.cc)",
+       static_cast<int>(algorithm));
 }
 
 // The arguments every builder shares, checked against the entry's limits.
@@ -167,6 +191,27 @@ std::optional<int64_t> estimated_ops(const Entry& e, const CollectiveSpec& spec,
 }
 
 }  // namespace
+
+std::string_view name(Algorithm a) { return a == Algorithm::kAuto ? "auto" : entry(a).info.name; }
+
+std::span<const Algorithm> all_algorithms() {
+  static const std::vector<Algorithm> kAlgorithms = [] {
+    std::vector<Algorithm> all;
+    for (const Entry& e : entries()) all.push_back(e.info.algorithm);
+    return all;
+  }();
+  return kAlgorithms;
+}
+
+Algorithm parse_algorithm(std::string_view text) {
+  if (text == "auto") return Algorithm::kAuto;
+  std::string accepted;
+  for (const Entry& e : entries()) {
+    if (e.info.name == text) return e.info.algorithm;
+    accepted += fmt::format("{}, ", e.info.name);
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown algorithm '{}' (expected one of: {}auto)", text, accepted);
+}
 
 bool AlgorithmInfo::implements(Collective collective) const {
   return std::find(collectives.begin(), collectives.end(), collective) != collectives.end();

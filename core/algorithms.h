@@ -22,6 +22,7 @@ inline constexpr int kMaxPipelineChunks = 1024;
 
 struct AlgorithmInfo {
   Algorithm algorithm;
+  std::string_view name;                    // its spelling on the command line and in files (name(Algorithm))
   std::string_view summary;                 // one line: what it does and where it comes from
   std::span<const Collective> collectives;  // the collectives it builds
   bool uses_channels = false;               // AlgoParams::channels: parallel rings / tree pairs

@@ -14,9 +14,6 @@ constexpr std::array kCollectives = {Collective::kAllReduce, Collective::kReduce
 constexpr std::array kDataTypes = {DataType::kF32, DataType::kF16, DataType::kBF16,
                                    DataType::kF64, DataType::kI32, DataType::kI64};
 constexpr std::array kReduceOps = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg};
-constexpr std::array kAlgorithms = {Algorithm::kRing,   Algorithm::kTree,         Algorithm::kRecursiveDoubling,
-                                    Algorithm::kHalvingDoubling, Algorithm::kDirect, Algorithm::kHierarchical,
-                                    Algorithm::kPat};
 
 // Parses `text` against the spellings of every value in `values` plus extra aliases.
 template <typename T, size_t N>
@@ -38,7 +35,6 @@ T parse_named(std::string_view text, const std::array<T, N>& values, std::string
 std::span<const Collective> all_collectives() { return kCollectives; }
 std::span<const DataType> all_data_types() { return kDataTypes; }
 std::span<const ReduceOp> all_reduce_ops() { return kReduceOps; }
-std::span<const Algorithm> all_algorithms() { return kAlgorithms; }
 
 std::string_view name(Collective c) {
   switch (c) {
@@ -76,20 +72,6 @@ std::string_view name(ReduceOp op) {
   return "?";
 }
 
-std::string_view name(Algorithm a) {
-  switch (a) {
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kRecursiveDoubling: return "recursive_doubling";
-    case Algorithm::kHalvingDoubling: return "halving_doubling";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kHierarchical: return "hierarchical";
-    case Algorithm::kPat: return "pat";
-    case Algorithm::kAuto: return "auto";
-  }
-  return "?";
-}
-
 Collective parse_collective(std::string_view text) {
   return parse_named(text, kCollectives, "collective",
                      {{"allreduce", Collective::kAllReduce},
@@ -114,13 +96,6 @@ DataType parse_data_type(std::string_view text) {
 }
 
 ReduceOp parse_reduce_op(std::string_view text) { return parse_named(text, kReduceOps, "reduction op"); }
-
-Algorithm parse_algorithm(std::string_view text) {
-  constexpr std::array kWithAuto = {Algorithm::kRing,   Algorithm::kTree,         Algorithm::kRecursiveDoubling,
-                                    Algorithm::kHalvingDoubling, Algorithm::kDirect, Algorithm::kHierarchical,
-                                    Algorithm::kPat,             Algorithm::kAuto};
-  return parse_named(text, kWithAuto, "algorithm");
-}
 
 size_t size_bytes(DataType t) {
   switch (t) {

@@ -23,6 +23,7 @@ enum class DataType : uint8_t { kF32, kF16, kBF16, kF64, kI32, kI64 };
 
 enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg };
 
+// A new algorithm is a value here, an entry in core/algorithms.cc and a builder in core/algorithms/.
 enum class Algorithm : uint8_t {
   kRing,
   kTree,
@@ -37,7 +38,9 @@ enum class Algorithm : uint8_t {
 std::span<const Collective> all_collectives();
 std::span<const DataType> all_data_types();
 std::span<const ReduceOp> all_reduce_ops();
-std::span<const Algorithm> all_algorithms();  // without kAuto
+// Every algorithm in the registry's order, without kAuto (core/algorithms.cc: its table holds each
+// algorithm's name, which name(Algorithm) and parse_algorithm read).
+std::span<const Algorithm> all_algorithms();
 
 // Spellings used on the command line and in files ("all_reduce", "bf16", "halving_doubling").
 std::string_view name(Collective c);

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/sizes.h"
 #include "core/text.h"
+#include "sim/sim_algorithm.h"
 
 namespace tandem::app {
 namespace {
@@ -80,11 +81,7 @@ std::string algorithm_of(std::string_view nccl, const std::string& where) {
 
 // tandem bench's "algorithm: X" (a core algorithm or a simulator model, tandem's spelling).
 std::string tandem_algorithm_of(std::string_view algorithm, const std::string& where) {
-  for (const std::string_view known :
-       {"ring", "tree", "recursive_doubling", "halving_doubling", "direct", "hierarchical", "pat", "nvls", "nvls_tree",
-        "collnet_direct", "collnet_chain", "p2p"}) {
-    if (algorithm == known) return std::string(algorithm);
-  }
+  if (sim::find_sim_algorithm(algorithm)) return std::string(algorithm);
   fail(ErrorCode::kFormat, "{}: algorithm '{}' is not one tandem bench runs", where, printable(algorithm));
 }
 
