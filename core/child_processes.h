@@ -1,6 +1,6 @@
 // Child processes that never outlive tandem, and what SIGINT and SIGTERM do to a tandem process.
 //
-// tandem forks workers (the simulator runs each platform in a child process: sim/sweep.h), and a
+// tandem forks workers (the simulator runs each platform in a child process: sim/isolated.h), and a
 // worker may fork again. Whatever ends a tandem process, its children end with it:
 //   - killed (SIGKILL, a crash): each child asked the kernel for SIGKILL when its parent dies
 //     (PR_SET_PDEATHSIG), right after fork_child(), and leaves at once if the parent was already gone;

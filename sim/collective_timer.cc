@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/algorithms.h"
@@ -198,6 +199,30 @@ SimResult CollectiveTimer::run_irregular(CollectiveQuery query, int gpus_per_nod
     plan = plans_.plan(query);
   }
   return plans_.run(plan);
+}
+
+void to_json(nlohmann::json& j, const CollectiveTiming& timing) {
+  j = {{"collective", name(timing.collective)},
+       {"bytes", timing.bytes},
+       {"group", timing.group},
+       {"ranks", timing.ranks},
+       {"instances", timing.instances},
+       {"algorithm", name(timing.algorithm)},
+       {"protocol", name(timing.protocol)},
+       {"seconds", timing.seconds},
+       {"busbw_GBps", timing.busbw_GBps}};
+}
+
+void from_json(const nlohmann::json& j, CollectiveTiming& timing) {
+  timing.collective = parse_collective(j.at("collective").get<std::string>());
+  timing.bytes = j.at("bytes").get<int64_t>();
+  timing.group = j.at("group").get<std::string>();
+  timing.ranks = j.at("ranks").get<int>();
+  timing.instances = j.at("instances").get<int>();
+  timing.algorithm = parse_sim_algorithm(j.at("algorithm").get<std::string>());
+  timing.protocol = models::parse_nccl_protocol(j.at("protocol").get<std::string>());
+  timing.seconds = j.at("seconds").get<double>();
+  timing.busbw_GBps = j.at("busbw_GBps").get<double>();
 }
 
 }  // namespace tandem::sim

@@ -12,6 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/schedule.h"
 #include "core/types.h"
 #include "models/cluster.h"
@@ -45,6 +47,10 @@ struct CollectiveTiming {
   double seconds = 0;
   double busbw_GBps = 0;
 };
+// A timing as JSON (algorithm and protocol by name): in a training step's result, and what a
+// replay's child process sends back (sim/isolated.h).
+void to_json(nlohmann::json& j, const CollectiveTiming& timing);
+void from_json(const nlohmann::json& j, CollectiveTiming& timing);
 
 class CollectiveTimer {
  public:

@@ -41,7 +41,8 @@
 // Simulator's fault controls directly, as `tandem run`'s simulated loop does.
 //
 // SimGrid allows one platform per process: a process holds at most one SimExecutor (a second
-// throws Error(kBackend)); sim::run_isolated runs work on other clusters in child processes.
+// throws Error(kBackend)); sim::run_isolated (sim/isolated.h) runs work on other clusters in child
+// processes.
 #pragma once
 
 #include <memory>

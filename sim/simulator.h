@@ -1,6 +1,7 @@
 // sim::Simulator: runs schedules on a SimGrid model of a models::Topology and reports simulated
 // time. SimGrid keeps global state, so a process holds at most one Simulator (one platform);
-// run_isolated() runs a batch on a fresh platform in a child process, for sweeps over clusters.
+// run_isolated() (sim/isolated.h) runs a batch on a fresh platform in a child process, for sweeps
+// over clusters.
 //
 // Network model ("fluid", the default): SimGrid's CM02 max-min sharing with cross-traffic and the
 // TCP-gamma cap off, so a lone transfer takes latency + bytes / bandwidth exactly and contention

@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "models/cost_model.h"
 #include "sim/collective_plan.h"
+#include "sim/isolated.h"
 #include "sim/simulator.h"
-#include "sim/sweep.h"
 
 namespace tandem::sim {
 namespace {
@@ -28,6 +28,7 @@ struct RingTimes {
   double peer_info_s = 0;
   double graph_info_s = 0;
 };
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RingTimes, address_s, peer_info_s, graph_info_s)
 
 // Runs in the child: the cluster of `nodes` x `per_node` GPUs, the ring in rank order (NCCL's
 // bootstrap ring is rank r -> r + 1, node-major), one ring all-gather per record size. Core builds
@@ -66,12 +67,7 @@ RingTimes simulate_rings(const models::ClusterSpec& spec, int per_node) {
 }
 
 RingTimes simulate_rings_isolated(const models::ClusterSpec& spec, int per_node) {
-  const json reply = json::parse(run_isolated([&] {
-    const RingTimes t = simulate_rings(spec, per_node);
-    return json{{"address_s", t.address_s}, {"peer_info_s", t.peer_info_s}, {"graph_info_s", t.graph_info_s}}.dump();
-  }));
-  return {reply.at("address_s").get<double>(), reply.at("peer_info_s").get<double>(),
-          reply.at("graph_info_s").get<double>()};
+  return run_isolated([&] { return simulate_rings(spec, per_node); });
 }
 
 // Per ring step of each record size: network (simulated) and software, for this job's levers.

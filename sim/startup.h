@@ -172,7 +172,7 @@ struct StartupResult {
 
 // The start-up of `job` on `cluster` (its nodes ignored: the job's nodes are ceil(gpus / gpus_per_node),
 // and gpus must fill them unless it is under one node). The bootstrap ring runs in a child process
-// (sim::run_isolated), so this may be called any number of times. Throws Error(kInvalidArgument)
+// (sim/isolated.h), so this may be called any number of times. Throws Error(kInvalidArgument)
 // for gpus < 1, a partial node, more nodes than the limit, or a group that does not divide gpus.
 StartupResult simulate_startup(const models::ClusterSpec& cluster, const StartupJob& job);
 // The world communicator alone, with today's defaults.

@@ -1,15 +1,16 @@
 // Collective sweeps on a simulated cluster: the unit of work behind `tandem run` (collective-sweep
 // workloads) and `tandem bench --backend sim`. run_sweep() builds the topology, the platform and
 // the schedules, runs every point, and returns one result per point. Because SimGrid allows one
-// platform per process, run_sweep runs in a child process by default (isolated = true), so a
-// caller can sweep several clusters (400G vs 800G) from one process.
+// platform per process, run_sweep runs in a child process by default (isolated = true: sim/isolated.h),
+// so a caller can sweep several clusters (400G vs 800G) from one process.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "core/error.h"
 #include "core/sizes.h"
@@ -56,23 +57,10 @@ struct SweepRequest {
 
 std::vector<SweepPointResult> run_sweep(const SweepRequest& request, bool isolated = true);
 
-// Runs `work` in a child process (SimGrid allows one platform per process) and returns the string
-// it returns. A tandem::Error the child throws is rethrown here as it was; a child that dies
-// (SimGrid aborts on failed internal assertions) is Error(kBackend) with the reason from its stderr.
-std::string run_isolated(const std::function<std::string()>& work);
-
-// What one piece of work of run_isolated_parallel came to.
-struct IsolatedResult {
-  bool ok = false;
-  std::string text;   // the work's result
-  std::string error;  // else why not (the Error it threw, or how its process died)
-  ErrorCode code = ErrorCode::kBackend;
-};
-// Runs work(0) .. work(count - 1), each in its own child process, at most `jobs` at a time, and
-// calls done(index, result) in this process as each one ends (in the order they end). A piece that
-// throws or dies is reported to `done`, not thrown; the others go on.
-void run_isolated_parallel(size_t count, const std::function<std::string(size_t)>& work, int jobs,
-                           const std::function<void(size_t, const IsolatedResult&)>& done);
+// A result as JSON (its point included; algorithms and protocols by name): what a sweep's child
+// process sends back (sim/isolated.h).
+void to_json(nlohmann::json& j, const SweepPointResult& result);
+void from_json(const nlohmann::json& j, SweepPointResult& result);
 
 // Ranks 0..n-1 node-major over the GPUs taking part; with rail_aligned, NCCL's channel rings
 // (core/schedule.h nccl_rings: each channel meets the next node on a rail of its own).

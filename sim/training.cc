@@ -7,8 +7,8 @@
 
 #include "core/algorithms.h"
 #include "core/error.h"
+#include "sim/isolated.h"
 #include "sim/protocol.h"
-#include "sim/sweep.h"
 #include "sim/tuner.h"
 
 namespace tandem::sim {
@@ -112,98 +112,88 @@ std::vector<TrainingStepResult> run_in_process(const TrainingRequest& request) {
   return results;
 }
 
-json to_json(const models::ExposedComm& e) {
+json exposed_comm_json(const models::ExposedComm& e) {
   return {{"label", e.label}, {"collective", name(e.collective)}, {"bytes", e.bytes},
           {"group", e.group}, {"exposed_s", e.exposed_s},         {"total_s", e.total_s},
           {"count", e.count}};
 }
 
-json to_json(const CollectiveTiming& c) {
-  return {{"collective", name(c.collective)},
-          {"bytes", c.bytes},
-          {"group", c.group},
-          {"ranks", c.ranks},
-          {"instances", c.instances},
-          {"algorithm", name(c.algorithm)},
-          {"protocol", name(c.protocol)},
-          {"seconds", c.seconds},
-          {"busbw_GBps", c.busbw_GBps}};
+models::ExposedComm exposed_comm_from_json(const json& e) {
+  models::ExposedComm x;
+  x.label = e.at("label").get<std::string>();
+  x.collective = parse_collective(e.at("collective").get<std::string>());
+  x.bytes = e.at("bytes").get<int64_t>();
+  x.group = e.at("group").get<std::string>();
+  x.exposed_s = e.at("exposed_s").get<double>();
+  x.total_s = e.at("total_s").get<double>();
+  x.count = e.at("count").get<int>();
+  return x;
 }
 
-json timeline_json(const TrainingStepResult& r) {
-  json timeline = json::array();
-  for (const TimelineSlice& t : r.timeline) timeline.push_back({t.stream, t.label, t.start_s, t.end_s, t.comm});
-  return timeline;
-}
+}  // namespace
 
-json to_json(const TrainingStepResult& r);
-
-// With the timeline (only when it was kept: it is large).
-json to_json_with_timeline(const TrainingStepResult& r) {
-  json j = to_json(r);
-  if (!r.timeline.empty()) {
-    j["streams"] = r.streams;
-    j["labels"] = r.labels;
-    j["timeline"] = timeline_json(r);
-  }
-  return j;
-}
-
-json to_json(const TrainingStepResult& r) {
-  json top = json::array(), collectives = json::array(), layers = json::array();
-  for (const auto& e : r.top) top.push_back(to_json(e));
-  for (const auto& c : r.collectives) collectives.push_back(to_json(c));
+void to_json(json& j, const TrainingStepResult& r) {
+  json top = json::array(), layers = json::array();
+  for (const auto& e : r.top) top.push_back(exposed_comm_json(e));
   for (int l : r.derived.layers_of_stage) layers.push_back(l);
   const models::MemoryBreakdown& m = r.memory;
-  return {{"ok", r.ok},
-          {"error", r.error},
-          {"layout", r.layout},
-          {"derived",
-           {{"gpus", r.derived.gpus},
-            {"dp", r.derived.dp},
-            {"microbatches", r.derived.microbatches},
-            {"shard_group", r.derived.shard_group},
-            {"replicas", r.derived.replicas},
-            {"layers_of_stage", layers}}},
-          {"memory",
-           {{"weights", m.weights_bytes},
-            {"gradients", m.gradients_bytes},
-            {"optimizer", m.optimizer_bytes},
-            {"gathered", m.unsharded_bytes},
-            {"activations", m.activations_bytes},
-            {"logits", m.logits_bytes},
-            {"runtime", m.runtime_bytes}}},
-          {"step_memory",
-           {{"present", r.has_step_memory},
-            {"settings", models::describe(r.step_memory.settings)},
-            {"stage", r.step_memory.stage},
-            {"peak_allocated", r.step_memory.peak_allocated_bytes},
-            {"peak_reserved", r.step_memory.peak_reserved_bytes},
-            {"allocated_at_peak_reserved", r.step_memory.allocated_at_peak_reserved_bytes},
-            {"fragmentation_at_peak", r.step_memory.fragmentation_at_peak},
-            {"peak_phase", r.step_memory.peak_phase},
-            {"peak_reserved_phase", r.step_memory.peak_reserved_phase},
-            {"device_mallocs", r.step_memory.device_mallocs},
-            {"allocations", r.step_memory.allocations},
-            {"runtime", r.step_memory.runtime_bytes},
-            {"oom", r.step_memory.oom ? json{{"bytes", r.step_memory.oom->bytes},
-                                             {"stream", r.step_memory.oom->stream},
-                                             {"phase", r.step_memory.oom->phase}}
-                                      : json(nullptr)}}},
-          {"step_s", r.step_s},
-          {"stage", r.stage},
-          {"compute_s", r.compute_s},
-          {"exposed_comm_s", r.exposed_comm_s},
-          {"bubble_s", r.bubble_s},
-          {"achieved_mfu", r.achieved_mfu},
-          {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
-          {"model_tflops_per_gpu", r.model_tflops_per_gpu},
-          {"top", top},
-          {"collectives", collectives}};
+  j = {{"ok", r.ok},
+       {"error", r.error},
+       {"layout", r.layout},
+       {"derived",
+        {{"gpus", r.derived.gpus},
+         {"dp", r.derived.dp},
+         {"microbatches", r.derived.microbatches},
+         {"shard_group", r.derived.shard_group},
+         {"replicas", r.derived.replicas},
+         {"layers_of_stage", layers}}},
+       {"memory",
+        {{"weights", m.weights_bytes},
+         {"gradients", m.gradients_bytes},
+         {"optimizer", m.optimizer_bytes},
+         {"gathered", m.unsharded_bytes},
+         {"activations", m.activations_bytes},
+         {"logits", m.logits_bytes},
+         {"runtime", m.runtime_bytes}}},
+       {"step_memory",
+        {{"present", r.has_step_memory},
+         {"settings", models::describe(r.step_memory.settings)},
+         {"stage", r.step_memory.stage},
+         {"peak_allocated", r.step_memory.peak_allocated_bytes},
+         {"peak_reserved", r.step_memory.peak_reserved_bytes},
+         {"allocated_at_peak_reserved", r.step_memory.allocated_at_peak_reserved_bytes},
+         {"fragmentation_at_peak", r.step_memory.fragmentation_at_peak},
+         {"peak_phase", r.step_memory.peak_phase},
+         {"peak_reserved_phase", r.step_memory.peak_reserved_phase},
+         {"device_mallocs", r.step_memory.device_mallocs},
+         {"allocations", r.step_memory.allocations},
+         {"runtime", r.step_memory.runtime_bytes},
+         {"oom", r.step_memory.oom ? json{{"bytes", r.step_memory.oom->bytes},
+                                          {"stream", r.step_memory.oom->stream},
+                                          {"phase", r.step_memory.oom->phase}}
+                                   : json(nullptr)}}},
+       {"step_s", r.step_s},
+       {"stage", r.stage},
+       {"compute_s", r.compute_s},
+       {"exposed_comm_s", r.exposed_comm_s},
+       {"bubble_s", r.bubble_s},
+       {"achieved_mfu", r.achieved_mfu},
+       {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+       {"model_tflops_per_gpu", r.model_tflops_per_gpu},
+       {"top", top},
+       {"collectives", r.collectives}};
+  // The timeline only when it was kept: it is large.
+  if (!r.timeline.empty()) {
+    json timeline = json::array();
+    for (const TimelineSlice& t : r.timeline) timeline.push_back({t.stream, t.label, t.start_s, t.end_s, t.comm});
+    j["streams"] = r.streams;
+    j["labels"] = r.labels;
+    j["timeline"] = timeline;
+  }
 }
 
-TrainingStepResult from_json(const json& j) {
-  TrainingStepResult r;
+void from_json(const json& j, TrainingStepResult& r) {
+  r = TrainingStepResult{};
   r.ok = j.at("ok").get<bool>();
   r.error = j.at("error").get<std::string>();
   r.layout = j.at("layout").get<std::string>();
@@ -248,51 +238,14 @@ TrainingStepResult from_json(const json& j) {
   r.achieved_mfu = j.at("achieved_mfu").get<double>();
   r.tokens_per_s_per_gpu = j.at("tokens_per_s_per_gpu").get<double>();
   r.model_tflops_per_gpu = j.at("model_tflops_per_gpu").get<double>();
-  for (const json& e : j.at("top")) {
-    models::ExposedComm x;
-    x.label = e.at("label").get<std::string>();
-    x.collective = parse_collective(e.at("collective").get<std::string>());
-    x.bytes = e.at("bytes").get<int64_t>();
-    x.group = e.at("group").get<std::string>();
-    x.exposed_s = e.at("exposed_s").get<double>();
-    x.total_s = e.at("total_s").get<double>();
-    x.count = e.at("count").get<int>();
-    r.top.push_back(x);
-  }
-  for (const json& c : j.at("collectives")) {
-    CollectiveTiming x;
-    x.collective = parse_collective(c.at("collective").get<std::string>());
-    x.bytes = c.at("bytes").get<int64_t>();
-    x.group = c.at("group").get<std::string>();
-    x.ranks = c.at("ranks").get<int>();
-    x.instances = c.at("instances").get<int>();
-    x.algorithm = parse_sim_algorithm(c.at("algorithm").get<std::string>());
-    x.protocol = models::parse_nccl_protocol(c.at("protocol").get<std::string>());
-    x.seconds = c.at("seconds").get<double>();
-    x.busbw_GBps = c.at("busbw_GBps").get<double>();
-    r.collectives.push_back(x);
-  }
+  for (const json& e : j.at("top")) r.top.push_back(exposed_comm_from_json(e));
+  r.collectives = j.at("collectives").get<std::vector<CollectiveTiming>>();
   r.streams = j.value("streams", std::vector<std::string>{});
   r.labels = j.value("labels", std::vector<std::string>{});
   for (const json& t : j.value("timeline", json::array())) {
     r.timeline.push_back(
         {t.at(0).get<int>(), t.at(1).get<int>(), t.at(2).get<double>(), t.at(3).get<double>(), t.at(4).get<bool>()});
   }
-  return r;
-}
-
-}  // namespace
-
-std::string to_json_text(const std::vector<TrainingStepResult>& results) {
-  json rows = json::array();
-  for (const auto& r : results) rows.push_back(to_json_with_timeline(r));
-  return rows.dump();
-}
-
-std::vector<TrainingStepResult> from_json_text(const std::string& text) {
-  std::vector<TrainingStepResult> results;
-  for (const json& row : json::parse(text)) results.push_back(from_json(row));
-  return results;
 }
 
 double memory_needed_bytes(const TrainingStepResult& result) {
@@ -305,7 +258,7 @@ std::vector<TrainingStepResult> simulate_training(const TrainingRequest& request
     fail(ErrorCode::kUnsupported, "training steps run on the fluid or ideal network model, not packet (ns-3)");
   }
   if (!isolated) return run_in_process(request);
-  return from_json_text(run_isolated([&] { return to_json_text(run_in_process(request)); }));
+  return run_isolated([&] { return run_in_process(request); });
 }
 
 }  // namespace tandem::sim

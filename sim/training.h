@@ -3,12 +3,14 @@
 // it), each distinct collective once; then the step's timeline (models::run_timeline) with the
 // compute between them. The unit of work behind `workload: training` scenarios and `tandem plan`.
 // Like run_sweep, simulate_training runs in a child process by default (one SimGrid platform per
-// process), so one caller can simulate several clusters.
+// process: sim/isolated.h), so one caller can simulate several clusters.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "models/cluster.h"
 #include "models/step_memory.h"
@@ -73,8 +75,9 @@ struct TrainingRequest {
 // false and its reason rather than an exception. Other errors (a bad cluster) throw.
 std::vector<TrainingStepResult> simulate_training(const TrainingRequest& request, bool isolated = true);
 
-// The JSON a child returns (also what `tandem plan` ships between processes).
-std::string to_json_text(const std::vector<TrainingStepResult>& results);
-std::vector<TrainingStepResult> from_json_text(const std::string& text);
+// A result as JSON, its timeline included when it was kept: what a child process sends back
+// (sim/isolated.h), and a step's entry in results.json and plan.json.
+void to_json(nlohmann::json& j, const TrainingStepResult& result);
+void from_json(const nlohmann::json& j, TrainingStepResult& result);
 
 }  // namespace tandem::sim

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/sizes.h"
 #include "core/text.h"
+#include "sim/isolated.h"
 #include "sim/sweep.h"
 
 namespace tandem::app {
@@ -280,32 +281,27 @@ class RowSimulator {
             point.dtype = rows_[i].row.dtype;
             sweep.points.push_back(point);
           }
-          json reply = json::array();
-          for (const sim::SweepPointResult& r : sim::run_sweep(sweep, /*isolated=*/false)) {
-            reply.push_back({r.ok, r.seconds, r.ok ? fmt::format("{}/{}", sim::name_or_auto(r.algorithm), name(r.protocol)) : r.error});
-          }
-          return reply.dump();
+          return sim::run_sweep(sweep, /*isolated=*/false);
         },
         std::max(1, request_.jobs),
-        [&](size_t w, const sim::IsolatedResult& result) {
+        [&](size_t w, const sim::Isolated<std::vector<sim::SweepPointResult>>& result) {
           const auto [m, per_node] = work[w];
-          if (!result.ok) {
+          if (!result.reply) {
             if (first_error.empty()) first_error = result.error;
             return;
           }
-          const json reply = json::parse(result.text);
           const std::vector<size_t>& indices = groups_.at(per_node);
           for (size_t k = 0; k < indices.size(); ++k) {
-            const json& r = reply.at(k);
-            if (!r.at(0).get<bool>()) {
+            const sim::SweepPointResult& r = result.reply->at(k);
+            if (!r.ok) {
               if (first_error.empty()) {
-                first_error = fmt::format("{}: the simulator cannot run this row: {}", rows_[indices[k]].row.label,
-                                          r.at(2).get<std::string>());
+                first_error =
+                    fmt::format("{}: the simulator cannot run this row: {}", rows_[indices[k]].row.label, r.error);
               }
               continue;
             }
-            out[m].seconds[indices[k]] = r.at(1).get<double>();
-            out[m].ran[indices[k]] = r.at(2).get<std::string>();
+            out[m].seconds[indices[k]] = r.seconds;
+            out[m].ran[indices[k]] = fmt::format("{}/{}", sim::name_or_auto(r.algorithm), name(r.protocol));
           }
         });
     if (!first_error.empty()) fail(ErrorCode::kUnsupported, "{}", first_error);

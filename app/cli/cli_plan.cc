@@ -98,7 +98,7 @@ void run_plan_command(const PlanOptions& options, CommandStatus& status) {
     // Every rank's outcomes (job index and JSON), gathered on rank 0.
     nlohmann::json mine = nlohmann::json::array();
     for (size_t j = 0; j < outcomes.size(); ++j) {
-      if (outcomes[j]) mine.push_back({{"job", j}, {"outcome", job_outcome_json(*outcomes[j])}});
+      if (outcomes[j]) mine.push_back({{"job", j}, {"outcome", *outcomes[j]}});
     }
     const std::string text = mine.dump();
     std::vector<std::byte> bytes(text.size());
@@ -111,7 +111,7 @@ void run_plan_command(const PlanOptions& options, CommandStatus& status) {
     for (size_t r = 1; r < all.size(); ++r) {
       const std::string other(reinterpret_cast<const char*>(all[r].data()), all[r].size());
       for (const nlohmann::json& entry : nlohmann::json::parse(other)) {
-        outcomes.at(entry.at("job").get<size_t>()) = job_outcome_from_json(entry.at("outcome").get<std::string>());
+        outcomes.at(entry.at("job").get<size_t>()) = entry.at("outcome").get<JobOutcome>();
       }
     }
   }

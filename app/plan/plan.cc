@@ -19,7 +19,7 @@
 #include "app/scenario/training_run.h"
 #include "app/scenario/scenario_yaml.h"
 #include "core/error.h"
-#include "sim/sweep.h"
+#include "sim/isolated.h"
 
 namespace tandem::app {
 namespace {
@@ -298,24 +298,18 @@ std::vector<PlanPoint> plan_points(const Plan& plan) {
 
 // ---- running -----------------------------------------------------------------------------------
 
-namespace {}  // namespace
-
-std::string job_outcome_json(const JobOutcome& outcome) {
-  return json{{"ok", outcome.ok},
-              {"error", outcome.error},
-              {"startup", sim::startup_to_json(outcome.startup)},
-              {"steps", json::parse(sim::to_json_text(outcome.steps))}}
-      .dump();
+void to_json(json& j, const JobOutcome& outcome) {
+  j = {{"ok", outcome.ok},
+       {"error", outcome.error},
+       {"startup", sim::startup_to_json(outcome.startup)},
+       {"steps", outcome.steps}};
 }
 
-JobOutcome job_outcome_from_json(const std::string& text) {
-  const json j = json::parse(text);
-  JobOutcome outcome;
+void from_json(const json& j, JobOutcome& outcome) {
   outcome.ok = j.at("ok").get<bool>();
   outcome.error = j.at("error").get<std::string>();
   outcome.startup = sim::startup_from_json(j.at("startup"));
-  outcome.steps = sim::from_json_text(j.at("steps").dump());
-  return outcome;
+  outcome.steps = j.at("steps").get<std::vector<sim::TrainingStepResult>>();
 }
 
 JobOutcome run_plan_job(const Plan& plan, const PlanJob& job) {
@@ -357,11 +351,11 @@ std::vector<std::optional<JobOutcome>> run_plan_jobs(const Plan& plan, const std
   std::vector<size_t> order = mine;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].cost > jobs[b].cost; });
   sim::run_isolated_parallel(
-      order.size(), [&](size_t i) { return job_outcome_json(run_plan_job(plan, jobs[order[i]])); }, options.jobs,
-      [&](size_t i, const sim::IsolatedResult& result) {
+      order.size(), [&](size_t i) { return run_plan_job(plan, jobs[order[i]]); }, options.jobs,
+      [&](size_t i, const sim::Isolated<JobOutcome>& result) {
         const size_t j = order[i];
-        if (result.ok) {
-          outcomes[j] = job_outcome_from_json(result.text);
+        if (result.reply) {
+          outcomes[j] = *result.reply;
         } else {
           JobOutcome failed;
           failed.error = result.error;
@@ -521,7 +515,7 @@ json plan_json(const Plan& plan, const std::vector<PlanRow>& rows,
                   {"ok", r.ok},
                   {"error", r.error}};
     if (r.ok) {
-      entry["step"] = json::parse(sim::to_json_text({r.step}))[0];
+      entry["step"] = r.step;
       entry["reliability"] = {{"startup_s", r.startup_s},
                               {"mtbf_h", r.mtbf_hours},
                               {"in_place_fraction", r.in_place_fraction},

@@ -105,8 +105,8 @@ struct JobOutcome {
   sim::StartupResult startup;
   std::vector<sim::TrainingStepResult> steps;
 };
-std::string job_outcome_json(const JobOutcome& outcome);
-JobOutcome job_outcome_from_json(const std::string& text);
+void to_json(nlohmann::json& j, const JobOutcome& outcome);
+void from_json(const nlohmann::json& j, JobOutcome& outcome);
 // Runs one job here (startup in a child, then the steps in this process).
 JobOutcome run_plan_job(const Plan& plan, const PlanJob& job);
 

@@ -19,7 +19,7 @@
 #include "core/text.h"
 #include "core/torch_names.h"
 #include "sim/collective_timer.h"
-#include "sim/sweep.h"
+#include "sim/isolated.h"
 
 namespace tandem::app {
 namespace {
@@ -508,28 +508,21 @@ std::vector<sim::CollectiveTiming> time_queries(const ReplayOptions& options, co
         // Explicit schedules, as tandem run's collective loops simulate them.
         sim::CollectiveTimer timer(options.cluster, options.network, true);
         const std::optional<sim::SimAlgorithm> algorithm = sim::parse_sim_algorithm_or_auto(options.algorithm);
-        json out = json::array();
+        std::vector<sim::CollectiveTiming> out;
         for (size_t i : families[f]) {
           const TimingQuery& q = queries[i];
           models::CommGroup group{"replay", 1, 1, {q.ranks}};
-          const sim::CollectiveTiming t = timer.time(q.collective, q.bytes, group, algorithm);
-          out.push_back({t.seconds, sim::name(t.algorithm), t.busbw_GBps});
+          out.push_back(timer.time(q.collective, q.bytes, group, algorithm));
         }
-        return out.dump();
+        return out;
       },
       std::max(1, options.jobs),
-      [&](size_t f, const sim::IsolatedResult& result) {
-        if (!result.ok) {
+      [&](size_t f, const sim::Isolated<std::vector<sim::CollectiveTiming>>& result) {
+        if (!result.reply) {
           if (!failure) failure.emplace(result.code, result.error);
           return;
         }
-        const json reply = json::parse(result.text);
-        for (size_t k = 0; k < families[f].size(); ++k) {
-          sim::CollectiveTiming& t = timings[families[f][k]];
-          t.seconds = reply.at(k).at(0).get<double>();
-          t.algorithm = sim::parse_sim_algorithm(reply.at(k).at(1).get<std::string>());
-          t.busbw_GBps = reply.at(k).at(2).get<double>();
-        }
+        for (size_t k = 0; k < families[f].size(); ++k) timings[families[f][k]] = result.reply->at(k);
         done += families[f].size();
         progress.step(done);
       });

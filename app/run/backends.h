@@ -26,8 +26,8 @@ bool backend_built(std::string_view name);
 std::unique_ptr<Executor> make_executor(std::string_view name);
 
 // sim::SimExecutor on `cluster`, rank r on GPU r. SimGrid allows one platform per process: a
-// second simulated executor in one process throws Error(kBackend) (sim::run_isolated runs work in
-// a child process).
+// second simulated executor in one process throws Error(kBackend) (sim::run_isolated, sim/isolated.h,
+// runs work in a child process).
 std::unique_ptr<Executor> make_sim_executor(const models::ClusterSpec& cluster,
                                             const sim::NetworkModel& network = sim::NetworkModel{});
 

@@ -20,6 +20,7 @@
 #include "core/flight_recorder.h"
 #include "core/session.h"
 #include "models/cluster.h"
+#include "sim/isolated.h"
 #include "sim/sim_attempts.h"
 #include "sim/simulator.h"
 
@@ -125,61 +126,6 @@ LoopResults drive(const LoopSetup& setup, const LoopOptions& options, ScenarioBa
   return results;
 }
 
-json to_json(const LoopResults& r) {
-  json iterations = json::array();
-  for (const IterationResult& it : r.iterations) {
-    iterations.push_back({{"iteration", it.iteration},
-                          {"outcome", name(it.outcome)},
-                          {"seconds", it.seconds},
-                          {"fault_free_seconds", it.fault_free_seconds},
-                          {"attempts", it.attempts},
-                          {"dropped_ranks", it.dropped_ranks},
-                          {"rerouted", it.rerouted},
-                          {"faults", it.faults},
-                          {"detail", it.detail},
-                          {"start_s", it.start_s}});
-  }
-  json slices = json::array();
-  for (const RankSlice& x : r.slices) slices.push_back({x.rank, x.iteration, x.attempt, x.start_s, x.end_s, x.ok});
-  return {{"backend", name(r.backend)},
-          {"ranks", r.ranks},
-          {"aborted", r.aborted},
-          {"iterations", iterations},
-          {"dump_prefix", r.dump_prefix},
-          {"dump_reasons", r.dump_reasons},
-          {"dump_note", r.dump_note},
-          {"slices", slices}};
-}
-
-LoopResults loop_from_json(const json& j) {
-  LoopResults r;
-  r.backend = parse_backend(j.at("backend").get<std::string>());
-  r.ranks = j.at("ranks");
-  r.aborted = j.at("aborted");
-  r.dump_prefix = j.at("dump_prefix");
-  r.dump_reasons = j.at("dump_reasons").get<std::vector<std::string>>();
-  r.dump_note = j.value("dump_note", "");
-  for (const json& row : j.at("iterations")) {
-    IterationResult it;
-    it.iteration = row.at("iteration");
-    it.outcome = parse_outcome(row.at("outcome").get<std::string>());
-    it.seconds = row.at("seconds");
-    it.fault_free_seconds = row.at("fault_free_seconds");
-    it.attempts = row.at("attempts");
-    it.dropped_ranks = row.at("dropped_ranks").get<std::vector<int>>();
-    it.rerouted = row.at("rerouted");
-    it.faults = row.at("faults").get<std::vector<int>>();
-    it.detail = row.at("detail");
-    it.start_s = row.at("start_s");
-    r.iterations.push_back(std::move(it));
-  }
-  for (const json& x : j.at("slices")) {
-    r.slices.push_back({x.at(0).get<int>(), x.at(1).get<int>(), x.at(2).get<int>(), x.at(3).get<double>(),
-                        x.at(4).get<double>(), x.at(5).get<bool>()});
-  }
-  return r;
-}
-
 int severity(Outcome outcome) {
   switch (outcome) {
     case Outcome::kCompleted:
@@ -205,6 +151,60 @@ double report_us(double seconds) {
 }
 
 }  // namespace
+
+void to_json(json& j, const LoopResults& r) {
+  json iterations = json::array();
+  for (const IterationResult& it : r.iterations) {
+    iterations.push_back({{"iteration", it.iteration},
+                          {"outcome", name(it.outcome)},
+                          {"seconds", it.seconds},
+                          {"fault_free_seconds", it.fault_free_seconds},
+                          {"attempts", it.attempts},
+                          {"dropped_ranks", it.dropped_ranks},
+                          {"rerouted", it.rerouted},
+                          {"faults", it.faults},
+                          {"detail", it.detail},
+                          {"start_s", it.start_s}});
+  }
+  json slices = json::array();
+  for (const RankSlice& x : r.slices) slices.push_back({x.rank, x.iteration, x.attempt, x.start_s, x.end_s, x.ok});
+  j = {{"backend", name(r.backend)},
+       {"ranks", r.ranks},
+       {"aborted", r.aborted},
+       {"iterations", iterations},
+       {"dump_prefix", r.dump_prefix},
+       {"dump_reasons", r.dump_reasons},
+       {"dump_note", r.dump_note},
+       {"slices", slices}};
+}
+
+void from_json(const json& j, LoopResults& r) {
+  r = LoopResults{};
+  r.backend = parse_backend(j.at("backend").get<std::string>());
+  r.ranks = j.at("ranks");
+  r.aborted = j.at("aborted");
+  r.dump_prefix = j.at("dump_prefix");
+  r.dump_reasons = j.at("dump_reasons").get<std::vector<std::string>>();
+  r.dump_note = j.value("dump_note", "");
+  for (const json& row : j.at("iterations")) {
+    IterationResult it;
+    it.iteration = row.at("iteration");
+    it.outcome = parse_outcome(row.at("outcome").get<std::string>());
+    it.seconds = row.at("seconds");
+    it.fault_free_seconds = row.at("fault_free_seconds");
+    it.attempts = row.at("attempts");
+    it.dropped_ranks = row.at("dropped_ranks").get<std::vector<int>>();
+    it.rerouted = row.at("rerouted");
+    it.faults = row.at("faults").get<std::vector<int>>();
+    it.detail = row.at("detail");
+    it.start_s = row.at("start_s");
+    r.iterations.push_back(std::move(it));
+  }
+  for (const json& x : j.at("slices")) {
+    r.slices.push_back({x.at(0).get<int>(), x.at(1).get<int>(), x.at(2).get<int>(), x.at(3).get<double>(),
+                        x.at(4).get<double>(), x.at(5).get<bool>()});
+  }
+}
 
 double LoopResults::total_seconds() const {
   double total = 0;
@@ -236,12 +236,12 @@ LoopResults run_loop(const Scenario& scenario, ScenarioBackend backend, const Lo
                     [&](const Session& session) { return std::make_unique<ExecutorAttempts>(session, *executor); });
   } else {
     // SimGrid allows one platform per process: the loop runs in a child; dumps are files anyway.
-    results = loop_from_json(json::parse(sim::run_isolated([&] {
+    results = sim::run_isolated([&] {
       const LoopSetup setup(scenario);
-      return to_json(drive(setup, options, backend, 0, [&](const Session& session) {
-                       return std::make_unique<sim::SimAttempts>(session, setup.placement());
-                     })).dump();
-    })));
+      return drive(setup, options, backend, 0, [&](const Session& session) {
+        return std::make_unique<sim::SimAttempts>(session, setup.placement());
+      });
+    });
   }
   if (!results.dump_prefix.empty()) {
     const std::filesystem::path prefix(results.dump_prefix);
@@ -398,7 +398,7 @@ std::string loop_results_csv(const LoopResults& results) {
 
 std::string loop_results_json(const Scenario& scenario, const LoopResults& results,
                               const std::vector<LoopExpectationOutcome>& outcomes) {
-  json j = to_json(results);
+  json j = results;
   j["tandem_results"] = kResultsFormatVersion;
   j["scenario"] = scenario.name;
   j["description"] = scenario.description;

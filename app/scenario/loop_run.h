@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "app/scenario/scenario.h"
 #include "core/executor.h"
 #include "core/fr_analysis.h"
@@ -37,6 +39,10 @@ struct LoopResults {
   double total_seconds() const;
   double fault_free_seconds() const;
 };
+// The results as JSON (results.json's core, and what a simulated loop's child process sends back:
+// sim/isolated.h), all but `analysis` and `dumps_removed`, which run_loop works out afterwards.
+void to_json(nlohmann::json& j, const LoopResults& results);
+void from_json(const nlohmann::json& j, LoopResults& results);
 
 struct LoopOptions {
   std::string out_dir;        // dumps go to <out_dir>/fr/ unless TORCH_FR_DUMP_TEMP_FILE says otherwise

@@ -476,7 +476,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
   const TrainingWorkload& training = training_of(scenario);
   nlohmann::json variants = nlohmann::json::array();
   for (size_t v = 0; v < scenario.variants.size(); ++v) {
-    nlohmann::json steps = nlohmann::json::parse(sim::to_json_text(results.steps[v]));
+    nlohmann::json steps = results.steps[v];
     for (size_t l = 0; l < steps.size(); ++l) {
       const models::TrainingConfig& c = results.configs[v][l];
       steps[l]["config"] = {{"tp", c.layout.tp},

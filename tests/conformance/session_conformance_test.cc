@@ -10,7 +10,7 @@
 //   sim-platform   sim::SimAttempts (the SimGrid platform with the faults on its links; what
 //                  `tandem run` uses on sim)
 // The sim runners build a SimGrid platform, one per process, so each runs in a child process
-// (sim::run_isolated) and sends back its signature.
+// (sim::run_isolated, sim/isolated.h) and sends back its signature.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -32,9 +32,9 @@
 #include "core/session.h"
 #include "models/cluster.h"
 #include "models/topology.h"
+#include "sim/isolated.h"
 #include "sim/sim_attempts.h"
 #include "sim/sim_executor.h"
-#include "sim/sweep.h"
 
 namespace tandem {
 namespace {

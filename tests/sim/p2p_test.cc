@@ -3,6 +3,7 @@
 // NIC-bound all_to_all across nodes. Simulations run in child processes (one SimGrid platform each).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <string>
 
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "models/cluster.h"
+#include "sim/isolated.h"
 #include "sim/p2p.h"
 #include "sim/simulator.h"
 #include "sim/sweep.h"
@@ -136,8 +138,8 @@ TEST(P2pSimulation, OneNodeIsBoundByChannelsNotNvlink) {
 // PXN: n0-gpu7 -> n1-gpu0 (send_recv's hop between the nodes) leaves through n0-gpu0 and NIC 0
 // of node 0, the receiver's rail; without PXN it leaves on its own NIC 7.
 TEST(P2pSimulation, PxnSendsOnTheReceiversRail) {
-  std::string text;
-  ASSERT_NO_THROW(text = run_isolated([] {
+  std::array<double, 4> times{};
+  ASSERT_NO_THROW(times = run_isolated([] {
                     models::ClusterSpec cluster = models::cluster_preset("dgx-h100");
                     cluster.nodes = 2;
                     const models::Topology topology = models::build_cluster(cluster);
@@ -157,10 +159,9 @@ TEST(P2pSimulation, PxnSendsOnTheReceiversRail) {
                     request.plan.pxn = false;
                     sim.set_link_factor(nic7, 0.1);
                     const double no_pxn_nic7_slow = sim.run_p2p(request).seconds;
-                    return fmt::format("{:a} {:a} {:a} {:a}", base, nic7_slow, nic0_slow, no_pxn_nic7_slow);
+                    return std::array{base, nic7_slow, nic0_slow, no_pxn_nic7_slow};
                   }));
-  double base = 0, nic7_slow = 0, nic0_slow = 0, no_pxn = 0;
-  ASSERT_EQ(std::sscanf(text.c_str(), "%la %la %la %la", &base, &nic7_slow, &nic0_slow, &no_pxn), 4) << text;
+  const auto [base, nic7_slow, nic0_slow, no_pxn] = times;
   EXPECT_DOUBLE_EQ(nic7_slow, base) << "with PXN, NIC 7 of node 0 carries nothing";
   EXPECT_GT(nic0_slow, 2 * base) << "with PXN, NIC 0 of node 0 carries n0-gpu7's bytes";
   EXPECT_GT(no_pxn, 2 * base) << "without PXN, n0-gpu7 sends on its own NIC 7";

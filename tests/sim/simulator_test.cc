@@ -11,6 +11,7 @@
 #include "core/algorithms.h"
 #include "core/error.h"
 #include "models/cluster.h"
+#include "sim/isolated.h"
 #include "sim/simulator.h"
 #include "sim/sweep.h"
 
@@ -178,32 +179,15 @@ TEST(Simulator, PacketModelRefusesLargeClusters) {
 }
 
 // Runs `body` in a child process, which may build its own Simulator (SimGrid allows one platform
-// per process), and returns the numbers it produced, exactly (hex floats). A child that throws or
-// dies fails the test.
+// per process), and returns the numbers it produced, exactly (JSON numbers round-trip). A child
+// that throws or dies fails the test.
 std::vector<double> in_child(const std::function<std::vector<double>()>& body) {
-  std::string text;
   try {
-    text = run_isolated([&] {
-      std::string numbers;
-      char number[64];
-      for (double v : body()) {
-        std::snprintf(number, sizeof number, "%a ", v);
-        numbers += number;
-      }
-      return numbers;
-    });
+    return run_isolated(body);
   } catch (const Error& e) {
     ADD_FAILURE() << "the child failed: " << e.what();
     return {};
   }
-  std::vector<double> values;
-  const char* at = text.c_str();
-  for (char* end = nullptr;; at = end) {
-    const double v = std::strtod(at, &end);
-    if (end == at) break;
-    values.push_back(v);
-  }
-  return values;
 }
 
 // Simulated durations are differences of SimGrid's clock, which keeps running from one run to the

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "models/workload.h"
@@ -139,7 +140,7 @@ TEST(Training, ResultsSurviveTheirJson) {
   request.configs = {c};
   const auto results = simulate_training(request, /*isolated=*/true);
   ASSERT_TRUE(results[0].ok) << results[0].error;
-  const auto again = from_json_text(to_json_text(results));
+  const auto again = nlohmann::json(results).get<std::vector<TrainingStepResult>>();
   ASSERT_EQ(again.size(), 1u);
   EXPECT_DOUBLE_EQ(again[0].step_s, results[0].step_s);
   EXPECT_DOUBLE_EQ(again[0].memory.total_bytes(), results[0].memory.total_bytes());
