@@ -23,166 +23,6 @@ namespace tandem::app {
 
 using nlohmann::json;
 
-// ---- The profile ----
-
-namespace {
-
-// `text` as one YAML double-quoted scalar, escaped by yaml-cpp's emitter (quotes, backslashes,
-// line breaks). Control bytes are written as the text \xNN first (core/text.h): the profile reader
-// refuses them in names, and a file name with one is still told apart.
-std::string yaml_quoted(std::string_view text) {
-  YAML::Emitter emitter;
-  emitter.SetOutputCharset(YAML::EmitNonAscii);
-  emitter << YAML::DoubleQuoted << printable(text);
-  return emitter.c_str();
-}
-
-}  // namespace
-
-std::string profile_yaml(const CalibrationProfile& profile) {
-  std::string out;
-  out += fmt::format("# tandem calibration profile (docs/calibrate.md). Apply with --calibration FILE or a\n");
-  out += fmt::format("# scenario's `calibration:` key.\n");
-  out += fmt::format("tandem-calibration: {}\n", kCalibrationProfileVersion);
-  out += "cluster:\n";
-  out += fmt::format("  preset: {}\n", profile.preset);
-  out += fmt::format("  nodes: {}\n", profile.nodes);
-  out += fmt::format("  gpus_per_node: {}\n", profile.gpus_per_node);
-  if (!profile.description.empty()) out += fmt::format("  description: {}\n", yaml_quoted(profile.description));
-  out += "parameters:\n";
-  for (const CalibrationProfile::Parameter& p : profile.parameters) {
-    std::string extra = p.informed ? "" : ", informed: false";
-    if (p.uncertainty > 0 && std::isfinite(p.uncertainty)) extra += fmt::format(", uncertainty: {:.4g}", p.uncertainty);
-    out += fmt::format("  {}: {{default: {}, value: {}{}}}\n", p.name, p.default_value, p.value, extra);
-  }
-  if (!profile.sources.empty()) {
-    out += "fit:\n";
-    out += fmt::format("  date: {}\n", profile.date);
-    out += "  sources:\n";
-    for (const CalibrationProfile::Source& s : profile.sources) {
-      out += fmt::format("    - {{file: {}, rows: {}}}\n", yaml_quoted(s.file), s.rows);
-    }
-    out += fmt::format("  rows_fitted: {}\n", profile.rows_fitted);
-    out += fmt::format("  rows_held_out: {}\n", profile.rows_held_out);
-    out += fmt::format("  rms_log_error_before: {}\n", profile.rms_log_error_before);
-    out += fmt::format("  rms_log_error_after: {}\n", profile.rms_log_error_after);
-  }
-  return out;
-}
-
-CalibrationProfile parse_profile(std::string_view text, const std::string& path) {
-  const Reader reader(path, "calibration profile");
-  const YAML::Node root = load_one_document(reader, text);
-  if (!root) fail(ErrorCode::kFormat, "{}: an empty file is not a calibration profile", path);
-  const Mapping top(reader, root, "",
-                    std::array<std::string_view, 4>{"tandem-calibration", "cluster", "parameters", "fit"});
-  CalibrationProfile profile;
-  profile.path = path;
-  const YAML::Node& version = top.require("tandem-calibration");
-  if (reader.scalar(version, "tandem-calibration") != std::to_string(kCalibrationProfileVersion)) {
-    reader.fail_at(version, "tandem-calibration {}: this tandem reads version {}", node_kind(version),
-                   kCalibrationProfileVersion);
-  }
-  const Mapping cluster(reader, top.require("cluster"), "cluster",
-                        std::array<std::string_view, 4>{"preset", "nodes", "gpus_per_node", "description"});
-  profile.preset = reader.scalar(cluster.require("preset"), "cluster.preset");
-  reader.at(cluster.require("preset"), "cluster.preset", [&] { return models::cluster_preset(profile.preset); });
-  profile.nodes = static_cast<int>(reader.integer(cluster.require("nodes"), "cluster.nodes", 1, 1 << 20));
-  profile.gpus_per_node =
-      static_cast<int>(reader.integer(cluster.require("gpus_per_node"), "cluster.gpus_per_node", 1, 1024));
-  if (const YAML::Node* d = cluster.find("description")) profile.description = reader.text(*d, "cluster.description");
-
-  const YAML::Node& parameters = top.require("parameters");
-  if (!parameters.IsMap()) reader.fail_at(parameters, "parameters must be a mapping of parameter names to values");
-  const sim::NetworkModel defaults;
-  for (auto it = parameters.begin(); it != parameters.end(); ++it) {
-    const YAML::Node key = it->first;
-    const YAML::Node value = it->second;
-    const std::string name = reader.scalar(key, "parameters");
-    const sim::NetworkParameter* known = sim::find_network_parameter(name);
-    if (known == nullptr) {
-      std::string names;
-      for (const sim::NetworkParameter& p : sim::network_parameters())
-        names += (names.empty() ? "" : ", ") + std::string(p.name);
-      reader.fail_at(key, "unknown parameter '{}' in parameters (expected: {})", name, names);
-    }
-    for (const CalibrationProfile::Parameter& seen : profile.parameters) {
-      if (seen.name == name) reader.fail_at(key, "duplicate parameter '{}'", name);
-    }
-    CalibrationProfile::Parameter parameter;
-    parameter.name = name;
-    parameter.default_value = defaults.*(known->field);
-    const std::string where = "parameters." + name;
-    const YAML::Node* value_node = &value;
-    if (value.IsMap()) {
-      const Mapping entry(reader, value, where,
-                          std::array<std::string_view, 4>{"default", "value", "informed", "uncertainty"});
-      value_node = &entry.require("value");
-      parameter.value = reader.number(*value_node, where + ".value", known->lower, known->upper, false);
-      if (const YAML::Node* d = entry.find("default")) {
-        parameter.default_value = reader.number(*d, where + ".default", known->lower, known->upper, false);
-      }
-      if (const YAML::Node* informed = entry.find("informed"))
-        parameter.informed = reader.boolean(*informed, where + ".informed");
-      if (const YAML::Node* spread = entry.find("uncertainty")) {
-        parameter.uncertainty = reader.number(*spread, where + ".uncertainty", 0, 1e9, false);
-      }
-    } else {
-      parameter.value = reader.number(value, where, known->lower, known->upper, false);
-    }
-    profile.parameters.push_back(parameter);
-  }
-  if (const YAML::Node* fit = top.find("fit")) {
-    const Mapping f(reader, *fit, "fit",
-                    std::array<std::string_view, 6>{"date", "sources", "rows_fitted", "rows_held_out",
-                                                    "rms_log_error_before", "rms_log_error_after"});
-    profile.date = reader.scalar(f.require("date"), "fit.date");
-    for (const YAML::Node& s : reader.list(f.require("sources"), "fit.sources")) {
-      const Mapping source(reader, s, "fit.sources[]", std::array<std::string_view, 2>{"file", "rows"});
-      profile.sources.push_back(
-          {reader.text(source.require("file"), "fit.sources[].file"),
-           static_cast<int>(reader.integer(source.require("rows"), "fit.sources[].rows", 0, 1 << 30))});
-    }
-    profile.rows_fitted = static_cast<int>(reader.integer(f.require("rows_fitted"), "fit.rows_fitted", 0, 1 << 30));
-    profile.rows_held_out =
-        static_cast<int>(reader.integer(f.require("rows_held_out"), "fit.rows_held_out", 0, 1 << 30));
-    profile.rms_log_error_before =
-        reader.number(f.require("rms_log_error_before"), "fit.rms_log_error_before", 0, 1e9, false);
-    profile.rms_log_error_after =
-        reader.number(f.require("rms_log_error_after"), "fit.rms_log_error_after", 0, 1e9, false);
-  }
-  return profile;
-}
-
-CalibrationProfile read_profile(const std::string& path) {
-  return parse_profile(read_text_file(path, "calibration profile", kMaxProfileBytes), path);
-}
-
-sim::NetworkModel apply_profile(const CalibrationProfile& profile, sim::NetworkModel model) {
-  // A parameter the logs did not inform is recorded for the reader, not applied: it follows the
-  // simulator's default, as it did in the fit.
-  for (const CalibrationProfile::Parameter& p : profile.parameters) {
-    const sim::NetworkParameter* known = sim::find_network_parameter(p.name);
-    if (known != nullptr && p.informed) model.*(known->field) = p.value;
-  }
-  return model;
-}
-
-void check_profile_cluster(const CalibrationProfile& profile, const models::ClusterSpec& cluster) {
-  if (profile.preset != cluster.preset) {
-    fail(ErrorCode::kInvalidArgument,
-         "{}: the profile was fitted on {} and this cluster is {}: its efficiencies describe other links", profile.path,
-         profile.preset, cluster.preset);
-  }
-}
-
-std::string profile_summary(const CalibrationProfile& profile) {
-  const std::string file = profile.path.empty() ? std::string("profile") : profile.path;
-  if (profile.sources.empty()) return fmt::format("{} (hand-written, {})", file, profile.preset);
-  return fmt::format("{} (fitted {} from {} log{}, {})", file, profile.date, profile.sources.size(),
-                     profile.sources.size() == 1 ? "" : "s", profile.preset);
-}
-
 // ---- The fit ----
 
 namespace {
@@ -343,69 +183,75 @@ bool held_out_by(const std::vector<std::string>& names, const MeasuredRow& row, 
   return false;
 }
 
-}  // namespace
-
-CalibrationResult calibrate(const CalibrationRequest& request) {
-  const models::ClusterSpec& cluster = request.cluster;
-  const int per_node = request.gpus_per_node > 0 ? request.gpus_per_node : cluster.gpus_per_node;
+// A log that does not say how many GPUs ran it must fit the cluster given; one that does must
+// have run on it.
+void check_file_scale(const MeasurementFile& file, const models::ClusterSpec& cluster, int per_node,
+                      CalibrationResult& result) {
   const int cluster_gpus = cluster.nodes * per_node;
-  CalibrationResult result;
+  const std::string shown_path = printable(file.path);
+  if (!file.published && file.nranks == 0) {
+    // The log does not say how many GPUs ran: the cluster given says it, as long as the log's Rank
+    // lines fit in it.
+    if (file.least_ranks > cluster_gpus) {
+      fail(ErrorCode::kInvalidArgument,
+           "{}: the log names rank {} and the cluster given has {} GPUs ({} node{} x {} GPUs)", shown_path,
+           file.least_ranks - 1, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
+    }
+    result.warnings.push_back(fmt::format(
+        "warning: {} does not say how many GPUs ran it (no '# nThread' header, no full list of '#  Rank' lines): "
+        "taken as the cluster given's {} ({} node{} x {} GPUs)",
+        shown_path, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node));
+  }
+  if (file.nranks > 0) {
+    if (file.nranks != cluster_gpus) {
+      fail(ErrorCode::kInvalidArgument,
+           "{}: the log ran on {} GPUs and the cluster given has {} ({} node{} x {} GPUs): give the cluster it ran "
+           "on (--nodes, --gpus-per-node, or -g for some GPUs of each node)",
+           shown_path, file.nranks, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
+    }
+    if (file.nodes > 0 && file.nodes != cluster.nodes) {
+      fail(ErrorCode::kInvalidArgument,
+           "{}: the log ran on {} nodes (hosts of its Rank lines) and the cluster given has {}", shown_path,
+           file.nodes, cluster.nodes);
+    }
+  }
+}
+
+// Why a published row (its own system and GPU count) cannot be fitted on `cluster`; "" when it can.
+std::string published_row_misfit(const MeasuredRow& row, const models::ClusterSpec& cluster) {
+  const std::string preset = preset_of_system(row.system);
+  if (preset != cluster.preset) return fmt::format("{}: system '{}' is not a {} cluster", row.label, row.system, cluster.preset);
+  if (row.nodes != cluster.nodes || row.gpus % row.nodes != 0 || row.gpus / row.nodes > cluster.gpus_per_node) {
+    return fmt::format("{}: {} GPUs on {} node{}, the cluster given has {} node{} of {} GPUs", row.label, row.gpus,
+                       row.nodes, row.nodes == 1 ? "" : "s", cluster.nodes, cluster.nodes == 1 ? "" : "s",
+                       cluster.gpus_per_node);
+  }
+  const auto differs = [](std::optional<double> stated, double cluster_value) {
+    return stated && std::abs(*stated - cluster_value) > 1e-9;
+  };
+  if (row.nodes > 1 &&
+      (differs(row.nics_per_node, cluster.nics_per_node) || differs(row.nic_gbps, cluster.nic_Bps * 8 / 1e9))) {
+    return fmt::format("{}: {} NICs of {} Gb/s a node, the cluster given has {} of {}", row.label,
+                       row.nics_per_node.value_or(0), row.nic_gbps.value_or(0), cluster.nics_per_node,
+                       cluster.nic_Bps * 8 / 1e9);
+  }
+  return "";
+}
+
+// The rows of every file that can be fitted (the others go to result.skipped, with why), and the
+// files' sources in the profile.
+std::vector<FitRow> fit_rows(const CalibrationRequest& request, int per_node, CalibrationResult& result) {
   std::vector<FitRow> rows;
   for (size_t file_index = 0; file_index < request.files.size(); ++file_index) {
     const MeasurementFile& file = request.files[file_index];
-    const std::string shown_path = printable(file.path);
     for (const std::string& line : file.skipped) result.skipped.push_back(line);
-    if (!file.published && file.nranks == 0) {
-      // The log does not say how many GPUs ran: the cluster given says it, as long as the log's Rank
-      // lines fit in it.
-      if (file.least_ranks > cluster_gpus) {
-        fail(ErrorCode::kInvalidArgument,
-             "{}: the log names rank {} and the cluster given has {} GPUs ({} node{} x {} GPUs)", shown_path,
-             file.least_ranks - 1, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
-      }
-      result.warnings.push_back(fmt::format(
-          "warning: {} does not say how many GPUs ran it (no '# nThread' header, no full list of '#  Rank' lines): "
-          "taken as the cluster given's {} ({} node{} x {} GPUs)",
-          shown_path, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node));
-    }
-    if (file.nranks > 0) {
-      if (file.nranks != cluster_gpus) {
-        fail(ErrorCode::kInvalidArgument,
-             "{}: the log ran on {} GPUs and the cluster given has {} ({} node{} x {} GPUs): give the cluster it ran "
-             "on (--nodes, --gpus-per-node, or -g for some GPUs of each node)",
-             shown_path, file.nranks, cluster_gpus, cluster.nodes, cluster.nodes == 1 ? "" : "s", per_node);
-      }
-      if (file.nodes > 0 && file.nodes != cluster.nodes) {
-        fail(ErrorCode::kInvalidArgument,
-             "{}: the log ran on {} nodes (hosts of its Rank lines) and the cluster given has {}", shown_path,
-             file.nodes, cluster.nodes);
-      }
-    }
+    check_file_scale(file, request.cluster, per_node, result);
     int used = 0;
     for (const MeasuredRow& row : file.rows) {
       FitRow fit{row, held_out_by(request.hold_out, row, file.path), per_node, file_index};
       if (file.published) {
-        // A published row: its own system and GPU count.
-        const std::string preset = preset_of_system(row.system);
-        if (preset != cluster.preset) {
-          result.skipped.push_back(
-              fmt::format("{}: system '{}' is not a {} cluster", row.label, row.system, cluster.preset));
-          continue;
-        }
-        if (row.nodes != cluster.nodes || row.gpus % row.nodes != 0 || row.gpus / row.nodes > cluster.gpus_per_node) {
-          result.skipped.push_back(fmt::format("{}: {} GPUs on {} node{}, the cluster given has {} node{} of {} GPUs",
-                                               row.label, row.gpus, row.nodes, row.nodes == 1 ? "" : "s", cluster.nodes,
-                                               cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node));
-          continue;
-        }
-        const auto differs = [](std::optional<double> stated, double cluster_value) {
-          return stated && std::abs(*stated - cluster_value) > 1e-9;
-        };
-        if (row.nodes > 1 &&
-            (differs(row.nics_per_node, cluster.nics_per_node) || differs(row.nic_gbps, cluster.nic_Bps * 8 / 1e9))) {
-          result.skipped.push_back(fmt::format("{}: {} NICs of {} Gb/s a node, the cluster given has {} of {}",
-                                               row.label, row.nics_per_node.value_or(0), row.nic_gbps.value_or(0),
-                                               cluster.nics_per_node, cluster.nic_Bps * 8 / 1e9));
+        if (std::string misfit = published_row_misfit(row, request.cluster); !misfit.empty()) {
+          result.skipped.push_back(std::move(misfit));
           continue;
         }
         fit.gpus_per_node = row.gpus / row.nodes;
@@ -436,139 +282,119 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
     if (!a_file && !a_row)
       fail(ErrorCode::kInvalidArgument, "--hold-out {}: no row (not skipped) or file of that name", printable(h));
   }
-  result.rows_merged = merge_repeated_rows(rows);
-  const auto fitted_count = std::count_if(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; });
+  return rows;
+}
 
-  // The parameters to fit, in log space.
+// The parameters to fit (all, or --fit's), checked by name.
+std::vector<const sim::NetworkParameter*> candidate_parameters(const std::vector<std::string>& only) {
   std::vector<const sim::NetworkParameter*> candidates;
   for (const sim::NetworkParameter& p : sim::network_parameters()) {
-    if (request.only.empty() || std::find(request.only.begin(), request.only.end(), p.name) != request.only.end()) {
-      candidates.push_back(&p);
-    }
+    if (only.empty() || std::find(only.begin(), only.end(), p.name) != only.end()) candidates.push_back(&p);
   }
-  for (const std::string& name : request.only) {
+  for (const std::string& name : only) {
     if (sim::find_network_parameter(name) == nullptr)
       fail(ErrorCode::kInvalidArgument, "--fit {}: no such parameter", name);
   }
-  const sim::NetworkModel defaults;
-  const RowSimulator simulator(request, rows);
-  auto model_at = [&](const std::vector<const sim::NetworkParameter*>& params, const std::vector<double>& x) {
-    sim::NetworkModel model = defaults;
+  return candidates;
+}
+
+// The fit in log space over the rows: the model at a point, and each fitted row's log error.
+class Fit {
+ public:
+  Fit(const CalibrationRequest& request, const std::vector<FitRow>& rows) : rows_(rows), simulator_(request, rows) {}
+
+  sim::NetworkModel model_at(const std::vector<const sim::NetworkParameter*>& params,
+                             const std::vector<double>& x) const {
+    sim::NetworkModel model = defaults_;
     for (size_t j = 0; j < params.size(); ++j) model.*(params[j]->field) = std::exp(x[j]);
     return model;
-  };
-  auto residuals_of = [&](const Evaluation& e) {
+  }
+  std::vector<double> residuals_of(const Evaluation& e) const {
     std::vector<double> r;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (!rows[i].held_out) r.push_back(std::log(e.seconds[i] * 1e6 / rows[i].row.time_us));
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      if (!rows_[i].held_out) r.push_back(std::log(e.seconds[i] * 1e6 / rows_[i].row.time_us));
     }
     return r;
-  };
-  auto progress = [&](const std::string& line) {
-    if (request.progress) request.progress(line);
-  };
+  }
+  std::vector<Evaluation> run(const std::vector<sim::NetworkModel>& models) const { return simulator_.run(models); }
+  const sim::NetworkModel& defaults() const { return defaults_; }
 
+ private:
+  const std::vector<FitRow>& rows_;
+  const sim::NetworkModel defaults_;
+  const RowSimulator simulator_;
+};
+
+// The parameters the rows inform (the sensitivity of every row to each at the defaults) with their
+// start and bounds in log space, and the rows at the defaults (probed.front()).
+struct Informed {
+  std::vector<const sim::NetworkParameter*> params;
+  std::vector<double> x, lower, upper;
+  Evaluation before;
+  int probes = 0;
+};
+
+Informed informed_parameters(const Fit& fit, const std::vector<const sim::NetworkParameter*>& candidates) {
   std::vector<double> x0, lower, upper;
   for (const sim::NetworkParameter* p : candidates) {
-    x0.push_back(std::log(defaults.*(p->field)));
+    x0.push_back(std::log(fit.defaults().*(p->field)));
     lower.push_back(std::log(p->lower));
     upper.push_back(std::log(p->upper));
   }
-  progress(fmt::format("calibrate: {} rows ({} fitted), {} candidate parameters", rows.size(), fitted_count,
-                       candidates.size()));
-  // Which parameters the rows inform: the sensitivity of every row to each at the defaults.
-  std::vector<sim::NetworkModel> probes = {defaults};
+  std::vector<sim::NetworkModel> probes = {fit.defaults()};
   const double probe_step = std::log(1.05);
   for (size_t j = 0; j < candidates.size(); ++j) {
     std::vector<double> x = x0;
     x[j] = x[j] + probe_step <= upper[j] ? x[j] + probe_step : x[j] - probe_step;
-    probes.push_back(model_at(candidates, x));
+    probes.push_back(fit.model_at(candidates, x));
   }
-  const std::vector<Evaluation> probed = simulator.run(probes);
-  const Evaluation& before = probed.front();
-  const std::vector<double> r0 = residuals_of(before);
-  std::vector<const sim::NetworkParameter*> informed;
-  std::vector<double> xi, li, ui;
+  const std::vector<Evaluation> probed = fit.run(probes);
+  Informed out;
+  out.before = probed.front();
+  out.probes = static_cast<int>(probes.size());
+  const std::vector<double> r0 = fit.residuals_of(out.before);
   for (size_t j = 0; j < candidates.size(); ++j) {
-    const std::vector<double> rj = residuals_of(probed[j + 1]);
+    const std::vector<double> rj = fit.residuals_of(probed[j + 1]);
     double sensitivity = 0;
     for (size_t i = 0; i < r0.size(); ++i) sensitivity = std::max(sensitivity, std::abs(rj[i] - r0[i]) / probe_step);
     if (sensitivity >= kMinSensitivity) {
-      informed.push_back(candidates[j]);
-      xi.push_back(x0[j]);
-      li.push_back(lower[j]);
-      ui.push_back(upper[j]);
+      out.params.push_back(candidates[j]);
+      out.x.push_back(x0[j]);
+      out.lower.push_back(lower[j]);
+      out.upper.push_back(upper[j]);
     }
   }
-  progress(fmt::format("calibrate: {} of {} parameters informed by these rows", informed.size(), candidates.size()));
+  return out;
+}
 
-  LeastSquaresOptions options;
-  options.progress = [&](int iteration, double cost) {
-    progress(fmt::format("calibrate: iteration {}: rms log error {:.4f}", iteration,
-                         std::sqrt(2 * cost / static_cast<double>(fitted_count))));
-  };
-  const BatchResiduals batch = [&](const std::vector<std::vector<double>>& points) {
-    std::vector<sim::NetworkModel> models;
-    for (const std::vector<double>& x : points) models.push_back(model_at(informed, x));
-    std::vector<std::vector<double>> out;
-    for (const Evaluation& e : simulator.run(models)) out.push_back(residuals_of(e));
-    return out;
-  };
-  const LeastSquaresResult fit = bounded_least_squares(batch, xi, li, ui, options);
-  result.iterations = fit.iterations;
-  result.converged = fit.converged;
-  result.evaluations = fit.evaluations + static_cast<int>(probes.size());
-  const sim::NetworkModel fitted = model_at(informed, fit.x);
-  const Evaluation after = simulator.run({fitted}).front();
-  // Standard errors: covariance of log(parameter) = s^2 (J^T J)^-1 with s^2 = sum r^2 / (m - p).
-  std::vector<double> uncertainty(informed.size(), 0.0);
-  const auto m = static_cast<size_t>(fitted_count);
-  if (!informed.empty() && m > informed.size()) {
-    const std::vector<double> r_fit = residuals_of(after);
-    const std::vector<std::vector<double>> jacobian =
-        forward_jacobian(batch, fit.x, r_fit, li, ui, LeastSquaresOptions{}.difference_step);
-    result.evaluations += static_cast<int>(informed.size());
-    const size_t p = informed.size();
-    std::vector<std::vector<double>> normal(p, std::vector<double>(p, 0.0));
-    for (size_t a = 0; a < p; ++a) {
-      for (size_t b = 0; b < p; ++b) {
-        for (size_t i = 0; i < m; ++i) normal[a][b] += jacobian[i][a] * jacobian[i][b];
-      }
-    }
-    double sum_squares = 0;
-    for (double v : r_fit) sum_squares += v * v;
-    const double variance = sum_squares / static_cast<double>(m - p);
-    for (size_t j = 0; j < p; ++j) {
-      std::vector<double> unit(p, 0.0);
-      unit[j] = 1.0;
-      const std::vector<double> column = solve_linear(normal, unit);
-      // A singular J^T J: the rows cannot tell this parameter from another.
-      uncertainty[j] =
-          column.empty() ? std::numeric_limits<double>::infinity() : std::sqrt(std::max(0.0, variance * column[j]));
+// Standard errors of the fitted log(parameters): covariance s^2 (J^T J)^-1 with s^2 = sum r^2 /
+// (m - p); infinite for a parameter the rows cannot tell from another (a singular J^T J).
+std::vector<double> standard_errors(const std::vector<std::vector<double>>& jacobian, const std::vector<double>& r_fit,
+                                    size_t p) {
+  const size_t m = r_fit.size();
+  std::vector<std::vector<double>> normal(p, std::vector<double>(p, 0.0));
+  for (size_t a = 0; a < p; ++a) {
+    for (size_t b = 0; b < p; ++b) {
+      for (size_t i = 0; i < m; ++i) normal[a][b] += jacobian[i][a] * jacobian[i][b];
     }
   }
+  double sum_squares = 0;
+  for (double v : r_fit) sum_squares += v * v;
+  const double variance = sum_squares / static_cast<double>(m - p);
+  std::vector<double> uncertainty(p, 0.0);
+  for (size_t j = 0; j < p; ++j) {
+    std::vector<double> unit(p, 0.0);
+    unit[j] = 1.0;
+    const std::vector<double> column = solve_linear(normal, unit);
+    uncertainty[j] =
+        column.empty() ? std::numeric_limits<double>::infinity() : std::sqrt(std::max(0.0, variance * column[j]));
+  }
+  return uncertainty;
+}
 
-  CalibrationProfile& profile = result.profile;
-  profile.preset = cluster.preset;
-  profile.nodes = cluster.nodes;
-  profile.gpus_per_node = per_node;
-  profile.description = models::describe(cluster);
-  for (const sim::NetworkParameter& p : sim::network_parameters()) {
-    const auto at = std::find(informed.begin(), informed.end(), &p);
-    const bool is_informed = at != informed.end();
-    profile.parameters.push_back({std::string(p.name), defaults.*(p.field), fitted.*(p.field), is_informed,
-                                  is_informed ? uncertainty[static_cast<size_t>(at - informed.begin())] : 0.0});
-  }
-  profile.date = today_utc();
-  profile.rows_fitted = static_cast<int>(fitted_count);
-  profile.rows_held_out = static_cast<int>(rows.size()) - profile.rows_fitted;
-  profile.rms_log_error_before = rms_log_error(rows, before.seconds, false);
-  profile.rms_log_error_after = rms_log_error(rows, after.seconds, false);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    result.rows.push_back({rows[i].row, rows[i].held_out, rows[i].samples, before.seconds[i] * 1e6,
-                           after.seconds[i] * 1e6, after.ran[i]});
-  }
-  // Rows whose logs named no algorithm ran with NCCL's tuner's pick: say, per file, what that was.
+// Rows whose logs named no algorithm ran with NCCL's tuner's pick: say, per file, what that was.
+void warn_tuner_picks(const CalibrationRequest& request, const std::vector<FitRow>& rows, const Evaluation& after,
+                      CalibrationResult& result) {
   for (size_t f = 0; f < request.files.size(); ++f) {
     std::string picks;
     size_t guessed = 0;
@@ -598,6 +424,76 @@ CalibrationResult calibrate(const CalibrationRequest& request) {
         "pick: {}",
         printable(request.files[f].path), guessed, guessed == 1 ? "" : "s", picks));
   }
+}
+
+}  // namespace
+
+CalibrationResult calibrate(const CalibrationRequest& request) {
+  const models::ClusterSpec& cluster = request.cluster;
+  const int per_node = request.gpus_per_node > 0 ? request.gpus_per_node : cluster.gpus_per_node;
+  CalibrationResult result;
+  std::vector<FitRow> rows = fit_rows(request, per_node, result);
+  result.rows_merged = merge_repeated_rows(rows);
+  const auto fitted_count = std::count_if(rows.begin(), rows.end(), [](const FitRow& r) { return !r.held_out; });
+  const std::vector<const sim::NetworkParameter*> candidates = candidate_parameters(request.only);
+  const Fit fit(request, rows);
+  auto progress = [&](const std::string& line) {
+    if (request.progress) request.progress(line);
+  };
+  progress(fmt::format("calibrate: {} rows ({} fitted), {} candidate parameters", rows.size(), fitted_count,
+                       candidates.size()));
+  const Informed informed = informed_parameters(fit, candidates);
+  progress(
+      fmt::format("calibrate: {} of {} parameters informed by these rows", informed.params.size(), candidates.size()));
+
+  LeastSquaresOptions options;
+  options.progress = [&](int iteration, double cost) {
+    progress(fmt::format("calibrate: iteration {}: rms log error {:.4f}", iteration,
+                         std::sqrt(2 * cost / static_cast<double>(fitted_count))));
+  };
+  const BatchResiduals batch = [&](const std::vector<std::vector<double>>& points) {
+    std::vector<sim::NetworkModel> models;
+    for (const std::vector<double>& x : points) models.push_back(fit.model_at(informed.params, x));
+    std::vector<std::vector<double>> out;
+    for (const Evaluation& e : fit.run(models)) out.push_back(fit.residuals_of(e));
+    return out;
+  };
+  const LeastSquaresResult solved = bounded_least_squares(batch, informed.x, informed.lower, informed.upper, options);
+  result.iterations = solved.iterations;
+  result.converged = solved.converged;
+  result.evaluations = solved.evaluations + informed.probes;
+  const sim::NetworkModel fitted = fit.model_at(informed.params, solved.x);
+  const Evaluation after = fit.run({fitted}).front();
+  std::vector<double> uncertainty(informed.params.size(), 0.0);
+  if (!informed.params.empty() && static_cast<size_t>(fitted_count) > informed.params.size()) {
+    const std::vector<double> r_fit = fit.residuals_of(after);
+    const std::vector<std::vector<double>> jacobian =
+        forward_jacobian(batch, solved.x, r_fit, informed.lower, informed.upper, LeastSquaresOptions{}.difference_step);
+    result.evaluations += static_cast<int>(informed.params.size());
+    uncertainty = standard_errors(jacobian, r_fit, informed.params.size());
+  }
+
+  CalibrationProfile& profile = result.profile;
+  profile.preset = cluster.preset;
+  profile.nodes = cluster.nodes;
+  profile.gpus_per_node = per_node;
+  profile.description = models::describe(cluster);
+  for (const sim::NetworkParameter& p : sim::network_parameters()) {
+    const auto at = std::find(informed.params.begin(), informed.params.end(), &p);
+    const bool is_informed = at != informed.params.end();
+    profile.parameters.push_back({std::string(p.name), fit.defaults().*(p.field), fitted.*(p.field), is_informed,
+                                  is_informed ? uncertainty[static_cast<size_t>(at - informed.params.begin())] : 0.0});
+  }
+  profile.date = today_utc();
+  profile.rows_fitted = static_cast<int>(fitted_count);
+  profile.rows_held_out = static_cast<int>(rows.size()) - profile.rows_fitted;
+  profile.rms_log_error_before = rms_log_error(rows, informed.before.seconds, false);
+  profile.rms_log_error_after = rms_log_error(rows, after.seconds, false);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    result.rows.push_back({rows[i].row, rows[i].held_out, rows[i].samples, informed.before.seconds[i] * 1e6,
+                           after.seconds[i] * 1e6, after.ran[i]});
+  }
+  warn_tuner_picks(request, rows, after, result);
   return result;
 }
 

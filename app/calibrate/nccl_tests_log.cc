@@ -398,10 +398,9 @@ bool count_is_per_rank(Collective collective) {
          collective == Collective::kAllToAll;
 }
 
-}  // namespace
-
-MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& path,
-                                     std::optional<Collective> collective) {
+// Every line of a log read into its runs (rows, comments, NCCL lines); rows cut where the log was
+// posted are noted as skipped.
+LogReader read_log_lines(std::string_view text, const std::string& path) {
   if (text.starts_with(kUtf8ByteOrderMark)) text.remove_prefix(kUtf8ByteOrderMark.size());
   LogReader reader;
   reader.path = path;
@@ -441,102 +440,142 @@ MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& p
   // Runs without rows (a header at the end, a run that failed before its table) measured nothing.
   std::erase_if(reader.runs, [](const Run& run) { return run.rows.empty(); });
   if (reader.runs.empty()) fail(ErrorCode::kFormat, "{}: no table rows", reader.shown_path);
+  return reader;
+}
 
-  MeasurementFile file;
-  file.path = path;
-  file.runs = static_cast<int>(reader.runs.size());
-  file.skipped = std::move(reader.skipped);
-  const Run* stated_by = nullptr;  // the first run that states its GPU count
-  const Run* hosts_by = nullptr;   // the first run that lists its hosts
-  const Run* version_by = nullptr;
+// The collective a run measured: its own header's, the file name's (a one-run file), or the caller's.
+void find_collective(Run& run, const LogReader& reader, std::optional<Collective> collective) {
   const bool one_run = reader.runs.size() == 1;
-  for (Run& run : reader.runs) {
-    const std::string where = reader.where(run.first_line);
-    if (!run.collective && one_run) run.collective = collective_from_file_name(path);
-    if (!run.collective) run.collective = collective;
-    if (!run.collective) {
-      if (one_run) {
-        fail(ErrorCode::kFormat,
-             "{}: the log does not say which collective it measured (no '# Collective test starting:' or '# tandem "
-             ".. bench' line, no <collective>_perf in the file name): give it with --collective",
-             reader.shown_path);
+  if (!run.collective && one_run) run.collective = collective_from_file_name(reader.path);
+  if (!run.collective) run.collective = collective;
+  if (run.collective) return;
+  if (one_run) {
+    fail(ErrorCode::kFormat,
+         "{}: the log does not say which collective it measured (no '# Collective test starting:' or '# tandem "
+         ".. bench' line, no <collective>_perf in the file name): give it with --collective",
+         reader.shown_path);
+  }
+  fail(ErrorCode::kFormat,
+       "{}: this run (one of {} in the file) does not say which collective it measured (no '# Collective test "
+       "starting:' or '# tandem .. bench' line): split the file, or give the collective with --collective",
+       reader.where(run.first_line), reader.runs.size());
+}
+
+// The GPU count of a run: stated, or implied by a per-rank count (size = count x type size x
+// ranks); 0 when neither says.
+int64_t run_ranks(const Run& run, const LogReader& reader) {
+  int64_t ranks = stated_ranks(run);
+  if (ranks != 0 || !count_is_per_rank(*run.collective)) return ranks;
+  for (const Run::Row& row : run.rows) {
+    const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
+    // count x type size divides size, tested without multiplying a count that could overflow.
+    if (row.count > 0 && row.row.bytes / element_bytes >= row.count && row.row.bytes % element_bytes == 0 &&
+        (row.row.bytes / element_bytes) % row.count == 0) {
+      ranks = row.row.bytes / element_bytes / row.count;
+      if (ranks > kMaxMeasuredRanks) {
+        fail(ErrorCode::kFormat, "{}: size {} B / count {} of {} implies {} ranks, more than {}",
+             reader.where(row.line), row.row.bytes, row.count, nccl_tests_type_name(row.row.dtype), ranks,
+             kMaxMeasuredRanks);
       }
-      fail(ErrorCode::kFormat,
-           "{}: this run (one of {} in the file) does not say which collective it measured (no '# Collective test "
-           "starting:' or '# tandem .. bench' line): split the file, or give the collective with --collective",
-           where, reader.runs.size());
+      return ranks;
     }
-    // The GPU count: stated, or implied by a per-rank count (size = count x type size x ranks).
-    int64_t ranks = stated_ranks(run);
-    if (ranks == 0 && count_is_per_rank(*run.collective)) {
-      for (const Run::Row& row : run.rows) {
-        const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
-        // count x type size divides size, tested without multiplying a count that could overflow.
-        if (row.count > 0 && row.row.bytes / element_bytes >= row.count && row.row.bytes % element_bytes == 0 &&
-            (row.row.bytes / element_bytes) % row.count == 0) {
-          ranks = row.row.bytes / element_bytes / row.count;
-          if (ranks > kMaxMeasuredRanks) {
-            fail(ErrorCode::kFormat, "{}: size {} B / count {} of {} implies {} ranks, more than {}",
-                 reader.where(row.line), row.row.bytes, row.count, nccl_tests_type_name(row.row.dtype), ranks,
-                 kMaxMeasuredRanks);
-          }
-          break;
-        }
-      }
+  }
+  return ranks;
+}
+
+// Every row's size and count agree for the run's collective on `ranks` GPUs.
+void check_counts(const Run& run, int64_t ranks, const LogReader& reader) {
+  for (const Run::Row& row : run.rows) {
+    const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
+    const int64_t per_count = count_is_per_rank(*run.collective) ? ranks : 1;
+    // size / (type size x ranks) == count, without multiplying a count that could overflow.
+    const bool agrees = per_count == 0 ? row.row.bytes % element_bytes == 0
+                                       : row.row.bytes % (element_bytes * per_count) == 0 &&
+                                             row.row.bytes / (element_bytes * per_count) == row.count;
+    if (!agrees) {
+      fail(ErrorCode::kFormat, "{}: size {} B and count {} disagree for {} of {} ({} B each{}): expected {}",
+           reader.where(row.line), row.row.bytes, row.count, name(*run.collective),
+           nccl_tests_type_name(row.row.dtype), element_bytes,
+           per_count > 1 ? fmt::format(", on {} ranks", per_count) : "",
+           per_count == 0 ? std::string("a whole number of elements")
+                          : fmt::format("count {}", row.row.bytes / (element_bytes * per_count)));
     }
-    for (const Run::Row& row : run.rows) {
-      const auto element_bytes = static_cast<int64_t>(size_bytes(row.row.dtype));
-      const int64_t per_count = count_is_per_rank(*run.collective) ? ranks : 1;
-      // size / (type size x ranks) == count, without multiplying a count that could overflow.
-      const bool agrees = per_count == 0 ? row.row.bytes % element_bytes == 0
-                                         : row.row.bytes % (element_bytes * per_count) == 0 &&
-                                               row.row.bytes / (element_bytes * per_count) == row.count;
-      if (!agrees) {
-        fail(ErrorCode::kFormat, "{}: size {} B and count {} disagree for {} of {} ({} B each{}): expected {}",
-             reader.where(row.line), row.row.bytes, row.count, name(*run.collective),
-             nccl_tests_type_name(row.row.dtype), element_bytes,
-             per_count > 1 ? fmt::format(", on {} ranks", per_count) : "",
-             per_count == 0 ? std::string("a whole number of elements")
-                            : fmt::format("count {}", row.row.bytes / (element_bytes * per_count)));
-      }
-    }
-    // One file, one cluster: every run on the same GPUs and NCCL.
+  }
+}
+
+// One file, one cluster: every run on the same GPUs, hosts and NCCL. Remembers the first run that
+// states each, and fills the file's GPU count, nodes and version from them.
+class OneCluster {
+ public:
+  OneCluster(MeasurementFile& file, const LogReader& reader) : file_(file), reader_(reader) {}
+
+  void add(const Run& run, int64_t ranks) {
+    const std::string where = reader_.where(run.first_line);
     if (ranks > 0) {
-      if (stated_by != nullptr && ranks != file.nranks) {
+      if (stated_by_ != nullptr && ranks != file_.nranks) {
         fail(ErrorCode::kFormat,
              "{}: this run ran on {} GPUs and the run at line {} on {}: a log holds runs of one cluster (split the "
              "file)",
-             where, ranks, stated_by->first_line, file.nranks);
+             where, ranks, stated_by_->first_line, file_.nranks);
       }
-      if (stated_by == nullptr) {
-        stated_by = &run;
-        file.nranks = static_cast<int>(ranks);
+      if (stated_by_ == nullptr) {
+        stated_by_ = &run;
+        file_.nranks = static_cast<int>(ranks);
       }
     }
     const bool all_ranks_listed = !run.ranks.empty() && stated_ranks(run) > 0;
     if (all_ranks_listed) {
-      if (hosts_by != nullptr && run.hosts != hosts_by->hosts) {
+      if (hosts_by_ != nullptr && run.hosts != hosts_by_->hosts) {
         fail(ErrorCode::kFormat,
              "{}: this run ran on {} and the run at line {} on {}: a log holds runs of one cluster (split the file)",
-             where, host_list(run.hosts), hosts_by->first_line, host_list(hosts_by->hosts));
+             where, host_list(run.hosts), hosts_by_->first_line, host_list(hosts_by_->hosts));
       }
-      if (hosts_by == nullptr) hosts_by = &run;
+      if (hosts_by_ == nullptr) hosts_by_ = &run;
     }
-    if (!run.ranks.empty()) file.least_ranks = std::max(file.least_ranks, static_cast<int>(*run.ranks.rbegin() + 1));
+    if (!run.ranks.empty()) file_.least_ranks = std::max(file_.least_ranks, static_cast<int>(*run.ranks.rbegin() + 1));
     if (!run.nccl_version.empty()) {
-      if (version_by != nullptr && run.nccl_version != version_by->nccl_version) {
+      if (version_by_ != nullptr && run.nccl_version != version_by_->nccl_version) {
         fail(ErrorCode::kFormat, "{}: this run shows NCCL {} and the run at line {} NCCL {}: split the file", where,
-             printable(run.nccl_version), version_by->first_line, printable(version_by->nccl_version));
+             printable(run.nccl_version), version_by_->first_line, printable(version_by_->nccl_version));
       }
-      if (version_by == nullptr) version_by = &run;
+      if (version_by_ == nullptr) version_by_ = &run;
     }
   }
-  if (version_by != nullptr) file.nccl_version = version_by->nccl_version;
-  if (hosts_by != nullptr) file.nodes = static_cast<int>(hosts_by->hosts.size());
-  if (file.nranks > 0 && file.least_ranks > file.nranks) {
-    fail(ErrorCode::kFormat, "{}: a Rank line names rank {} in a log of {} GPUs", reader.shown_path,
-         file.least_ranks - 1, file.nranks);
+
+  void finish() {
+    if (version_by_ != nullptr) file_.nccl_version = version_by_->nccl_version;
+    if (hosts_by_ != nullptr) file_.nodes = static_cast<int>(hosts_by_->hosts.size());
+    if (file_.nranks > 0 && file_.least_ranks > file_.nranks) {
+      fail(ErrorCode::kFormat, "{}: a Rank line names rank {} in a log of {} GPUs", reader_.shown_path,
+           file_.least_ranks - 1, file_.nranks);
+    }
   }
+
+ private:
+  MeasurementFile& file_;
+  const LogReader& reader_;
+  const Run* stated_by_ = nullptr;  // the first run that states its GPU count
+  const Run* hosts_by_ = nullptr;   // the first run that lists its hosts
+  const Run* version_by_ = nullptr;
+};
+
+}  // namespace
+
+MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& path,
+                                     std::optional<Collective> collective) {
+  LogReader reader = read_log_lines(text, path);
+  MeasurementFile file;
+  file.path = path;
+  file.runs = static_cast<int>(reader.runs.size());
+  file.skipped = std::move(reader.skipped);
+  OneCluster cluster(file, reader);
+  for (Run& run : reader.runs) {
+    find_collective(run, reader, collective);
+    const int64_t ranks = run_ranks(run, reader);
+    check_counts(run, ranks, reader);
+    cluster.add(run, ranks);
+  }
+  cluster.finish();
   for (Run& run : reader.runs) {
     for (Run::Row& row : run.rows) {
       row.row.collective = *run.collective;
