@@ -124,9 +124,11 @@ void check_groups(const std::vector<StartupGroup>& groups, int gpus) {
   }
 }
 
-StartupResult simulate_startup(const models::ClusterSpec& cluster, const StartupJob& job) {
+namespace {
+
+// The cluster the job's GPUs make: whole nodes, or part of one node with its share of the NICs.
+models::ClusterSpec job_cluster(const models::ClusterSpec& cluster, const StartupJob& job) {
   const int gpus = job.gpus;
-  const StartupLevers& levers = job.levers;
   if (gpus < 1) fail(ErrorCode::kInvalidArgument, "start-up: a job needs at least one GPU, not {}", gpus);
   models::ClusterSpec spec = cluster;
   if (gpus < spec.gpus_per_node) {
@@ -136,119 +138,139 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
   } else if (gpus % spec.gpus_per_node != 0) {
     fail(ErrorCode::kInvalidArgument, "start-up: {} GPUs do not fill nodes of {} GPUs", gpus, spec.gpus_per_node);
   }
-  const int per_node = spec.gpus_per_node;
-  spec.nodes = gpus / per_node;
+  spec.nodes = gpus / spec.gpus_per_node;
   if (spec.nodes > models::kMaxNodes) {
     fail(ErrorCode::kInvalidArgument, "start-up: {} GPUs need {} nodes, over the limit of {}", gpus, spec.nodes,
          models::kMaxNodes);
   }
-  if (levers.ranks_per_root < 0) {
+  if (job.levers.ranks_per_root < 0) {
     fail(ErrorCode::kInvalidArgument, "start-up: ranks_per_root must be 0 (one root) or positive, not {}",
-         levers.ranks_per_root);
+         job.levers.ranks_per_root);
   }
   check_groups(job.groups, gpus);
   models::validate(spec);
+  return spec;
+}
 
+// The bootstrap ring's steps: simulated network time per step (at most kMaxSimulatedStartupGpus
+// simulated, the rest scaled) plus each message's software cost; the channels NCCL builds.
+RingStep ring_step(const models::ClusterSpec& spec, const StartupLevers& levers, StartupResult& r) {
+  const double software_s = levers.oob_net ? kOobNetMessageSoftware_s : kBootstrapMessageSoftware_s;
+  if (r.gpus <= 1) return {software_s, software_s, software_s};
+  const int per_node = spec.gpus_per_node;
+  const models::NcclCostModel nccl(spec);
+  r.ring_channels = nccl.graph(models::NcclAlgorithm::kRing).channels;
+  r.tree_channels = nccl.graph(models::NcclAlgorithm::kTree).channels;
+  models::ClusterSpec simulated = spec;
+  if (r.gpus > kMaxSimulatedStartupGpus) simulated.nodes = std::max(2, kMaxSimulatedStartupGpus / per_node);
+  r.simulated_gpus = simulated.nodes * per_node;
+  const RingTimes rings = simulate_rings_isolated(simulated, per_node);
+  const double steps = r.simulated_gpus - 1;
+  return {rings.address_s / steps + software_s, rings.peer_info_s / steps + software_s,
+          rings.graph_info_s / steps + software_s};
+}
+
+// A communicator of the job, created by every rank in program order: the world, then each group.
+struct Comm {
+  std::string label;
+  int size = 0;
+  int count = 1;  // groups of this kind (all created at once)
+  bool across_nodes = false;
+};
+
+// What creating the communicators costs: the unique ids through the store, NCCL's init, and the
+// connections a runtime connect leaves to each communicator's first collective.
+struct CommCosts {
+  double unique_ids_s = 0, nccl_s = 0, first_use_s = 0;
+  int64_t id_requests = 0;
+};
+
+// The store's cost of one request, for `gpus` clients.
+double store_request_s(const StartupLevers& levers, int gpus) {
+  return kStoreRequest_s + (levers.store == StoreBackend::kLegacy ? gpus * kLegacyStorePerSocket_s : 0);
+}
+
+// One communicator's init (the c-th of `total`), adding its store requests to `costs`.
+double comm_init_s(const Comm& comm, size_t c, size_t total, const StartupJob& job, const RingStep& step,
+                   const StartupResult& r, CommCosts& costs) {
+  const StartupLevers& levers = job.levers;
+  const double n = comm.size;
+  const double n_world = job.gpus;
+  double init_s = c == 0 ? kNcclKernels_s : 0;  // NCCL's kernels load once per process
+  if (comm.size > 1) {
+    if (levers.eager_init && c > 0) {
+      // ncclCommSplit: an all-gather of (color, key) over the world's bootstrap ring, then the
+      // child's own peer-info and graph-info rings.
+      init_s += kSplitRingAllgathers * (n_world - 1) * step.address_s + (n - 1) * (step.peer_info_s + step.graph_info_s);
+    } else {
+      // Unique ids through the store: each root sets one, every rank of every group gets its own.
+      const int roots = levers.ranks_per_root > 0 && comm.size > levers.ranks_per_root
+                            ? (comm.size + levers.ranks_per_root - 1) / levers.ranks_per_root
+                            : 1;
+      const int64_t requests = job.gpus + static_cast<int64_t>(comm.count) * roots;
+      costs.id_requests += requests;
+      costs.unique_ids_s += static_cast<double>(requests) * store_request_s(levers, job.gpus);
+      // Bootstrap: every rank checks in with its root (staggered above the threshold), then the rings.
+      const double per_root = std::ceil(n / roots);
+      const double stagger_s = per_root > kStaggerThreshold ? per_root / kStaggerRate_per_s : 0;
+      const double ring_step_s = step.address_s + step.peer_info_s + step.graph_info_s;  // the three init rings
+      init_s += per_root * kBootstrapRootPerRank_s + stagger_s + 2 * step.address_s + (n - 1) * ring_step_s;
+    }
+    const int ring_connections = kRingConnectionsPerChannel * r.ring_channels;
+    const int tree_connections = comm.across_nodes ? kTreeConnectionsPerChannel * r.tree_channels : 2 * r.tree_channels;
+    const double connect_all_s = connections_s(ring_connections + tree_connections, comm.across_nodes, step.address_s);
+    // What NCCL measured as "connections" at init with runtime connect on is paid either way; the
+    // ring and tree connections come on top, at init or at the communicator's first collective.
+    init_s += kNcclConnectAtInit_s;
+    if (!levers.runtime_connect) {
+      init_s += connect_all_s;
+    } else if (c > 0 || total == 1) {
+      // The world is used by the first collective only when the job has no groups (data parallel).
+      costs.first_use_s += connect_all_s;
+    }
+  }
+  init_s += (c > 0 && levers.topo_cache ? kCachedTopoShare : 1.0) * kNcclTopo_s + kNcclGraphs_s + kNcclRest_s;
+  return init_s;
+}
+
+}  // namespace
+
+StartupResult simulate_startup(const models::ClusterSpec& cluster, const StartupJob& job) {
+  const models::ClusterSpec spec = job_cluster(cluster, job);
+  const int gpus = job.gpus;
+  const StartupLevers& levers = job.levers;
   StartupResult r;
   r.gpus = gpus;
   r.simulated_gpus = gpus;
-  const double n_world = gpus;
-
-  // The bootstrap ring's steps: simulated network time per step (at most kMaxSimulatedStartupGpus
-  // simulated, the rest scaled) plus each message's software cost.
-  const double software_s = levers.oob_net ? kOobNetMessageSoftware_s : kBootstrapMessageSoftware_s;
-  RingStep step{software_s, software_s, software_s};
-  if (gpus > 1) {
-    const models::NcclCostModel nccl(spec);
-    r.ring_channels = nccl.graph(models::NcclAlgorithm::kRing).channels;
-    r.tree_channels = nccl.graph(models::NcclAlgorithm::kTree).channels;
-    models::ClusterSpec simulated = spec;
-    if (gpus > kMaxSimulatedStartupGpus) simulated.nodes = std::max(2, kMaxSimulatedStartupGpus / per_node);
-    r.simulated_gpus = simulated.nodes * per_node;
-    const RingTimes rings = simulate_rings_isolated(simulated, per_node);
-    const double steps = r.simulated_gpus - 1;
-    step = {rings.address_s / steps + software_s, rings.peer_info_s / steps + software_s,
-            rings.graph_info_s / steps + software_s};
-  }
+  const RingStep step = ring_step(spec, levers, r);
   r.bootstrap_message_s = step.address_s;
-  const double ring_step_s = step.address_s + step.peer_info_s + step.graph_info_s;  // the three init rings
 
   // The store: one server, one request after the other.
-  const double request_s =
-      kStoreRequest_s + (levers.store == StoreBackend::kLegacy ? n_world * kLegacyStorePerSocket_s : 0);
+  const double request_s = store_request_s(levers, gpus);
   const double connect_s = levers.store == StoreBackend::kLegacy ? request_s : kLibuvStoreConnect_s;
-
   r.phases.push_back({"launch", kProcessLaunch_s + kCudaContext_s,
                       fmt::format("process spawn and import torch {:.1f} s, CUDA context {:.1f} s (assumed)",
                                   kProcessLaunch_s, kCudaContext_s)});
   r.store_requests = gpus;
-  r.phases.push_back({"store", n_world * connect_s,
+  r.phases.push_back({"store", static_cast<double>(gpus) * connect_s,
                       fmt::format("{} clients connect to the {} TCPStore, {:.2f} ms each", gpus, name(levers.store),
                                   connect_s * 1e3)});
 
-  // The communicators, one after the other in every rank's program: the world, then each group.
-  struct Comm {
-    std::string label;
-    int size = 0;
-    int count = 1;  // groups of this kind (all created at once)
-    bool across_nodes = false;
-  };
   std::vector<Comm> comms{{"world", gpus, 1, spec.nodes > 1}};
   for (const StartupGroup& g : job.groups) {
-    comms.push_back({g.name, g.size, gpus / g.size, static_cast<int64_t>(g.size) * g.stride > per_node});
+    comms.push_back(
+        {g.name, g.size, gpus / g.size, static_cast<int64_t>(g.size) * g.stride > spec.gpus_per_node});
   }
   r.communicators = static_cast<int>(comms.size());
-  double unique_ids_s = 0, nccl_s = 0, first_use_s = 0;
-  int64_t id_requests = 0;
-  for (size_t c = 0; c < comms.size(); ++c) {
-    const Comm& comm = comms[c];
-    const double n = comm.size;
-    double init_s = c == 0 ? kNcclKernels_s : 0;  // NCCL's kernels load once per process
-    if (comm.size > 1) {
-      const bool split = levers.eager_init && c > 0;
-      if (split) {
-        // ncclCommSplit: an all-gather of (color, key) over the world's bootstrap ring, then the
-        // child's own peer-info and graph-info rings.
-        init_s +=
-            kSplitRingAllgathers * (n_world - 1) * step.address_s + (n - 1) * (step.peer_info_s + step.graph_info_s);
-      } else {
-        // Unique ids through the store: each root sets one, every rank of every group gets its own.
-        const int roots = levers.ranks_per_root > 0 && comm.size > levers.ranks_per_root
-                              ? (comm.size + levers.ranks_per_root - 1) / levers.ranks_per_root
-                              : 1;
-        const int64_t requests = gpus + static_cast<int64_t>(comm.count) * roots;
-        id_requests += requests;
-        unique_ids_s += static_cast<double>(requests) * request_s;
-        // Bootstrap: every rank checks in with its root (staggered above the threshold), then the rings.
-        const double per_root = std::ceil(n / roots);
-        const double stagger_s = per_root > kStaggerThreshold ? per_root / kStaggerRate_per_s : 0;
-        init_s += per_root * kBootstrapRootPerRank_s + stagger_s + 2 * step.address_s + (n - 1) * ring_step_s;
-      }
-      const int ring_connections = kRingConnectionsPerChannel * r.ring_channels;
-      const int tree_connections =
-          comm.across_nodes ? kTreeConnectionsPerChannel * r.tree_channels : 2 * r.tree_channels;
-      const double connect_all_s =
-          connections_s(ring_connections + tree_connections, comm.across_nodes, step.address_s);
-      // What NCCL measured as "connections" at init with runtime connect on is paid either way; the
-      // ring and tree connections come on top, at init or at the communicator's first collective.
-      init_s += kNcclConnectAtInit_s;
-      if (!levers.runtime_connect) {
-        init_s += connect_all_s;
-      } else if (c > 0 || comms.size() == 1) {
-        // The world is used by the first collective only when the job has no groups (data parallel).
-        first_use_s += connect_all_s;
-      }
-    }
-    init_s += (c > 0 && levers.topo_cache ? kCachedTopoShare : 1.0) * kNcclTopo_s + kNcclGraphs_s + kNcclRest_s;
-    nccl_s += init_s;
-  }
-  r.store_requests += id_requests;
-  r.nccl_init_s = nccl_s;
+  CommCosts costs;
+  for (size_t c = 0; c < comms.size(); ++c) costs.nccl_s += comm_init_s(comms[c], c, comms.size(), job, step, r, costs);
+  r.store_requests += costs.id_requests;
+  r.nccl_init_s = costs.nccl_s;
   std::vector<std::string> names;
   for (const Comm& comm : comms) names.push_back(fmt::format("{}({})", comm.label, comm.size));
-  r.phases.push_back({"communicators", unique_ids_s + nccl_s,
+  r.phases.push_back({"communicators", costs.unique_ids_s + costs.nccl_s,
                       fmt::format("{}: unique ids through the store {:.3f} s ({} requests), NCCL init {:.3f} s{}",
-                                  fmt::join(names, " "), unique_ids_s, id_requests, nccl_s,
+                                  fmt::join(names, " "), costs.unique_ids_s, costs.id_requests, costs.nccl_s,
                                   levers.eager_init && comms.size() > 1 ? " (groups split from the world)" : "")});
   if (levers.init_barriers) {
     // A world barrier (an add and a check per rank) after init_process_group and after every new_group.
@@ -261,7 +283,7 @@ StartupResult simulate_startup(const models::ClusterSpec& cluster, const Startup
          fmt::format("{} world barriers (TORCH_DIST_INIT_BARRIER=1), {} store requests", barriers, requests)});
   }
   if (levers.runtime_connect && gpus > 1) {
-    r.phases.push_back({"first collectives", first_use_s,
+    r.phases.push_back({"first collectives", costs.first_use_s,
                         "ring and tree connections set up at each communicator's first collective "
                         "(NCCL_RUNTIME_CONNECT=1)"});
   }
