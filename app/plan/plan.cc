@@ -99,28 +99,10 @@ models::RecoveryPolicies policies_of(std::string_view recovery) {
   return p;
 }
 
-Plan read_plan(const Reader& reader, const YAML::Node& root) {
-  if (!root.IsMap()) reader.fail_at(root, "a plan is a mapping that starts with 'tandem_plan: {}'", kPlanFormatVersion);
-  const YAML::Node version = root["tandem_plan"];
-  if (!version) reader.fail_at(root, "missing required key 'tandem_plan' (a plan starts with 'tandem_plan: 1')");
-  if (reader.scalar(version, "tandem_plan") != std::to_string(kPlanFormatVersion)) {
-    reader.fail_at(version, "unsupported plan format version '{}' (this tandem reads version {})", version.Scalar(),
-                   kPlanFormatVersion);
-  }
-  Mapping top(reader, root, "", kPlanKeys);
-  Plan plan;
-  plan.file = reader.file();
-  plan.name = reader.text(top.require("name"), "name");
-  if (const YAML::Node* d = top.find("description")) plan.description = reader.scalar(*d, "description");
-  plan.cluster = read_cluster_spec(reader, top.require("cluster"), "cluster");
-  if (const YAML::Node* n = top.find("network")) {
-    const std::string text = reader.scalar(*n, "network");
-    plan.network = reader.at(*n, "network", [&] { return parse_plan_network(text); });
-  }
-  plan.workload = read_training_workload(reader, top.require("workload"), "workload");
-
-  const YAML::Node& sweep_node = top.require("sweep");
-  Mapping sweep(reader, sweep_node, "sweep", kSweepKeys);
+// The `sweep:` axes: presets, GPU counts, NIC speeds, oversubscription, algorithms, failure
+// rates and recovery policies.
+void read_sweep(const Reader& reader, const YAML::Node& node, Plan& plan) {
+  Mapping sweep(reader, node, "sweep", kSweepKeys);
   const int per_node = plan.cluster.gpus_per_node;
   if (const YAML::Node* v = sweep.find("preset")) {
     plan.presets =
@@ -154,68 +136,59 @@ Plan read_plan(const Reader& reader, const YAML::Node& root) {
   plan.nic_gbps = numbers("nic_gbps", models::kMinLinkGbps, models::kMaxLinkGbps, plan.cluster.nic_Bps * 8 / 1e9);
   plan.oversubscription = numbers("oversubscription", models::kMinOversubscription, models::kMaxOversubscription,
                                   plan.cluster.oversubscription);
-  if (const YAML::Node* v = sweep.find("algorithms")) {
-    plan.algorithms =
-        read_axis<std::string>(reader, *v, sweep.path("algorithms"), [&](const YAML::Node& n, const std::string& at) {
-          const std::string text = reader.text(n, at);
-          return reader.at(n, at, [&] { return parse_training_algorithm(text); });
-        });
-  } else {
-    plan.algorithms = {plan.workload.base.algorithm};
+  const auto named = [&](const char* key, const auto& canonical) {
+    return read_axis<std::string>(reader, *sweep.find(key), sweep.path(key),
+                                  [&](const YAML::Node& n, const std::string& at) {
+                                    const std::string text = reader.text(n, at);
+                                    return reader.at(n, at, [&] { return canonical(text); });
+                                  });
+  };
+  plan.algorithms = sweep.find("algorithms") ? named("algorithms", parse_training_algorithm)
+                                             : std::vector<std::string>{plan.workload.base.algorithm};
+  if (sweep.find("rates")) {
+    plan.reliability.rates = named("rates", [](const std::string& text) { return models::failure_rates(text).preset; });
   }
-  PlanReliability& rel = plan.reliability;
-  if (const YAML::Node* v = sweep.find("rates")) {
-    rel.rates =
-        read_axis<std::string>(reader, *v, sweep.path("rates"), [&](const YAML::Node& n, const std::string& at) {
-          const std::string text = reader.text(n, at);
-          return reader.at(n, at, [&] { return models::failure_rates(text).preset; });
-        });
-  }
-  if (const YAML::Node* v = sweep.find("recovery")) {
-    rel.recovery =
-        read_axis<std::string>(reader, *v, sweep.path("recovery"), [&](const YAML::Node& n, const std::string& at) {
-          const std::string text = reader.text(n, at);
-          return reader.at(n, at, [&] { return canonical_recovery(text); });
-        });
-  }
-  if (const YAML::Node* node = top.find("reliability")) {
-    Mapping m(reader, *node, "reliability", kReliabilityKeys);
-    auto number = [&](const char* key, double& out, double min, double max, bool exclusive) {
-      if (const YAML::Node* v = m.find(key)) out = reader.number(*v, m.path(key), min, max, exclusive);
-    };
-    number("rate_scale", rel.rate_scale, 0, 1e6, false);
-    number("checkpoint_bytes_per_param", rel.checkpoint_bytes_per_param, 0, 1024, false);
-    number("checkpoint_write_GBps", rel.checkpoint_write_GBps, 0, 1e7, true);
-    number("checkpoint_read_GBps", rel.checkpoint_read_GBps, 0, 1e7, true);
-    number("checkpoint_blocking", rel.checkpoint_blocking, 0, 1, false);
-    number("detection_s", rel.detection_s, 0, 1e7, false);
-    number("rendezvous_s", rel.rendezvous_s, 0, 1e7, false);
-    number("in_place_recovery_s", rel.in_place_recovery_s, 0, 1e7, false);
-    if (const YAML::Node* v = m.find("interval")) {
-      const std::string text = reader.scalar(*v, m.path("interval"));
-      if (text != "daly" && text != "young") {
-        rel.interval_s = reader.number(*v, m.path("interval") + " (daly, young or seconds)", 0, 1e9, true);
-      }
-      rel.interval = text;
+  if (sweep.find("recovery")) plan.reliability.recovery = named("recovery", canonical_recovery);
+}
+
+// The `reliability:` section: the reliability model's settings.
+void read_reliability(const Reader& reader, const YAML::Node& node, PlanReliability& rel) {
+  Mapping m(reader, node, "reliability", kReliabilityKeys);
+  auto number = [&](const char* key, double& out, double min, double max, bool exclusive) {
+    if (const YAML::Node* v = m.find(key)) out = reader.number(*v, m.path(key), min, max, exclusive);
+  };
+  number("rate_scale", rel.rate_scale, 0, 1e6, false);
+  number("checkpoint_bytes_per_param", rel.checkpoint_bytes_per_param, 0, 1024, false);
+  number("checkpoint_write_GBps", rel.checkpoint_write_GBps, 0, 1e7, true);
+  number("checkpoint_read_GBps", rel.checkpoint_read_GBps, 0, 1e7, true);
+  number("checkpoint_blocking", rel.checkpoint_blocking, 0, 1, false);
+  number("detection_s", rel.detection_s, 0, 1e7, false);
+  number("rendezvous_s", rel.rendezvous_s, 0, 1e7, false);
+  number("in_place_recovery_s", rel.in_place_recovery_s, 0, 1e7, false);
+  if (const YAML::Node* v = m.find("interval")) {
+    const std::string text = reader.scalar(*v, m.path("interval"));
+    if (text != "daly" && text != "young") {
+      rel.interval_s = reader.number(*v, m.path("interval") + " (daly, young or seconds)", 0, 1e9, true);
     }
+    rel.interval = text;
   }
-  if (const YAML::Node* node = top.find("outputs")) {
-    Mapping m(reader, *node, "outputs", kPlanOutputKeys);
-    if (const YAML::Node* v = m.find("csv")) plan.csv = reader.boolean(*v, m.path("csv"));
-    if (const YAML::Node* v = m.find("json")) plan.json = reader.boolean(*v, m.path("json"));
-  }
+}
+
+// The sweep's size within the limit, and every cluster it makes a valid one: a bad combination is
+// a load error, not a failed point.
+void check_sweep(const Reader& reader, const YAML::Node& sweep_node, const Plan& plan) {
+  const PlanReliability& rel = plan.reliability;
   const size_t points = plan.presets.size() * plan.gpus.size() * plan.nic_gbps.size() * plan.oversubscription.size() *
                         plan.algorithms.size() * plan.workload.layouts.size() * rel.rates.size() * rel.recovery.size();
   if (points > kMaxPlanPoints)
     reader.fail_at(sweep_node, "the sweep has {} points, above the limit of {}", points, kMaxPlanPoints);
-  // Every cluster must be a valid one: checked here so that a bad combination is a load error.
   for (const std::string& preset : plan.presets) {
     for (int gpus : plan.gpus) {
       for (double nic : plan.nic_gbps) {
         for (double over : plan.oversubscription) {
           models::ClusterSpec spec = models::cluster_preset(preset);
           spec.fabric = plan.cluster.fabric;
-          spec.nodes = gpus / per_node;
+          spec.nodes = gpus / plan.cluster.gpus_per_node;
           spec.nic_Bps = nic * 1e9 / 8;
           spec.oversubscription = over;
           reader.at(sweep_node, "sweep", [&] { models::validate(spec); });
@@ -223,6 +196,36 @@ Plan read_plan(const Reader& reader, const YAML::Node& root) {
       }
     }
   }
+}
+
+Plan read_plan(const Reader& reader, const YAML::Node& root) {
+  if (!root.IsMap()) reader.fail_at(root, "a plan is a mapping that starts with 'tandem_plan: {}'", kPlanFormatVersion);
+  const YAML::Node version = root["tandem_plan"];
+  if (!version) reader.fail_at(root, "missing required key 'tandem_plan' (a plan starts with 'tandem_plan: 1')");
+  if (reader.scalar(version, "tandem_plan") != std::to_string(kPlanFormatVersion)) {
+    reader.fail_at(version, "unsupported plan format version '{}' (this tandem reads version {})", version.Scalar(),
+                   kPlanFormatVersion);
+  }
+  Mapping top(reader, root, "", kPlanKeys);
+  Plan plan;
+  plan.file = reader.file();
+  plan.name = reader.text(top.require("name"), "name");
+  if (const YAML::Node* d = top.find("description")) plan.description = reader.scalar(*d, "description");
+  plan.cluster = read_cluster_spec(reader, top.require("cluster"), "cluster");
+  if (const YAML::Node* n = top.find("network")) {
+    const std::string text = reader.scalar(*n, "network");
+    plan.network = reader.at(*n, "network", [&] { return parse_plan_network(text); });
+  }
+  plan.workload = read_training_workload(reader, top.require("workload"), "workload");
+  const YAML::Node& sweep_node = top.require("sweep");
+  read_sweep(reader, sweep_node, plan);
+  if (const YAML::Node* node = top.find("reliability")) read_reliability(reader, *node, plan.reliability);
+  if (const YAML::Node* node = top.find("outputs")) {
+    Mapping m(reader, *node, "outputs", kPlanOutputKeys);
+    if (const YAML::Node* v = m.find("csv")) plan.csv = reader.boolean(*v, m.path("csv"));
+    if (const YAML::Node* v = m.find("json")) plan.json = reader.boolean(*v, m.path("json"));
+  }
+  check_sweep(reader, sweep_node, plan);
   return plan;
 }
 

@@ -1170,40 +1170,88 @@ models::Recompute read_recompute(const Reader& reader, const YAML::Node& node, c
   return reader.at(node, path, [&] { return models::parse_recompute(text); });
 }
 
+// A workload's `model:`: a preset's name, or the architecture key by key.
+models::TransformerSpec read_model(const Reader& reader, const YAML::Node& model, const std::string& path) {
+  if (!model.IsMap()) {
+    const std::string text = reader.text(model, path);
+    return reader.at(model, path, [&] { return models::transformer_preset(text); });
+  }
+  models::TransformerSpec out;
+  Mapping m(reader, model, path, kModelKeys);
+  out.name = reader.text(m.require("name"), m.path("name"));
+  out.layers = static_cast<int>(reader.integer(m.require("layers"), m.path("layers"), 1, 100000));
+  out.d_model = reader.integer(m.require("d_model"), m.path("d_model"), 1, int64_t{1} << 20);
+  out.ffn = reader.integer(m.require("ffn"), m.path("ffn"), 1, int64_t{1} << 24);
+  out.heads = static_cast<int>(reader.integer(m.require("heads"), m.path("heads"), 1, 1 << 16));
+  out.kv_heads = out.heads;
+  if (const YAML::Node* v = m.find("kv_heads")) {
+    out.kv_heads = static_cast<int>(reader.integer(*v, m.path("kv_heads"), 1, 1 << 16));
+  }
+  out.vocab = reader.integer(m.require("vocab"), m.path("vocab"), 1, int64_t{1} << 24);
+  if (const YAML::Node* v = m.find("tied_embeddings"))
+    out.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
+  if (const YAML::Node* v = m.find("experts"))
+    out.experts = static_cast<int>(reader.integer(*v, m.path("experts"), 0, 4096));
+  if (const YAML::Node* v = m.find("top_k"))
+    out.top_k = static_cast<int>(reader.integer(*v, m.path("top_k"), 1, 4096));
+  if (const YAML::Node* v = m.find("moe_ffn"))
+    out.moe_ffn = reader.integer(*v, m.path("moe_ffn"), 1, int64_t{1} << 24);
+  if (const YAML::Node* v = m.find("shared_experts"))
+    out.shared_experts = static_cast<int>(reader.integer(*v, m.path("shared_experts"), 0, 64));
+  if (const YAML::Node* v = m.find("dense_layers"))
+    out.dense_layers = static_cast<int>(reader.integer(*v, m.path("dense_layers"), 0, 100000));
+  reader.at(model, path, [&] { models::validate(out); });
+  return out;
+}
+
+// One entry of `layouts:` at `path`, its name unlike every earlier one's.
+TrainingLayoutEntry read_layout_entry(const Reader& reader, const YAML::Node& node, const std::string& path,
+                                      const std::vector<TrainingLayoutEntry>& earlier_entries) {
+  Mapping m(reader, node, path, kTrainingLayoutKeys);
+  TrainingLayoutEntry entry;
+  entry.mark = source_mark(node.Mark());
+  entry.layout.name = reader.text(m.require("name"), m.path("name"));
+  if (!valid_variant_name(entry.layout.name)) {
+    reader.fail_at(m.require("name"), "{} '{}' may hold only letters, digits and - _ . +", m.path("name"),
+                   entry.layout.name);
+  }
+  for (const TrainingLayoutEntry& earlier : earlier_entries) {
+    if (earlier.layout.name == entry.layout.name) {
+      reader.fail_at(m.require("name"), "{}: a layout named '{}' comes earlier", m.path("name"), entry.layout.name);
+    }
+  }
+  if (const YAML::Node* v = m.find("tp"))
+    entry.layout.tp = static_cast<int>(reader.integer(*v, m.path("tp"), 1, 256));
+  if (const YAML::Node* v = m.find("pp"))
+    entry.layout.pp = static_cast<int>(reader.integer(*v, m.path("pp"), 1, 1024));
+  if (const YAML::Node* v = m.find("sharding")) {
+    const std::string text = reader.scalar(*v, m.path("sharding"));
+    entry.layout.sharding = reader.at(*v, m.path("sharding"), [&] { return models::parse_sharding(text); });
+  }
+  if (const YAML::Node* v = m.find("shard_group")) {
+    if (entry.layout.sharding != models::Sharding::kHsdp)
+      reader.fail_at(*v, "{} goes with sharding: hsdp", m.path("shard_group"));
+    entry.layout.shard_group = static_cast<int>(reader.integer(*v, m.path("shard_group"), 1, kMaxScenarioGpus));
+  }
+  if (const YAML::Node* v = m.find("vp"))
+    entry.layout.vp = static_cast<int>(reader.integer(*v, m.path("vp"), 1, 1024));
+  if (const YAML::Node* v = m.find("cp"))
+    entry.layout.cp = static_cast<int>(reader.integer(*v, m.path("cp"), 1, 1024));
+  if (const YAML::Node* v = m.find("ep"))
+    entry.layout.ep = static_cast<int>(reader.integer(*v, m.path("ep"), 1, 4096));
+  if (const YAML::Node* v = m.find("tp_overlap")) entry.layout.tp_overlap = reader.boolean(*v, m.path("tp_overlap"));
+  if (const YAML::Node* v = m.find("recompute")) entry.recompute = read_recompute(reader, *v, m.path("recompute"));
+  if (const YAML::Node* v = m.find("micro_batch")) {
+    entry.micro_batch = static_cast<int>(reader.integer(*v, m.path("micro_batch"), 1, 4096));
+  }
+  return entry;
+}
+
 TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path) {
   Mapping workload(reader, node, path, kTrainingKeys);
   TrainingWorkload training;
   models::TrainingConfig& base = training.base;
-  const YAML::Node& model = workload.require("model");
-  if (model.IsMap()) {
-    Mapping m(reader, model, workload.path("model"), kModelKeys);
-    base.model.name = reader.text(m.require("name"), m.path("name"));
-    base.model.layers = static_cast<int>(reader.integer(m.require("layers"), m.path("layers"), 1, 100000));
-    base.model.d_model = reader.integer(m.require("d_model"), m.path("d_model"), 1, int64_t{1} << 20);
-    base.model.ffn = reader.integer(m.require("ffn"), m.path("ffn"), 1, int64_t{1} << 24);
-    base.model.heads = static_cast<int>(reader.integer(m.require("heads"), m.path("heads"), 1, 1 << 16));
-    base.model.kv_heads = base.model.heads;
-    if (const YAML::Node* v = m.find("kv_heads")) {
-      base.model.kv_heads = static_cast<int>(reader.integer(*v, m.path("kv_heads"), 1, 1 << 16));
-    }
-    base.model.vocab = reader.integer(m.require("vocab"), m.path("vocab"), 1, int64_t{1} << 24);
-    if (const YAML::Node* v = m.find("tied_embeddings"))
-      base.model.tied_embeddings = reader.boolean(*v, m.path("tied_embeddings"));
-    if (const YAML::Node* v = m.find("experts"))
-      base.model.experts = static_cast<int>(reader.integer(*v, m.path("experts"), 0, 4096));
-    if (const YAML::Node* v = m.find("top_k"))
-      base.model.top_k = static_cast<int>(reader.integer(*v, m.path("top_k"), 1, 4096));
-    if (const YAML::Node* v = m.find("moe_ffn"))
-      base.model.moe_ffn = reader.integer(*v, m.path("moe_ffn"), 1, int64_t{1} << 24);
-    if (const YAML::Node* v = m.find("shared_experts"))
-      base.model.shared_experts = static_cast<int>(reader.integer(*v, m.path("shared_experts"), 0, 64));
-    if (const YAML::Node* v = m.find("dense_layers"))
-      base.model.dense_layers = static_cast<int>(reader.integer(*v, m.path("dense_layers"), 0, 100000));
-    reader.at(model, workload.path("model"), [&] { models::validate(base.model); });
-  } else {
-    const std::string text = reader.text(model, workload.path("model"));
-    base.model = reader.at(model, workload.path("model"), [&] { return models::transformer_preset(text); });
-  }
+  base.model = read_model(reader, workload.require("model"), workload.path("model"));
   if (const YAML::Node* v = workload.find("seq_len")) {
     base.seq_len = static_cast<int>(reader.integer(*v, workload.path("seq_len"), 1, models::kMaxSeqLen));
   }
@@ -1251,44 +1299,8 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
                    kMaxTrainingLayouts);
   }
   for (size_t i = 0; i < entries.size(); ++i) {
-    Mapping m(reader, entries[i], fmt::format("{}[{}]", workload.path("layouts"), i), kTrainingLayoutKeys);
-    TrainingLayoutEntry entry;
-    entry.mark = source_mark(entries[i].Mark());
-    entry.layout.name = reader.text(m.require("name"), m.path("name"));
-    if (!valid_variant_name(entry.layout.name)) {
-      reader.fail_at(m.require("name"), "{} '{}' may hold only letters, digits and - _ . +", m.path("name"),
-                     entry.layout.name);
-    }
-    for (const TrainingLayoutEntry& earlier : training.layouts) {
-      if (earlier.layout.name == entry.layout.name) {
-        reader.fail_at(m.require("name"), "{}: a layout named '{}' comes earlier", m.path("name"), entry.layout.name);
-      }
-    }
-    if (const YAML::Node* v = m.find("tp"))
-      entry.layout.tp = static_cast<int>(reader.integer(*v, m.path("tp"), 1, 256));
-    if (const YAML::Node* v = m.find("pp"))
-      entry.layout.pp = static_cast<int>(reader.integer(*v, m.path("pp"), 1, 1024));
-    if (const YAML::Node* v = m.find("sharding")) {
-      const std::string text = reader.scalar(*v, m.path("sharding"));
-      entry.layout.sharding = reader.at(*v, m.path("sharding"), [&] { return models::parse_sharding(text); });
-    }
-    if (const YAML::Node* v = m.find("shard_group")) {
-      if (entry.layout.sharding != models::Sharding::kHsdp)
-        reader.fail_at(*v, "{} goes with sharding: hsdp", m.path("shard_group"));
-      entry.layout.shard_group = static_cast<int>(reader.integer(*v, m.path("shard_group"), 1, kMaxScenarioGpus));
-    }
-    if (const YAML::Node* v = m.find("vp"))
-      entry.layout.vp = static_cast<int>(reader.integer(*v, m.path("vp"), 1, 1024));
-    if (const YAML::Node* v = m.find("cp"))
-      entry.layout.cp = static_cast<int>(reader.integer(*v, m.path("cp"), 1, 1024));
-    if (const YAML::Node* v = m.find("ep"))
-      entry.layout.ep = static_cast<int>(reader.integer(*v, m.path("ep"), 1, 4096));
-    if (const YAML::Node* v = m.find("tp_overlap")) entry.layout.tp_overlap = reader.boolean(*v, m.path("tp_overlap"));
-    if (const YAML::Node* v = m.find("recompute")) entry.recompute = read_recompute(reader, *v, m.path("recompute"));
-    if (const YAML::Node* v = m.find("micro_batch")) {
-      entry.micro_batch = static_cast<int>(reader.integer(*v, m.path("micro_batch"), 1, 4096));
-    }
-    training.layouts.push_back(std::move(entry));
+    training.layouts.push_back(read_layout_entry(reader, entries[i], fmt::format("{}[{}]", workload.path("layouts"), i),
+                                                 training.layouts));
   }
   return training;
 }
