@@ -47,116 +47,156 @@ constexpr double kAttentionBackwardFlopsFactor = 2.5;
 // fp8 GEMMs (Transformer Engine): each input is cast from bf16 to fp8 by its own kernel.
 constexpr double kFp8CastBytesPerElement = 3;
 
+// One layer's shapes on one rank: t tokens of width h, its share of the q and kv widths, of the
+// FFN and of the vocabulary under tensor parallelism.
+struct LayerShapes {
+  LayerShapes(const TrainingConfig& config) : e(config.kernels == KernelStack::kEager ? kEagerBytes : kFusedBytes) {
+    const TransformerSpec& m = config.model;
+    const double tp = config.layout.tp;
+    t = tokens_per_rank(config);
+    h = static_cast<double>(m.d_model);
+    const double head_dim = h / m.heads;
+    q = h / tp;
+    // Grouped-query attention under TP: each rank keeps its share of the KV heads, or one when
+    // there are fewer KV heads than TP ranks (replicated, as Megatron does).
+    kv = head_dim * std::max(1.0, static_cast<double>(m.kv_heads) / tp);
+    f = static_cast<double>(m.ffn) / tp;
+    vocab = static_cast<double>(m.vocab) / tp;
+    // Sequence parallelism: norms and residuals run on the rank's 1/tp of the tokens.
+    norm = e.norm * t * h / tp;
+    residual = e.residual * t * h / tp;
+    embedding = 4.0 * t * h / tp;
+    // Causal flash attention: QK^T and PV over half the score matrix; with context parallelism
+    // the load-balanced chunks give each rank 1/cp of the work.
+    attention_flops = 4.0 * t * (config.seq_len / 2.0) * q;
+  }
+  const ElementwiseBytes& e;
+  double t, h, q, kv, f, vocab, norm, residual, embedding, attention_flops;
+};
+
+// The kernels of one pass, forward or backward: each GEMM (a backward's data and weight gradients,
+// with fp8's casts) and memory-bound op, and their totals.
+class Pass {
+ public:
+  Pass(const TrainingConfig& config, const GpuSpec& gpu, bool backward)
+      : config_(config), env_{gpu, config.precision, config.kernels}, backward_(backward) {}
+
+  KernelCost gemm_of(GemmShape s) {
+    const bool fp8 = config_.precision == Precision::kFP8;
+    KernelCost cost;
+    if (backward_) {
+      cost = gemm(env_, {s.m, s.k, s.n});  // dX = dY W^T
+      cost += gemm(env_, {s.k, s.n, s.m});  // dW = X^T dY
+      if (fp8) cost += memory_bound(env_, kFp8CastBytesPerElement * s.m * s.n);
+    } else {
+      cost = gemm(env_, s);
+      if (fp8) cost += memory_bound(env_, kFp8CastBytesPerElement * s.m * s.k);
+    }
+    gemms += cost;
+    return cost;
+  }
+  KernelCost elementwise(double bytes) {
+    const KernelCost cost = memory_bound(env_, backward_ ? kElementwiseBackwardFactor * bytes : bytes);
+    elementwise_ops += cost;
+    return cost;
+  }
+  KernelCost flash(double flops) const {
+    return flash_attention(env_, backward_ ? kAttentionBackwardFlopsFactor * flops : flops, backward_);
+  }
+  bool backward() const { return backward_; }
+
+  KernelCost gemms, elementwise_ops;
+
+ private:
+  const TrainingConfig& config_;
+  const KernelEnv env_;
+  const bool backward_;
+};
+
+// Attention: norm, qkv, rotary, flash attention (`core`), the output projection, the residual.
+KernelCost attention_kernels(Pass& pass, const LayerShapes& s, KernelCost& core) {
+  KernelCost attention = pass.elementwise(s.norm);
+  attention += pass.gemm_of({s.t, s.q + 2 * s.kv, s.h});
+  attention += pass.elementwise(s.e.rotary * s.t * (s.q + s.kv));
+  core = pass.flash(s.attention_flops);
+  attention += core;
+  attention += pass.gemm_of({s.t, s.h, s.q});
+  attention += pass.elementwise(s.residual);
+  return attention;
+}
+
+// The gated MLP: eager runs two GEMMs for gate and up (torchtitan's w1, w3), fused one of twice
+// the width.
+KernelCost mlp_kernels(Pass& pass, const LayerShapes& s, bool eager) {
+  KernelCost mlp = pass.elementwise(s.norm);
+  if (eager) {
+    mlp += pass.gemm_of({s.t, s.f, s.h});
+    mlp += pass.gemm_of({s.t, s.f, s.h});
+  } else {
+    mlp += pass.gemm_of({s.t, 2 * s.f, s.h});
+  }
+  mlp += pass.elementwise(s.e.swiglu * s.t * s.f);
+  mlp += pass.gemm_of({s.t, s.h, s.f});
+  mlp += pass.elementwise(s.residual);
+  return mlp;
+}
+
+// An MoE layer's MLP: the router, permutes, the local experts' grouped GEMMs one after another,
+// the shared experts; `dispatch_bytes` is what one all-to-all moves.
+KernelCost moe_kernels(Pass& pass, const TrainingConfig& config, const LayerShapes& s, double& dispatch_bytes) {
+  const TransformerSpec& m = config.model;
+  // Routed tokens on this rank (sequence-parallel share), as the dispatcher pads them.
+  const double t_moe = s.t / config.layout.tp;
+  const double routed = t_moe * m.top_k * config.capacity_factor;
+  const double local_experts = static_cast<double>(m.experts) / config.layout.ep;
+  const double per_expert = routed / local_experts;
+  const double e_ffn = static_cast<double>(m.moe_ffn);
+  KernelCost moe = pass.elementwise(s.norm);
+  moe += pass.gemm_of({t_moe, static_cast<double>(m.experts), s.h});  // the router
+  moe += pass.elementwise(2.0 * routed * s.h * 2.0);                  // permute, unpermute
+  KernelCost expert = pass.gemm_of({per_expert, 2 * e_ffn, s.h});
+  expert += pass.elementwise(s.e.swiglu * per_expert * e_ffn);
+  expert += pass.gemm_of({per_expert, s.h, e_ffn});
+  expert.seconds *= local_experts;  // the grouped GEMM: the local experts one after another
+  expert.flops *= local_experts;
+  expert.bytes *= local_experts;
+  expert.kernels = static_cast<int>(expert.kernels * local_experts);
+  moe += expert;
+  if (m.shared_experts > 0) {
+    const double shared = m.shared_experts * e_ffn;
+    moe += pass.gemm_of({t_moe, 2 * shared, s.h});
+    moe += pass.elementwise(s.e.swiglu * t_moe * shared);
+    moe += pass.gemm_of({t_moe, s.h, shared});
+  }
+  moe += pass.elementwise(s.residual);
+  dispatch_bytes = routed * s.h * 2.0;
+  return moe;
+}
+
 }  // namespace
 
 LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
-  const TransformerSpec& m = config.model;
-  const KernelEnv env{gpu, config.precision, config.kernels};
   const bool eager = config.kernels == KernelStack::kEager;
-  const ElementwiseBytes& e = eager ? kEagerBytes : kFusedBytes;
-  const double tp = config.layout.tp;
-  const double t = tokens_per_rank(config);
-  const double h = static_cast<double>(m.d_model);
-  const double head_dim = h / m.heads;
-  const double q = h / tp;
-  // Grouped-query attention under TP: each rank keeps its share of the KV heads, or one when
-  // there are fewer KV heads than TP ranks (replicated, as Megatron does).
-  const double kv = head_dim * std::max(1.0, static_cast<double>(m.kv_heads) / tp);
-  const double f = static_cast<double>(m.ffn) / tp;
-  const double vocab = static_cast<double>(m.vocab) / tp;
-
-  // A GEMM's forward, or its backward (data gradient and weight gradient), with fp8's casts.
-  auto forward = [&](GemmShape s) {
-    KernelCost cost = gemm(env, s);
-    if (config.precision == Precision::kFP8) cost += memory_bound(env, kFp8CastBytesPerElement * s.m * s.k);
-    return cost;
-  };
-  auto backward = [&](GemmShape s) {
-    KernelCost cost = gemm(env, {s.m, s.k, s.n});  // dX = dY W^T
-    cost += gemm(env, {s.k, s.n, s.m});            // dW = X^T dY
-    if (config.precision == Precision::kFP8) cost += memory_bound(env, kFp8CastBytesPerElement * s.m * s.n);
-    return cost;
-  };
-  // Sequence parallelism: norms and residuals run on the rank's 1/tp of the tokens.
-  const double norm = e.norm * t * h / tp, residual = e.residual * t * h / tp;
-  const GemmShape qkv{t, q + 2 * kv, h}, out{t, h, q};
-  // eager: two GEMMs for gate and up (torchtitan's w1, w3); fused: one of twice the width.
-  const GemmShape gate_up{t, 2 * f, h}, gate{t, f, h}, down{t, h, f};
-  // Causal flash attention: QK^T and PV over half the score matrix; with context parallelism the
-  // load-balanced chunks give each rank 1/cp of the work.
-  const double attention_flops = 4.0 * t * (config.seq_len / 2.0) * q;
-
+  const LayerShapes s(config);
   LayerKernels k;
   for (bool is_backward : {false, true}) {
-    KernelCost attention, mlp, gemms, elementwise_ops;
-    auto gemm_of = [&](GemmShape s) {
-      const KernelCost cost = is_backward ? backward(s) : forward(s);
-      gemms += cost;
-      return cost;
-    };
-    auto elementwise = [&](double bytes, bool backward_pass) {
-      const KernelCost cost = memory_bound(env, backward_pass ? kElementwiseBackwardFactor * bytes : bytes);
-      elementwise_ops += cost;
-      return cost;
-    };
-    attention += elementwise(norm, is_backward);
-    attention += gemm_of(qkv);
-    attention += elementwise(e.rotary * t * (q + kv), is_backward);
-    const KernelCost core = flash_attention(
-        env, is_backward ? kAttentionBackwardFlopsFactor * attention_flops : attention_flops, is_backward);
-    attention += core;
-    attention += gemm_of(out);
-    attention += elementwise(residual, is_backward);
-    mlp += elementwise(norm, is_backward);
-    if (eager) {
-      mlp += gemm_of(gate);
-      mlp += gemm_of(gate);
-    } else {
-      mlp += gemm_of(gate_up);
-    }
-    mlp += elementwise(e.swiglu * t * f, is_backward);
-    mlp += gemm_of(down);
-    mlp += elementwise(residual, is_backward);
+    Pass pass(config, gpu, is_backward);
+    KernelCost core;
+    const KernelCost attention = attention_kernels(pass, s, core);
+    const KernelCost mlp = mlp_kernels(pass, s, eager);
     if (!is_backward && config.recompute == Recompute::kSelective && eager) {
       // Half the layer's forward GEMMs and all of its elementwise ops, again.
-      k.selective_recompute.seconds = gemms.seconds / 2 + elementwise_ops.seconds;
-      k.selective_recompute.flops = gemms.flops / 2;
-      k.selective_recompute.bytes = elementwise_ops.bytes;
-      k.selective_recompute.kernels = gemms.kernels / 2 + elementwise_ops.kernels;
+      k.selective_recompute.seconds = pass.gemms.seconds / 2 + pass.elementwise_ops.seconds;
+      k.selective_recompute.flops = pass.gemms.flops / 2;
+      k.selective_recompute.bytes = pass.elementwise_ops.bytes;
+      k.selective_recompute.kernels = pass.gemms.kernels / 2 + pass.elementwise_ops.kernels;
     }
-    if (m.moe()) {
-      // Routed tokens on this rank (sequence-parallel share), as the dispatcher pads them.
-      const double t_moe = t / tp;
-      const double routed = t_moe * m.top_k * config.capacity_factor;
-      const double local_experts = static_cast<double>(m.experts) / config.layout.ep;
-      const double per_expert = routed / local_experts;
-      const double e_ffn = static_cast<double>(m.moe_ffn);
-      KernelCost moe = elementwise(norm, is_backward);
-      moe += gemm_of({t_moe, static_cast<double>(m.experts), h});  // the router
-      moe += elementwise(2.0 * routed * h * 2.0, is_backward);     // permute, unpermute
-      KernelCost expert = gemm_of({per_expert, 2 * e_ffn, h});
-      expert += elementwise(e.swiglu * per_expert * e_ffn, is_backward);
-      expert += gemm_of({per_expert, h, e_ffn});
-      expert.seconds *= local_experts;  // the grouped GEMM: the local experts one after another
-      expert.flops *= local_experts;
-      expert.bytes *= local_experts;
-      expert.kernels = static_cast<int>(expert.kernels * local_experts);
-      moe += expert;
-      if (m.shared_experts > 0) {
-        const double shared = m.shared_experts * e_ffn;
-        moe += gemm_of({t_moe, 2 * shared, h});
-        moe += elementwise(e.swiglu * t_moe * shared, is_backward);
-        moe += gemm_of({t_moe, h, shared});
-      }
-      moe += elementwise(residual, is_backward);
-      (is_backward ? k.moe_bwd : k.moe_fwd) = moe;
-      k.moe_dispatch_bytes = routed * h * 2.0;
-    }
-    KernelCost head = elementwise(norm, is_backward);
-    head += gemm_of({t, vocab, h});
-    head += elementwise(e.loss * t * vocab, is_backward);
+    if (config.model.moe()) (is_backward ? k.moe_bwd : k.moe_fwd) = moe_kernels(pass, config, s, k.moe_dispatch_bytes);
+    KernelCost head = pass.elementwise(s.norm);
+    head += pass.gemm_of({s.t, s.vocab, s.h});
+    head += pass.elementwise(s.e.loss * s.t * s.vocab);
     // The lookup reads a row and writes it (forward); the backward scatter-adds into the table.
-    const KernelCost embedding = elementwise(4.0 * t * h / tp, is_backward);
+    const KernelCost embedding = pass.elementwise(s.embedding);
     (is_backward ? k.attention_bwd : k.attention_fwd) = attention;
     (is_backward ? k.core_bwd : k.core_fwd) = core;
     (is_backward ? k.mlp_bwd : k.mlp_fwd) = mlp;

@@ -17,11 +17,12 @@
 
 namespace tandem::models {
 
-StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>& duration_s) {
+namespace {
+
+// The tasks played in dependency order: each starts when its stream's previous task and its
+// dependencies have ended. Returns, per task, the predecessor that ended last (-1: none).
+std::vector<int> play(const StepProgram& program, const std::vector<double>& duration_s, StepBreakdown& out) {
   const size_t n = program.tasks.size();
-  if (duration_s.size() != n) {
-    fail(ErrorCode::kInvalidArgument, "timeline: {} durations for {} tasks", duration_s.size(), n);
-  }
   // Edges: each task's dependencies and its stream's previous task.
   std::vector<int> stream_prev(n, -1), last_on_stream(program.streams.size(), -1);
   for (size_t i = 0; i < n; ++i) {
@@ -40,7 +41,6 @@ StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>
     edge(stream_prev[i]);
     for (int dep : program.tasks[i].deps) edge(dep);
   }
-  StepBreakdown out;
   out.times.assign(n, {});
   std::vector<int> critical(n, -1);  // the predecessor that ended last
   std::vector<int> ready;
@@ -70,23 +70,17 @@ StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>
   }
   if (done != n) fail(ErrorCode::kInvalidArgument, "timeline: the step's tasks wait on each other in a cycle");
   for (const TaskTime& t : out.times) out.step_s = std::max(out.step_s, t.end_s);
+  return critical;
+}
 
-  // The stage reported: the one with the most compute (the critical path runs through it).
-  std::vector<double> compute_of(static_cast<size_t>(program.stages), 0.0);
-  for (size_t i = 0; i < n; ++i) {
-    const StepTask& t = program.tasks[i];
-    if (t.stream == program.compute_stream[static_cast<size_t>(t.stage)])
-      compute_of[static_cast<size_t>(t.stage)] += duration_s[i];
-  }
-  out.stage = static_cast<int>(std::max_element(compute_of.begin(), compute_of.end()) - compute_of.begin());
-  out.compute_s = compute_of[static_cast<size_t>(out.stage)];
+// Every idle window of the reported stage's compute stream, charged along the chain of critical
+// predecessors of the task that ends it: a collective's running time is exposed communication,
+// another stage's compute is pipeline bubble, and time before a collective started is charged to
+// whatever held it back. Returns each task's exposed seconds.
+std::vector<double> charge_idle(const StepProgram& program, const std::vector<int>& critical, StepBreakdown& out) {
+  const size_t n = program.tasks.size();
   const int compute_stream = program.compute_stream[static_cast<size_t>(out.stage)];
-
-  // Every idle window of that stage's compute stream is charged along the chain of critical
-  // predecessors of the task that ends it: a collective's running time is exposed communication,
-  // another stage's compute is pipeline bubble, and time before a collective started is charged
-  // to whatever held it back.
-  std::vector<double> exposed(n, 0.0);  // by task
+  std::vector<double> exposed(n, 0.0);
   auto charge = [&](int task, double from, double to) {
     while (task >= 0 && to > from) {
       const StepTask& t = program.tasks[static_cast<size_t>(task)];
@@ -117,18 +111,22 @@ StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>
     }
     charge(last, free_at, out.step_s);
   }
+  return exposed;
+}
 
-  // One row per (label, group): the stage's own collectives, and those of other stages it waited
-  // for (pipeline sends). Sizes differ within a row only for the embedding and head units; the
-  // row shows the size most of its collectives have.
+// One row per (label, group): the stage's own collectives, and those of other stages it waited
+// for (pipeline sends), most exposed first. Sizes differ within a row only for the embedding and
+// head units; the row shows the size most of its collectives have.
+std::vector<ExposedComm> exposed_rows(const StepProgram& program, const std::vector<double>& duration_s,
+                                      const std::vector<double>& exposed, int stage) {
   struct Row {
     ExposedComm comm;
     std::map<int64_t, int> sizes;
   };
   std::map<std::pair<int, std::string>, Row> rows;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < program.tasks.size(); ++i) {
     const StepTask& t = program.tasks[i];
-    if (t.kind != TaskKind::kComm || (t.stage != out.stage && exposed[i] == 0)) continue;
+    if (t.kind != TaskKind::kComm || (t.stage != stage && exposed[i] == 0)) continue;
     const CommOp& op = program.comms[static_cast<size_t>(t.comm)];
     const std::string& group = program.groups[static_cast<size_t>(op.group)].name;
     Row& row = rows[{t.label, group}];
@@ -140,14 +138,38 @@ StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>
     ++row.comm.count;
     ++row.sizes[op.bytes];
   }
+  std::vector<ExposedComm> top;
   for (auto& [key, row] : rows) {
     row.comm.bytes = std::max_element(row.sizes.begin(), row.sizes.end(), [](const auto& a, const auto& b) {
                        return a.second < b.second;
                      })->first;
-    out.top.push_back(row.comm);
+    top.push_back(row.comm);
   }
-  std::stable_sort(out.top.begin(), out.top.end(),
+  std::stable_sort(top.begin(), top.end(),
                    [](const ExposedComm& a, const ExposedComm& b) { return a.exposed_s > b.exposed_s; });
+  return top;
+}
+
+}  // namespace
+
+StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>& duration_s) {
+  const size_t n = program.tasks.size();
+  if (duration_s.size() != n) {
+    fail(ErrorCode::kInvalidArgument, "timeline: {} durations for {} tasks", duration_s.size(), n);
+  }
+  StepBreakdown out;
+  const std::vector<int> critical = play(program, duration_s, out);
+  // The stage reported: the one with the most compute (the critical path runs through it).
+  std::vector<double> compute_of(static_cast<size_t>(program.stages), 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const StepTask& t = program.tasks[i];
+    if (t.stream == program.compute_stream[static_cast<size_t>(t.stage)])
+      compute_of[static_cast<size_t>(t.stage)] += duration_s[i];
+  }
+  out.stage = static_cast<int>(std::max_element(compute_of.begin(), compute_of.end()) - compute_of.begin());
+  out.compute_s = compute_of[static_cast<size_t>(out.stage)];
+  const std::vector<double> exposed = charge_idle(program, critical, out);
+  out.top = exposed_rows(program, duration_s, exposed, out.stage);
   return out;
 }
 
