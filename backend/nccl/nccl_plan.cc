@@ -93,13 +93,8 @@ void check_bounds(const Schedule& s) {
   }
 }
 
-Analysis analyse(const Schedule& s) {
-  const OpIds ids(s);
-  Analysis a;
-  a.at.resize(ids.total());
-  a.partner.assign(ids.total(), kNone);
-
-  // FIFO matching per (src, dst, lane): the k-th send meets the k-th receive.
+// FIFO matching per (src, dst, lane): the k-th send meets the k-th receive. Fills a.at and a.partner.
+void match_transfers(const Schedule& s, const OpIds& ids, Analysis& a) {
   std::map<std::tuple<int, int, uint32_t>, std::deque<uint32_t>> pending;
   for (int r = 0; r < s.nranks; ++r) {
     const RankProgram& program = s.ranks[static_cast<size_t>(r)];
@@ -137,59 +132,71 @@ Analysis analyse(const Schedule& s) {
     if (!queue.empty())
       reject(a.at[queue.front()], fmt::format("send to {} has no matching receive", std::get<1>(key)));
   }
+}
 
-  // Levels: longest path over deps, a send and its receive merged into one node (the send's id).
-  // A receive's dependency on a Send of its own rank only protects the send's source from being
-  // overwritten (a write after read): it weighs 0, since a receive in the send's group lands in
-  // staging and is copied out after the group. Such 0-weight edges can close cycles (two ranks
-  // exchanging in place: each receive waits for its own send, which is the other's receive), so
-  // the levels are those of the strongly connected components; a component with a weight-1 edge
-  // inside is a real cycle.
-  const auto node = [&](uint32_t g) {
-    const OpAt& at = a.at[g];
-    const Op& op = s.ranks[static_cast<size_t>(at.rank)].lanes[at.lane].ops[at.index];
-    return op.is_recv() ? a.partner[g] : g;
-  };
+// The level graph: a node per op, a send and its receive merged into one (the send's id); an edge
+// per dependency. A receive's dependency on a Send of its own rank only protects the send's source
+// from being overwritten (a write after read): it weighs 0, since a receive in the send's group
+// lands in staging and is copied out after the group.
+struct LevelGraph {
   struct Edge {
     uint32_t to;
     uint32_t weight;
   };
-  std::vector<std::vector<Edge>> edges(ids.total());
+  std::vector<uint32_t> node;  // op id -> its node
+  std::vector<std::vector<Edge>> edges;
+};
+
+LevelGraph level_graph(const Schedule& s, const OpIds& ids, const Analysis& a) {
+  LevelGraph graph;
+  graph.node.resize(ids.total());
+  for (uint32_t g = 0; g < ids.total(); ++g) {
+    const OpAt& at = a.at[g];
+    const Op& op = s.ranks[static_cast<size_t>(at.rank)].lanes[at.lane].ops[at.index];
+    graph.node[g] = op.is_recv() ? a.partner[g] : g;
+  }
+  graph.edges.resize(ids.total());
   for (uint32_t g = 0; g < ids.total(); ++g) {
     const OpAt& at = a.at[g];
     const Lane& lane = s.ranks[static_cast<size_t>(at.rank)].lanes[at.lane];
     const bool receives = lane.ops[at.index].is_recv();
     for (size_t d = 0; d < lane.dep_count(at.index); ++d) {
       const OpRef dep = lane.deps_of(at.index)[d];
-      const uint32_t from = node(ids.id(at.rank, dep.lane, dep.index));
-      const uint32_t to = node(g);
+      const uint32_t from = graph.node[ids.id(at.rank, dep.lane, dep.index)];
+      const uint32_t to = graph.node[g];
       const bool after_send =
           s.ranks[static_cast<size_t>(at.rank)].lanes[dep.lane].ops[dep.index].kind == OpKind::kSend;
       const uint32_t weight = receives && after_send ? 0 : 1;
       if (from == to && weight == 0) continue;  // a self-send's receive waiting for its own send
       if (from == to) reject(at, "depends on its own matched transfer");
-      edges[from].push_back({to, weight});
+      graph.edges[from].push_back({to, weight});
     }
   }
+  return graph;
+}
 
-  // Tarjan's strongly connected components, iteratively (dependency chains can be long).
+// Tarjan's strongly connected components of the graph's nodes, iteratively (dependency chains can
+// be long): each node's component, numbered in reverse topological order (a component's
+// successors come first); `components` is their count.
+std::vector<uint32_t> strong_components(const LevelGraph& graph, uint32_t& components) {
+  const auto total = static_cast<uint32_t>(graph.node.size());
   constexpr uint32_t kUnvisited = UINT32_MAX;
-  std::vector<uint32_t> order(ids.total(), kUnvisited), low(ids.total(), 0), component(ids.total(), kNone);
-  std::vector<bool> on_stack(ids.total(), false);
+  std::vector<uint32_t> order(total, kUnvisited), low(total, 0), component(total, kNone);
+  std::vector<bool> on_stack(total, false);
   std::vector<uint32_t> stack;
   std::vector<std::pair<uint32_t, size_t>> calls;  // (node, next edge)
   uint32_t counter = 0;
-  uint32_t components = 0;
-  for (uint32_t root = 0; root < ids.total(); ++root) {
-    if (node(root) != root || order[root] != kUnvisited) continue;
+  components = 0;
+  for (uint32_t root = 0; root < total; ++root) {
+    if (graph.node[root] != root || order[root] != kUnvisited) continue;
     calls.push_back({root, 0});
     order[root] = low[root] = counter++;
     stack.push_back(root);
     on_stack[root] = true;
     while (!calls.empty()) {
       auto& [v, next] = calls.back();
-      if (next < edges[v].size()) {
-        const uint32_t w = edges[v][next++].to;
+      if (next < graph.edges[v].size()) {
+        const uint32_t w = graph.edges[v][next++].to;
         if (order[w] == kUnvisited) {
           order[w] = low[w] = counter++;
           stack.push_back(w);
@@ -215,15 +222,25 @@ Analysis analyse(const Schedule& s) {
       }
     }
   }
-  // Tarjan numbers components in reverse topological order: a component's successors come first.
+  return component;
+}
+
+// Each op's level: the longest path to its component over the weighted edges (zero-weight edges
+// can close cycles: two ranks exchanging in place, each receive waiting for its own send, which is
+// the other's receive; a component with a weight-1 edge inside is a real cycle). Counts the sends
+// this plan lifts: receives whose validate() round is later than their send's.
+void assign_levels(const Schedule& s, const LevelGraph& graph, Analysis& a) {
+  const auto total = static_cast<uint32_t>(graph.node.size());
+  uint32_t components = 0;
+  const std::vector<uint32_t> component = strong_components(graph, components);
   std::vector<uint32_t> component_level(components, 0);
   std::vector<std::vector<uint32_t>> members(components);
-  for (uint32_t g = 0; g < ids.total(); ++g) {
-    if (node(g) == g) members[component[g]].push_back(g);
+  for (uint32_t g = 0; g < total; ++g) {
+    if (graph.node[g] == g) members[component[g]].push_back(g);
   }
   for (uint32_t c = components; c-- > 0;) {
     for (uint32_t v : members[c]) {
-      for (const Edge& edge : edges[v]) {
+      for (const LevelGraph::Edge& edge : graph.edges[v]) {
         const uint32_t target = component[edge.to];
         if (target == c) {
           if (edge.weight != 0) reject(a.at[v], "can never start: the dependency graph has a cycle");
@@ -233,16 +250,15 @@ Analysis analyse(const Schedule& s) {
       }
     }
   }
-  a.level.assign(ids.total(), 0);
-  for (uint32_t g = 0; g < ids.total(); ++g) {
-    if (node(g) != g) continue;
+  a.level.assign(total, 0);
+  for (uint32_t g = 0; g < total; ++g) {
+    if (graph.node[g] != g) continue;
     a.level[g] = component_level[component[g]];
     a.levels = std::max(a.levels, a.level[g] + 1);
   }
-  for (uint32_t g = 0; g < ids.total(); ++g) {
-    if (node(g) == g) continue;
-    a.level[g] = a.level[node(g)];
-    // Receives whose validate() round is later than their send's: the sends this plan lifts.
+  for (uint32_t g = 0; g < total; ++g) {
+    if (graph.node[g] == g) continue;
+    a.level[g] = a.level[graph.node[g]];
     const OpAt& recv = a.at[g];
     const OpAt& send = a.at[a.partner[g]];
     const Lane& recv_lane = s.ranks[static_cast<size_t>(recv.rank)].lanes[recv.lane];
@@ -252,6 +268,15 @@ Analysis analyse(const Schedule& s) {
       ++a.lifted_sends;
     }
   }
+}
+
+Analysis analyse(const Schedule& s) {
+  const OpIds ids(s);
+  Analysis a;
+  a.at.resize(ids.total());
+  a.partner.assign(ids.total(), kNone);
+  match_transfers(s, ids, a);
+  assign_levels(s, level_graph(s, ids, a), a);
   return a;
 }
 
