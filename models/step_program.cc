@@ -105,6 +105,7 @@ class StepBuilder {
     return static_cast<int>(program_.groups.size() - 1);
   }
 
+  // The communicators of the step, in the order they are made: TP, CP, EP, data, pipeline.
   void make_groups() {
     const int data = d_.data_ranks;
     if (tp_ > 1) {
@@ -131,61 +132,8 @@ class StepBuilder {
       }
       cp_group_ = add_group("cp", std::move(instances));
     }
-    // Expert parallelism: ep ranks of the data-parallel dimension (Megatron's order tp, cp, ep, dp:
-    // data index (block x ep + e) x cp + c); the expert-data group joins the ranks holding the same
-    // experts across the blocks and the CP ranks.
-    const int ep = config_.layout.ep;
-    if (ep > 1) {
-      std::vector<std::vector<int>> expert, expert_data;
-      for (int s = 0; s < pp_; ++s) {
-        for (int j = 0; j < tp_; ++j) {
-          for (int c = 0; c < cp_; ++c) {
-            for (int b = 0; b < d_.dp / ep; ++b) {
-              std::vector<int> g;
-              for (int e = 0; e < ep; ++e) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
-              expert.push_back(std::move(g));
-            }
-          }
-          for (int e = 0; e < ep; ++e) {
-            std::vector<int> g;
-            for (int b = 0; b < d_.dp / ep; ++b) {
-              for (int c = 0; c < cp_; ++c) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
-            }
-            expert_data.push_back(std::move(g));
-          }
-        }
-      }
-      ep_group_ = add_group("ep", std::move(expert));
-      if (d_.expert_data_ranks > 1) expert_data_group_ = add_group("edp", std::move(expert_data));
-    }
-    // The data-parallel ranks (with CP: every rank holding the same parameters) of (stage, tp
-    // index): `blocks` groups of `count`, ranks `stride` apart, blocks `block_stride` apart.
-    auto data_instances = [&](int count, int stride, int blocks, int block_stride) {
-      std::vector<std::vector<int>> instances;
-      for (int s = 0; s < pp_; ++s) {
-        for (int j = 0; j < tp_; ++j) {
-          for (int b = 0; b < blocks; ++b) {
-            std::vector<int> g;
-            for (int k = 0; k < count; ++k) g.push_back(rank(s, b * block_stride + k * stride, j));
-            instances.push_back(std::move(g));
-          }
-        }
-      }
-      return instances;
-    };
-    const Sharding sharding = config_.layout.sharding;
-    if (data > 1) {
-      if (sharding == Sharding::kHsdp) {
-        const int shard = d_.shard_group, replicas = d_.replicas;
-        if (shard > 1) data_group_ = add_group("hsdp-shard", data_instances(shard, 1, replicas, shard));
-        if (replicas > 1) replicate_group_ = add_group("hsdp-replicate", data_instances(replicas, shard, shard, 1));
-      } else {
-        data_group_ = add_group(sharding == Sharding::kFsdp ? "fsdp" : "dp", data_instances(data, 1, 1, 0));
-      }
-    }
-    // Without expert parallelism the routed experts reduce over the data group like the rest.
-    if (m_.moe() && ep == 1 && sharding != Sharding::kFsdp && sharding != Sharding::kHsdp)
-      expert_data_group_ = data_group_;
+    if (config_.layout.ep > 1) make_expert_groups();
+    make_data_groups();
     // Point to point between consecutive stages; the interleaved schedule also sends from the last
     // stage back to the first (virtual stage pp - 1 to pp, and so on).
     const int links = vp_ > 1 ? pp_ : pp_ - 1;
@@ -197,6 +145,68 @@ class StepBuilder {
       }
       pp_group_.push_back(add_group(fmt::format("pp{}-{}", s, next), std::move(instances)));
     }
+  }
+
+  // Expert parallelism: ep ranks of the data-parallel dimension (Megatron's order tp, cp, ep, dp:
+  // data index (block x ep + e) x cp + c); the expert-data group joins the ranks holding the same
+  // experts across the blocks and the CP ranks.
+  void make_expert_groups() {
+    const int ep = config_.layout.ep;
+    std::vector<std::vector<int>> expert, expert_data;
+    for (int s = 0; s < pp_; ++s) {
+      for (int j = 0; j < tp_; ++j) {
+        for (int c = 0; c < cp_; ++c) {
+          for (int b = 0; b < d_.dp / ep; ++b) {
+            std::vector<int> g;
+            for (int e = 0; e < ep; ++e) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
+            expert.push_back(std::move(g));
+          }
+        }
+        for (int e = 0; e < ep; ++e) {
+          std::vector<int> g;
+          for (int b = 0; b < d_.dp / ep; ++b) {
+            for (int c = 0; c < cp_; ++c) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
+          }
+          expert_data.push_back(std::move(g));
+        }
+      }
+    }
+    ep_group_ = add_group("ep", std::move(expert));
+    if (d_.expert_data_ranks > 1) expert_data_group_ = add_group("edp", std::move(expert_data));
+  }
+
+  // The data-parallel ranks (with CP: every rank holding the same parameters) of (stage, tp
+  // index): `blocks` groups of `count`, ranks `stride` apart, blocks `block_stride` apart.
+  std::vector<std::vector<int>> data_instances(int count, int stride, int blocks, int block_stride) const {
+    std::vector<std::vector<int>> instances;
+    for (int s = 0; s < pp_; ++s) {
+      for (int j = 0; j < tp_; ++j) {
+        for (int b = 0; b < blocks; ++b) {
+          std::vector<int> g;
+          for (int k = 0; k < count; ++k) g.push_back(rank(s, b * block_stride + k * stride, j));
+          instances.push_back(std::move(g));
+        }
+      }
+    }
+    return instances;
+  }
+
+  // The data-parallel groups: one (dp, fsdp), or HSDP's shard and replicate groups.
+  void make_data_groups() {
+    const int data = d_.data_ranks;
+    const Sharding sharding = config_.layout.sharding;
+    if (data > 1) {
+      if (sharding == Sharding::kHsdp) {
+        const int shard = d_.shard_group, replicas = d_.replicas;
+        if (shard > 1) data_group_ = add_group("hsdp-shard", data_instances(shard, 1, replicas, shard));
+        if (replicas > 1) replicate_group_ = add_group("hsdp-replicate", data_instances(replicas, shard, shard, 1));
+      } else {
+        data_group_ = add_group(sharding == Sharding::kFsdp ? "fsdp" : "dp", data_instances(data, 1, 1, 0));
+      }
+    }
+    // Without expert parallelism the routed experts reduce over the data group like the rest.
+    if (m_.moe() && config_.layout.ep == 1 && sharding != Sharding::kFsdp && sharding != Sharding::kHsdp)
+      expert_data_group_ = data_group_;
   }
 
   int comm_op(Collective collective, double bytes, int group) {
