@@ -184,6 +184,89 @@ std::string schedule_to_json(const Schedule& s, int indent) {
   return doc.dump(indent);
 }
 
+namespace {
+
+// symmetry: the rank order, per-lane orders when lanes ring over orders of their own, the rotation group.
+Symmetry read_symmetry(const json& value, int nranks) {
+  // lane_orders is optional: written only when lanes ring over orders of their own.
+  const json& sym = value.is_object() && value.contains("lane_orders")
+                        ? Reader::object(value, "symmetry", {"order", "lane_orders", "rotation_group"})
+                        : Reader::object(value, "symmetry", {"order", "rotation_group"});
+  auto read_order = [&](const json& order_value, const std::string& path) {
+    const json& order = Reader::array(order_value, path);
+    std::vector<int> out;
+    for (size_t p = 0; p < order.size(); ++p) {
+      out.push_back(static_cast<int>(Reader::integer(order[p], fmt::format("{}[{}]", path, p), 0, nranks - 1)));
+    }
+    return out;
+  };
+  Symmetry symmetry;
+  symmetry.order = read_order(sym["order"], "symmetry.order");
+  if (sym.contains("lane_orders")) {
+    const json& lanes = Reader::array(sym["lane_orders"], "symmetry.lane_orders");
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      symmetry.lane_orders.push_back(read_order(lanes[l], fmt::format("symmetry.lane_orders[{}]", l)));
+    }
+  }
+  symmetry.rotation_group =
+      static_cast<uint32_t>(Reader::integer(sym["rotation_group"], "symmetry.rotation_group", 1, kMaxU32));
+  return symmetry;
+}
+
+// One op at `opath`: its kind's fields, no more and no fewer; its dependencies appended to `lane`.
+Op read_op(const json& o, const std::string& opath, Lane& lane) {
+  if (!o.is_object() || !o.contains("op")) Reader::bad(opath, "expected an object with field 'op'");
+  Op op;
+  op.kind = parse_op_kind(Reader::text(o["op"], opath + ".op"), opath + ".op");
+  const bool comm = op.kind == OpKind::kSend || op.is_recv();
+  std::vector<const char*> keys = {"op", "deps"};
+  if (comm) keys.push_back("peer");
+  if (op.reads_src()) keys.push_back("src");
+  if (op.writes_dst()) keys.push_back("dst");
+  for (const char* key : keys) {
+    if (!o.contains(key)) Reader::bad(opath, fmt::format("missing field '{}' for a {}", key, name(op.kind)));
+  }
+  for (const auto& [key, unused] : o.items()) {
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      Reader::bad(opath, fmt::format("unknown field '{}' for a {}", key, name(op.kind)));
+    }
+  }
+  if (comm) op.peer = static_cast<int32_t>(Reader::integer(o["peer"], opath + ".peer", -1, kMaxRanks));
+  if (op.reads_src()) op.src = parse_range(o["src"], opath + ".src");
+  if (op.writes_dst()) op.dst = parse_range(o["dst"], opath + ".dst");
+  const json& deps = Reader::array(o["deps"], opath + ".deps");
+  for (size_t d = 0; d < deps.size(); ++d) {
+    const std::string dpath = fmt::format("{}.deps[{}]", opath, d);
+    const json& pair = Reader::array(deps[d], dpath);
+    if (pair.size() != 2) Reader::bad(dpath, "expected [lane, op]");
+    lane.deps.push_back({static_cast<uint32_t>(Reader::integer(pair[0], dpath + "[0]", 0, kMaxU32)),
+                         static_cast<uint32_t>(Reader::integer(pair[1], dpath + "[1]", 0, kMaxU32))});
+  }
+  return op;
+}
+
+// One rank's program at `rpath`: its scratch and its lanes of ops.
+RankProgram read_rank(const json& value, const std::string& rpath) {
+  const json& rank_doc = Reader::object(value, rpath, {"scratch_chunks", "lanes"});
+  RankProgram rank;
+  rank.scratch_chunks =
+      static_cast<uint32_t>(Reader::integer(rank_doc["scratch_chunks"], rpath + ".scratch_chunks", 0, kMaxU32));
+  const json& lanes = Reader::array(rank_doc["lanes"], rpath + ".lanes");
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const std::string lpath = fmt::format("{}.lanes[{}]", rpath, l);
+    const json& ops = Reader::array(Reader::object(lanes[l], lpath, {"ops"})["ops"], lpath + ".ops");
+    Lane lane;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      lane.ops.push_back(read_op(ops[i], fmt::format("{}.ops[{}]", lpath, i), lane));
+      lane.dep_begin.push_back(static_cast<uint32_t>(lane.deps.size()));
+    }
+    rank.lanes.push_back(std::move(lane));
+  }
+  return rank;
+}
+
+}  // namespace
+
 Schedule schedule_from_json(const std::string& text) {
   json doc;
   try {
@@ -209,83 +292,13 @@ Schedule schedule_from_json(const std::string& text) {
   s.params.pipeline_chunks =
       static_cast<int>(Reader::integer(params["pipeline_chunks"], "params.pipeline_chunks", 1, 1 << 20));
   s.params.inter_node = Reader::named(params["inter_node"], "params.inter_node", parse_algorithm);
-
-  if (!top["symmetry"].is_null()) {
-    // lane_orders is optional: written only when lanes ring over orders of their own.
-    const json& sym = top["symmetry"].is_object() && top["symmetry"].contains("lane_orders")
-                          ? Reader::object(top["symmetry"], "symmetry", {"order", "lane_orders", "rotation_group"})
-                          : Reader::object(top["symmetry"], "symmetry", {"order", "rotation_group"});
-    auto read_order = [&](const json& value, const std::string& path) {
-      const json& order = Reader::array(value, path);
-      std::vector<int> out;
-      for (size_t p = 0; p < order.size(); ++p) {
-        out.push_back(static_cast<int>(Reader::integer(order[p], fmt::format("{}[{}]", path, p), 0, s.nranks - 1)));
-      }
-      return out;
-    };
-    s.symmetry.order = read_order(sym["order"], "symmetry.order");
-    if (sym.contains("lane_orders")) {
-      const json& lanes = Reader::array(sym["lane_orders"], "symmetry.lane_orders");
-      for (size_t l = 0; l < lanes.size(); ++l) {
-        s.symmetry.lane_orders.push_back(read_order(lanes[l], fmt::format("symmetry.lane_orders[{}]", l)));
-      }
-    }
-    s.symmetry.rotation_group =
-        static_cast<uint32_t>(Reader::integer(sym["rotation_group"], "symmetry.rotation_group", 1, kMaxU32));
-  }
+  if (!top["symmetry"].is_null()) s.symmetry = read_symmetry(top["symmetry"], s.nranks);
   const json& ranks = Reader::array(top["ranks"], "ranks");
   const size_t programs = s.symmetric() ? 1 : static_cast<size_t>(s.nranks);
   if (ranks.size() != programs) {
     Reader::bad("ranks", fmt::format("{} rank programs, expected {}", ranks.size(), programs));
   }
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    const std::string rpath = fmt::format("ranks[{}]", r);
-    const json& rank_doc = Reader::object(ranks[r], rpath, {"scratch_chunks", "lanes"});
-    RankProgram rank;
-    rank.scratch_chunks =
-        static_cast<uint32_t>(Reader::integer(rank_doc["scratch_chunks"], rpath + ".scratch_chunks", 0, kMaxU32));
-    const json& lanes = Reader::array(rank_doc["lanes"], rpath + ".lanes");
-    for (size_t l = 0; l < lanes.size(); ++l) {
-      const std::string lpath = fmt::format("{}.lanes[{}]", rpath, l);
-      const json& ops = Reader::array(Reader::object(lanes[l], lpath, {"ops"})["ops"], lpath + ".ops");
-      Lane lane;
-      for (size_t i = 0; i < ops.size(); ++i) {
-        const std::string opath = fmt::format("{}.ops[{}]", lpath, i);
-        if (!ops[i].is_object() || !ops[i].contains("op")) Reader::bad(opath, "expected an object with field 'op'");
-        Op op;
-        op.kind = parse_op_kind(Reader::text(ops[i]["op"], opath + ".op"), opath + ".op");
-        const bool comm = op.kind == OpKind::kSend || op.is_recv();
-        std::vector<const char*> keys = {"op", "deps"};
-        if (comm) keys.push_back("peer");
-        if (op.reads_src()) keys.push_back("src");
-        if (op.writes_dst()) keys.push_back("dst");
-        const json& o = ops[i];
-        for (const char* key : keys) {
-          if (!o.contains(key)) Reader::bad(opath, fmt::format("missing field '{}' for a {}", key, name(op.kind)));
-        }
-        for (const auto& [key, unused] : o.items()) {
-          if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-            Reader::bad(opath, fmt::format("unknown field '{}' for a {}", key, name(op.kind)));
-          }
-        }
-        if (comm) op.peer = static_cast<int32_t>(Reader::integer(o["peer"], opath + ".peer", -1, kMaxRanks));
-        if (op.reads_src()) op.src = parse_range(o["src"], opath + ".src");
-        if (op.writes_dst()) op.dst = parse_range(o["dst"], opath + ".dst");
-        const json& deps = Reader::array(o["deps"], opath + ".deps");
-        for (size_t d = 0; d < deps.size(); ++d) {
-          const std::string dpath = fmt::format("{}.deps[{}]", opath, d);
-          const json& pair = Reader::array(deps[d], dpath);
-          if (pair.size() != 2) Reader::bad(dpath, "expected [lane, op]");
-          lane.deps.push_back({static_cast<uint32_t>(Reader::integer(pair[0], dpath + "[0]", 0, kMaxU32)),
-                               static_cast<uint32_t>(Reader::integer(pair[1], dpath + "[1]", 0, kMaxU32))});
-        }
-        lane.ops.push_back(op);
-        lane.dep_begin.push_back(static_cast<uint32_t>(lane.deps.size()));
-      }
-      rank.lanes.push_back(std::move(lane));
-    }
-    s.ranks.push_back(std::move(rank));
-  }
+  for (size_t r = 0; r < ranks.size(); ++r) s.ranks.push_back(read_rank(ranks[r], fmt::format("ranks[{}]", r)));
   check_sizes(s);
   return s;
 }
