@@ -61,9 +61,50 @@ std::vector<std::vector<double>> forward_jacobian(const BatchResiduals& residual
   return jacobian;
 }
 
-LeastSquaresResult bounded_least_squares(const BatchResiduals& residuals, std::vector<double> x0,
-                                         const std::vector<double>& lower, const std::vector<double>& upper,
-                                         const LeastSquaresOptions& options) {
+namespace {
+
+// J^T r and J^T J of the residuals r at the current point.
+void normal_equations(const std::vector<std::vector<double>>& jacobian, const std::vector<double>& r,
+                      std::vector<double>& gradient, std::vector<std::vector<double>>& normal) {
+  const size_t n = gradient.size();
+  for (size_t a = 0; a < n; ++a) {
+    gradient[a] = 0;
+    for (size_t i = 0; i < r.size(); ++i) gradient[a] += jacobian[i][a] * r[i];
+    for (size_t b = 0; b < n; ++b) {
+      normal[a][b] = 0;
+      for (size_t i = 0; i < r.size(); ++i) normal[a][b] += jacobian[i][a] * jacobian[i][b];
+    }
+  }
+}
+
+// The free variables: not held at a bound by a gradient pushing out of the box.
+std::vector<size_t> free_variables(const std::vector<double>& x, const std::vector<double>& lower,
+                                   const std::vector<double>& upper, const std::vector<double>& gradient,
+                                   const std::vector<std::vector<double>>& normal) {
+  std::vector<size_t> free;
+  for (size_t j = 0; j < x.size(); ++j) {
+    const bool at_lower = x[j] <= lower[j] && gradient[j] > 0;
+    const bool at_upper = x[j] >= upper[j] && gradient[j] < 0;
+    if (!at_lower && !at_upper && normal[j][j] > 0) free.push_back(j);
+  }
+  return free;
+}
+
+// The damped Gauss-Newton step of the free variables: (A + lambda diag A) step = -g; empty when
+// the system is singular.
+std::vector<double> damped_step(const std::vector<size_t>& free, const std::vector<double>& gradient,
+                                const std::vector<std::vector<double>>& normal, double lambda) {
+  std::vector<std::vector<double>> a(free.size(), std::vector<double>(free.size()));
+  std::vector<double> b(free.size());
+  for (size_t p = 0; p < free.size(); ++p) {
+    for (size_t q = 0; q < free.size(); ++q) a[p][q] = normal[free[p]][free[q]];
+    a[p][p] += lambda * normal[free[p]][free[p]];
+    b[p] = -gradient[free[p]];
+  }
+  return solve_linear(a, b);
+}
+
+void check_start(const std::vector<double>& x0, const std::vector<double>& lower, const std::vector<double>& upper) {
   const size_t n = x0.size();
   if (lower.size() != n || upper.size() != n)
     fail(ErrorCode::kInvalidArgument, "least squares: bounds of another size");
@@ -73,6 +114,15 @@ LeastSquaresResult bounded_least_squares(const BatchResiduals& residuals, std::v
            lower[j], upper[j]);
     }
   }
+}
+
+}  // namespace
+
+LeastSquaresResult bounded_least_squares(const BatchResiduals& residuals, std::vector<double> x0,
+                                         const std::vector<double>& lower, const std::vector<double>& upper,
+                                         const LeastSquaresOptions& options) {
+  check_start(x0, lower, upper);
+  const size_t n = x0.size();
   LeastSquaresResult result;
   result.x = std::move(x0);
   std::vector<double> r = residuals({result.x}).front();
@@ -84,7 +134,6 @@ LeastSquaresResult bounded_least_squares(const BatchResiduals& residuals, std::v
   }
   double lambda = 1e-3;
   bool need_jacobian = true;
-  std::vector<std::vector<double>> jacobian;
   std::vector<double> gradient(n);
   std::vector<std::vector<double>> normal(n, std::vector<double>(n));
   for (result.iterations = 0; result.iterations < options.max_iterations; ++result.iterations) {
@@ -93,37 +142,17 @@ LeastSquaresResult bounded_least_squares(const BatchResiduals& residuals, std::v
       break;
     }
     if (need_jacobian) {
-      jacobian = forward_jacobian(residuals, result.x, r, lower, upper, options.difference_step);
+      normal_equations(forward_jacobian(residuals, result.x, r, lower, upper, options.difference_step), r, gradient,
+                       normal);
       result.evaluations += static_cast<int>(n);
-      for (size_t a = 0; a < n; ++a) {
-        gradient[a] = 0;
-        for (size_t i = 0; i < r.size(); ++i) gradient[a] += jacobian[i][a] * r[i];
-        for (size_t b = 0; b < n; ++b) {
-          normal[a][b] = 0;
-          for (size_t i = 0; i < r.size(); ++i) normal[a][b] += jacobian[i][a] * jacobian[i][b];
-        }
-      }
       need_jacobian = false;
     }
-    // Free variables: not held at a bound by a gradient pushing out of the box.
-    std::vector<size_t> free;
-    for (size_t j = 0; j < n; ++j) {
-      const bool at_lower = result.x[j] <= lower[j] && gradient[j] > 0;
-      const bool at_upper = result.x[j] >= upper[j] && gradient[j] < 0;
-      if (!at_lower && !at_upper && normal[j][j] > 0) free.push_back(j);
-    }
+    const std::vector<size_t> free = free_variables(result.x, lower, upper, gradient, normal);
     if (free.empty()) {
       result.converged = true;
       break;
     }
-    std::vector<std::vector<double>> a(free.size(), std::vector<double>(free.size()));
-    std::vector<double> b(free.size());
-    for (size_t p = 0; p < free.size(); ++p) {
-      for (size_t q = 0; q < free.size(); ++q) a[p][q] = normal[free[p]][free[q]];
-      a[p][p] += lambda * normal[free[p]][free[p]];
-      b[p] = -gradient[free[p]];
-    }
-    const std::vector<double> step = solve_linear(a, b);
+    const std::vector<double> step = damped_step(free, gradient, normal, lambda);
     if (step.empty()) {
       lambda *= 10;
       continue;
