@@ -244,36 +244,10 @@ Dag build_dag(const Schedule& s) {
   return build_dag_with_rounds(s, rounds);
 }
 
-void validate(Schedule& s) {
-  if (s.nranks < 1) fail(ErrorCode::kInvalidSchedule, "schedule has {} ranks", s.nranks);
-  if (s.symmetric()) {
-    detail::check_symmetry(s);
-  } else if (s.ranks.size() != static_cast<size_t>(s.nranks)) {
-    fail(ErrorCode::kInvalidSchedule, "schedule declares {} ranks but has programs for {}", s.nranks, s.ranks.size());
-  }
-  if (s.chunks_per_block == 0) fail(ErrorCode::kInvalidSchedule, "chunks_per_block is 0");
-  if (s.root < 0 || s.root >= s.nranks) fail(ErrorCode::kInvalidSchedule, "root {} out of range", s.root);
-  check_bounds(s);
+namespace {
 
-  std::vector<uint32_t> round;
-  const detail::Dag dag = build_dag_with_rounds(s, round);
-  const detail::OpIndex& index = dag.index;
-  const std::vector<OpLoc>& loc = dag.loc;
-  uint32_t num_rounds = 0;
-  for (uint32_t r : round) num_rounds = std::max(num_rounds, r + 1);
-
-
-  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
-    RankProgram& rank = s.ranks[static_cast<size_t>(r)];
-    for (uint32_t l = 0; l < rank.lanes.size(); ++l) {
-      Lane& lane = rank.lanes[l];
-      lane.rounds.resize(lane.ops.size());
-      for (uint32_t i = 0; i < lane.ops.size(); ++i) lane.rounds[i] = round[index.gid(static_cast<size_t>(r), l, i)];
-    }
-  }
-  s.num_rounds = num_rounds;
-
-  // Races: two ops of one rank in one round touching one storage slot, one of them writing it.
+// Races: two ops of one rank in one round touching one storage slot, one of them writing it.
+void check_races(const Schedule& s, const detail::OpIndex& index, const std::vector<OpLoc>& loc) {
   struct Touch {
     uint32_t slot;
     uint32_t round;
@@ -327,6 +301,38 @@ void validate(Schedule& s) {
       a = b;
     }
   }
+}
+
+}  // namespace
+
+void validate(Schedule& s) {
+  if (s.nranks < 1) fail(ErrorCode::kInvalidSchedule, "schedule has {} ranks", s.nranks);
+  if (s.symmetric()) {
+    detail::check_symmetry(s);
+  } else if (s.ranks.size() != static_cast<size_t>(s.nranks)) {
+    fail(ErrorCode::kInvalidSchedule, "schedule declares {} ranks but has programs for {}", s.nranks, s.ranks.size());
+  }
+  if (s.chunks_per_block == 0) fail(ErrorCode::kInvalidSchedule, "chunks_per_block is 0");
+  if (s.root < 0 || s.root >= s.nranks) fail(ErrorCode::kInvalidSchedule, "root {} out of range", s.root);
+  check_bounds(s);
+
+  std::vector<uint32_t> round;
+  const detail::Dag dag = build_dag_with_rounds(s, round);
+  const detail::OpIndex& index = dag.index;
+  const std::vector<OpLoc>& loc = dag.loc;
+  uint32_t num_rounds = 0;
+  for (uint32_t r : round) num_rounds = std::max(num_rounds, r + 1);
+
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
+    RankProgram& rank = s.ranks[static_cast<size_t>(r)];
+    for (uint32_t l = 0; l < rank.lanes.size(); ++l) {
+      Lane& lane = rank.lanes[l];
+      lane.rounds.resize(lane.ops.size());
+      for (uint32_t i = 0; i < lane.ops.size(); ++i) lane.rounds[i] = round[index.gid(static_cast<size_t>(r), l, i)];
+    }
+  }
+  s.num_rounds = num_rounds;
+  check_races(s, index, loc);
 }
 
 }  // namespace tandem
