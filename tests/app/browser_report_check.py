@@ -22,7 +22,7 @@ import tempfile
 import zlib
 
 WIDTH, HEIGHT = 1280, 1600
-FAULT_RGB = (0xD6, 0x27, 0x28)      # kFault / kFailed in app/report/report_page.cc
+FAULT_RGB = (0xD6, 0x27, 0x28)      # kFault / kFailed in app/report/report_html.h
 COMPLETED_RGB = (0x4C, 0x78, 0xA8)  # kCompleted
 SKIP = 77
 
