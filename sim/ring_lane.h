@@ -1,5 +1,5 @@
 // The steps of one ring lane replayed position by position: the last stage of the simulator's
-// compressed rounds for rank-symmetric rings (sim/simulator.cc's run_compressed), once one
+// compressed rounds for rank-symmetric rings (sim/simulator_replay.cc's run_compressed), once one
 // contention round has given every hop its latency and transfer time.
 //
 // Position p of the ring sends to position p + offset (mod n). At every step each position sends

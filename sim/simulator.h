@@ -172,7 +172,8 @@ class Simulator {
 
   // NVLS Tree all_reduce of `bytes` over `gpus` (node-major, `per_node` on each of at least 2
   // nodes): NVLink SHARP inside each node, a double binary tree per rail across nodes, in one
-  // pipelined round (simulator.cc says how). Throws Error(kUnsupported) without NVLS or on one node.
+  // pipelined round (simulator_in_network.cc says how). Throws Error(kUnsupported) without NVLS or
+  // on one node.
   SimResult run_nvls_tree_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node);
 
   // CollNet all_reduce of `bytes` over `gpus` (node-major, `per_node` on each of at least 2 nodes)
@@ -186,7 +187,7 @@ class Simulator {
   // Error(kUnsupported) without `sharp` in the cluster, on one node, or with the packet model.
   SimResult run_collnet_all_reduce(int64_t bytes, const std::vector<int>& gpus, int per_node, bool chain);
 
-  // NCCL's point-to-point transfers, in one pipelined round (simulator.cc says how): every pair's
+  // NCCL's point-to-point transfers, in one pipelined round (simulator_p2p.cc says how): every pair's
   // bytes on its route (across nodes through PXN: NVLink to the GPU on the receiver's rail, then
   // that rail's NIC), split into parts on the plan's channels, each channel one CTA moving at most
   // plan.channel_Bps; the most loaded link or channel sets the time, plus NCCL's latencies. Degraded
