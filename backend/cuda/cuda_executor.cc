@@ -127,20 +127,14 @@ struct MessageFaults {
   std::vector<int> stall_fault;   // the responsible fault, per stalled message
 };
 
-// Where a message's send (or its receive) stands in its rank's program, for fault reports.
-OpPosition send_position(const Message& m, const RunContext& context) {
+// Where a message's send (kSend) or its receive stands in its rank's program, for fault reports.
+OpPosition message_position(const Message& m, const RunContext& context, OpKind kind) {
+  const bool send = kind == OpKind::kSend;
   return OpPosition{.tile = context.tiles > 1 ? std::optional<uint32_t>(m.tile) : std::nullopt,
                     .lane = m.lane,
-                    .op = m.send_op,
-                    .kind = OpKind::kSend,
-                    .peer = m.dst};
-}
-OpPosition recv_position(const Message& m, const RunContext& context) {
-  return OpPosition{.tile = context.tiles > 1 ? std::optional<uint32_t>(m.tile) : std::nullopt,
-                    .lane = m.lane,
-                    .op = m.recv_op,
-                    .kind = OpKind::kRecv,
-                    .peer = m.src};
+                    .op = send ? m.send_op : m.recv_op,
+                    .kind = kind,
+                    .peer = send ? m.dst : m.src};
 }
 
 }  // namespace
@@ -201,7 +195,7 @@ struct CudaExecutor::Impl {
                          .backend = "cuda",
                          .rank = m.src,
                          .peer = m.dst,
-                         .at = send_position(m, context),
+                         .at = message_position(m, context, OpKind::kSend),
                          .fault = effect.fault_index});
       }
       if (effect.stall) {
@@ -229,7 +223,7 @@ struct CudaExecutor::Impl {
                        .backend = "cuda",
                        .rank = m.dst,
                        .peer = m.src,
-                       .at = recv_position(m, context),
+                       .at = message_position(m, context, OpKind::kRecv),
                        .fault = faults.stall_fault.front(),
                        .collective = schedule.collective,
                        .algorithm = schedule.algorithm,
@@ -467,7 +461,7 @@ RunResult CudaExecutor::run(const Schedule& schedule, const CollectiveSpec& spec
                        .backend = "cuda",
                        .rank = m.dst,
                        .peer = m.src,
-                       .at = recv_position(m, context)});
+                       .at = message_position(m, context, OpKind::kRecv)});
     }
   }
   return RunResult{.seconds = milliseconds * 1e-3};
