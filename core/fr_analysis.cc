@@ -63,6 +63,9 @@ std::string count_text(int64_t count, std::string_view noun, std::string_view pl
   return plural.empty() ? fmt::format("{} {}s", count, noun) : fmt::format("{} {}", count, plural);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Findings in reading order
+
 // `waited_in`: where the members with a dump wait for them ("" when none waits).
 FrFinding missing_dumps_finding(const Group& group, const std::string& waited_in) {
   Place place{&group, -1, false};

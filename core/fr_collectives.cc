@@ -389,7 +389,7 @@ std::optional<FrFinding> stall_finding(const Place& place, const std::vector<Hol
   if (stalled.empty() || done.empty()) return std::nullopt;
   const std::string collective = describe(*present.front().unit);
   return make_finding(FrFindingKind::kStateMismatch, place, collective, stalled,
-                      fmt::format("{} never completed {} {} of {}, which {} completed: {} GPU work stopped", 
+                      fmt::format("{} never completed {} {} of {}, which {} completed: {} GPU work stopped",
                                   ranks_phrase(stalled), collective, place.sequence(), place.group->label,
                                   ranks_phrase(done), stalled.size() == 1 ? "its" : "their"));
 }

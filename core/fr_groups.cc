@@ -112,7 +112,7 @@ void check_entries_name_groups(const FrDump& dump) {
 // The groups as the dumps declare them, each with the members whose dump declares it.
 struct Declarations {
   std::map<GroupKey, Group> groups;
-  std::map<GroupKey, int> declared_by;  // the first rank whose dump declares each membership
+  std::map<GroupKey, int> declared_by;                       // the first rank whose dump declares each membership
   std::map<GroupKey, std::vector<const FrGroup*>> declared;  // per group, parallel to its members
 };
 
@@ -157,8 +157,8 @@ void check_one_job(const std::map<GroupKey, int>& declared_by) {
   for (auto a = declared_by.begin(); a != declared_by.end(); ++a) {
     for (auto b = std::next(a); b != declared_by.end() && b->first.name == a->first.name; ++b) {
       std::vector<int> both;
-      std::set_intersection(a->first.ranks.begin(), a->first.ranks.end(), b->first.ranks.begin(),
-                            b->first.ranks.end(), std::back_inserter(both));
+      std::set_intersection(a->first.ranks.begin(), a->first.ranks.end(), b->first.ranks.begin(), b->first.ranks.end(),
+                            std::back_inserter(both));
       if (both.empty()) continue;
       fail(ErrorCode::kFormat,
            "these dumps come from different jobs: rank {}'s declares group '{}' as {}, rank {}'s as {}; "
@@ -176,17 +176,14 @@ StatusStream entry_kinds(const Group& group) {
     any_collective = any_collective || !member.collectives.units.empty();
     any_p2p = any_p2p || !member.p2p.units.empty();
   }
-  return any_collective == any_p2p ? StatusStream::kUnknown
-         : any_p2p                 ? StatusStream::kP2p
-                                   : StatusStream::kCollectives;
+  return any_collective == any_p2p ? StatusStream::kUnknown : any_p2p ? StatusStream::kP2p : StatusStream::kCollectives;
 }
 
 // A declared group made whole: members with a dump that does not declare the group recorded nothing
 // in it; members without a dump cannot be judged. `declared` is parallel to the declaring members;
 // `name_shared`: another group has this name, so the label names the membership too.
 void complete_group(Group& group, const std::vector<const FrGroup*>& declared,
-                    const std::map<int, const FrDump*>& by_rank, const std::map<int, bool>& partial,
-                    bool name_shared) {
+                    const std::map<int, const FrDump*>& by_rank, const std::map<int, bool>& partial, bool name_shared) {
   std::vector<Member> undeclared;
   for (int rank : group.key.ranks) {
     auto it = by_rank.find(rank);
