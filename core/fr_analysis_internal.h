@@ -1,10 +1,12 @@
-// The pieces of the flight-recorder analysis that its three files share (fr_analysis.cc walks the
-// collectives and writes the verdict, fr_p2p.cc matches point-to-point operations, fr_waits.cc
-// follows who waits on whom to the root cause). Not a public header: only core/fr_*.cc include it.
+// The pieces of the flight-recorder analysis that its files share (fr_groups.cc gathers the dumps
+// into groups, fr_collectives.cc checks the collectives, fr_p2p.cc matches point-to-point
+// operations, fr_waits.cc follows who waits on whom to the root cause, fr_analysis.cc writes the
+// verdict). Not a public header: only core/fr_*.cc include it.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -132,6 +134,20 @@ FrFinding make_finding(FrFindingKind kind, const Place& place, std::string colle
 // "rank 5 never joined nccl:all_reduce #12 of group 0 (default_pg): ranks 0-4, 6-7 are waiting in it".
 FrFinding missing_finding(const Place& place, const std::vector<Holder>& present, const std::vector<int>& missing,
                           const std::string& collective);
+
+// fr_groups.cc: the dumps in ascending rank order (two dumps of one rank are a format error), and
+// their groups keyed by (name, membership), ascending (see GroupKey), each with a member per rank of
+// it that left a dump. Fails on an entry in a group its dump does not declare, and on dumps of
+// different jobs (one group name with overlapping but different memberships).
+std::vector<const FrDump*> sorted_by_rank(const std::vector<FrDump>& dumps);
+std::vector<Group> build_groups(const std::vector<const FrDump*>& dumps);
+
+// fr_collectives.cc: the group's collectives in sequence order, compared across the members that
+// hold each, up to the first divergence.
+StreamResult walk_collectives(const Group& group);
+// The members without a dump, waited on by the members still in the group's oldest unfinished
+// collective: the wait edges (empty when nothing waits), and in `where` that collective.
+std::vector<WaitEdge> waits_on_missing_dumps(const Group& group, std::string* where);
 
 // fr_p2p.cc: every send must meet its receive on the peer. Operations are matched per (sender,
 // receiver) pair in the order each side issued them: a rank's p2p_seq_id counts all of its p2p
