@@ -95,109 +95,143 @@ struct Meta {
   uint32_t chunk = 0;  // the chunk of the collective this value is (as seen at position 0)
 };
 
-void replay(const Schedule& s, const Dag& dag, bool in_place, PositionSets& sets) {
-  const auto n = static_cast<uint32_t>(s.nranks);
-  const Symmetry& sym = s.symmetry;
-  const SlotStorage storage(s, 0, in_place);
-  const auto& lanes = s.ranks[0].lanes;
-
-  // Rows: one per storage slot, one scratch row, then message snapshots, each from its send until
-  // the matching receive consumes it (rows are recycled: a ring has one or two in flight).
-  const size_t temp = storage.size();
-  sets.reset(storage.size() + 1);
-  std::vector<Meta> meta(sets.rows());
-  std::vector<uint32_t> send_row(dag.index.total, 0);
-  std::vector<uint32_t> free_rows;
-
-  const uint32_t input_chunks = s.geometry().input_blocks * s.chunks_per_block;
-  for (uint32_t c = 0; c < input_chunks; ++c) {
-    const uint32_t id = storage.id(BufferKind::kInput, c);
-    meta[id] = {true, c};
-    sets.set(id, 0);
+// Position 0's template run over contributor sets: slots and message snapshots as rows of
+// `sets`, each with its Meta. Rows: one per storage slot, one scratch row, then message
+// snapshots, each from its send until the matching receive consumes it (rows are recycled: a
+// ring has one or two in flight).
+class TemplateReplay {
+ public:
+  TemplateReplay(const Schedule& s, const Dag& dag, bool in_place, PositionSets& sets)
+      : s_(s), dag_(dag), storage_(s, 0, in_place), sets_(sets), temp_(storage_.size()),
+        mode_(in_place ? "in place" : "out of place") {
+    sets_.reset(storage_.size() + 1);
+    meta_.resize(sets_.rows());
+    send_row_.assign(dag.index.total, 0);
+    const uint32_t input_chunks = s.geometry().input_blocks * s.chunks_per_block;
+    for (uint32_t c = 0; c < input_chunks; ++c) {
+      const uint32_t id = storage_.id(BufferKind::kInput, c);
+      meta_[id] = {true, c};
+      sets_.set(id, 0);
+    }
   }
-  const char* mode = in_place ? "in place" : "out of place";
-  for (const uint32_t g : dag.order) {
-    const OpLoc& at = dag.loc[g];
-    const Op& op = lanes[at.lane].ops[at.index];
-    auto bad = [&](const std::string& what) {
-      fail(ErrorCode::kCheckFailed, "ring position 0 template, {} ({}): {}", op_location(0, at.lane, at.index, op),
-           mode, what);
-    };
-    auto read = [&](const SlotRange& range) -> uint32_t {
-      const uint32_t id = storage.id(range.buffer, range.first);
-      if (!meta[id].written) {
-        bad(fmt::format("reads {} before anything was written to it", slot_name(range.buffer, range.first)));
-      }
-      return id;
-    };
-    // Writes the sum of row `a` (meta ma) and row `b` into slot `dst`.
-    auto combine = [&](const Meta& ma, const uint64_t* a, const Meta& mb, const uint64_t* b, uint32_t dst) {
-      if (ma.chunk != mb.chunk) bad(fmt::format("reduces chunk {} with chunk {}", ma.chunk, mb.chunk));
-      if (sets.intersects(a, b)) bad("counts a contribution twice");
-      if (sets.row(dst) != a) sets.copy(dst, a);
-      sets.merge(sets.row(dst), b);
-      meta[dst] = ma;
-    };
+
+  void run() {
+    const auto& lanes = s_.ranks[0].lanes;
+    for (const uint32_t g : dag_.order) {
+      const OpLoc& at = dag_.loc[g];
+      apply(g, at, lanes[at.lane].ops[at.index]);
+    }
+    check_outputs();
+  }
+
+ private:
+  void apply(uint32_t g, const OpLoc& at, const Op& op) {
+    at_ = &at;
+    op_ = &op;
     switch (op.kind) {
-      case OpKind::kSend: {
-        const uint32_t src = read(op.src);
-        if (free_rows.empty()) {
-          free_rows.push_back(static_cast<uint32_t>(sets.add_row()));
-          meta.emplace_back();
-        }
-        send_row[g] = free_rows.back();
-        free_rows.pop_back();
-        sets.copy(send_row[g], sets.row(src));
-        meta[send_row[g]] = meta[src];
-        break;
-      }
+      case OpKind::kSend: send(g, read(op.src)); break;
       case OpKind::kRecv:
-      case OpKind::kRecvReduce: {
-        // Sent by the position `peer` ahead: position 0's own snapshot, shifted by that offset.
-        const uint32_t message = send_row[dag.matched_send[g]];
-        const auto shift = static_cast<uint32_t>(op.peer);
-        sets.rotate(sets.row(message), shift, sets.row(temp));
-        const Meta received{true, sym.rotate(meta[message].chunk, shift)};
-        free_rows.push_back(message);
-        const uint32_t dst = storage.id(op.dst.buffer, op.dst.first);
-        if (op.kind == OpKind::kRecv) {
-          sets.copy(dst, sets.row(temp));
-          meta[dst] = received;
-        } else {
-          const uint32_t local = read(op.src);
-          combine(meta[local], sets.row(local), received, sets.row(temp), dst);
-        }
-        break;
-      }
+      case OpKind::kRecvReduce: receive(g, op); break;
       case OpKind::kCopy: {
         const uint32_t src = read(op.src);
-        const uint32_t dst = storage.id(op.dst.buffer, op.dst.first);
-        sets.copy(dst, sets.row(src));
-        meta[dst] = meta[src];
+        const uint32_t dst = storage_.id(op.dst.buffer, op.dst.first);
+        sets_.copy(dst, sets_.row(src));
+        meta_[dst] = meta_[src];
         break;
       }
       case OpKind::kReduce: {
         const uint32_t src = read(op.src);
         const uint32_t dst = read(op.dst);
-        combine(meta[dst], sets.row(dst), meta[src], sets.row(src), dst);
+        combine(meta_[dst], sets_.row(dst), meta_[src], sets_.row(src), dst);
         break;
       }
     }
   }
-  const uint32_t output_chunks = s.geometry().output_blocks * s.chunks_per_block;
-  for (uint32_t c = 0; c < output_chunks; ++c) {
-    const uint32_t id = storage.id(BufferKind::kOutput, c);
-    const uint32_t contributors = sets.count(sets.row(id));
-    // Symmetric schedules are all_reduce only: every output chunk sums every position.
-    if (!meta[id].written || meta[id].chunk != c || contributors != n) {
-      fail(ErrorCode::kCheckFailed,
-           "{} {} of {} ranks ({}): ring position 0 Out[{}] holds {}, expected chunk {} from all {} positions",
-           name(s.collective), name(s.algorithm), n, mode, c,
-           meta[id].written ? fmt::format("chunk {} from {} position(s)", meta[id].chunk, contributors)
-                            : std::string("nothing (never written)"),
-           c, n);
+
+  // Snapshots slot `src` into a message row until its receive.
+  void send(uint32_t g, uint32_t src) {
+    if (free_rows_.empty()) {
+      free_rows_.push_back(static_cast<uint32_t>(sets_.add_row()));
+      meta_.emplace_back();
+    }
+    send_row_[g] = free_rows_.back();
+    free_rows_.pop_back();
+    sets_.copy(send_row_[g], sets_.row(src));
+    meta_[send_row_[g]] = meta_[src];
+  }
+
+  // Sent by the position `peer` ahead: position 0's own snapshot, shifted by that offset.
+  void receive(uint32_t g, const Op& op) {
+    const uint32_t message = send_row_[dag_.matched_send[g]];
+    const auto shift = static_cast<uint32_t>(op.peer);
+    sets_.rotate(sets_.row(message), shift, sets_.row(temp_));
+    const Meta received{true, s_.symmetry.rotate(meta_[message].chunk, shift)};
+    free_rows_.push_back(message);
+    const uint32_t dst = storage_.id(op.dst.buffer, op.dst.first);
+    if (op.kind == OpKind::kRecv) {
+      sets_.copy(dst, sets_.row(temp_));
+      meta_[dst] = received;
+    } else {
+      const uint32_t local = read(op.src);
+      combine(meta_[local], sets_.row(local), received, sets_.row(temp_), dst);
     }
   }
+
+  [[noreturn]] void bad(const std::string& what) const {
+    fail(ErrorCode::kCheckFailed, "ring position 0 template, {} ({}): {}",
+         op_location(0, at_->lane, at_->index, *op_), mode_, what);
+  }
+
+  uint32_t read(const SlotRange& range) const {
+    const uint32_t id = storage_.id(range.buffer, range.first);
+    if (!meta_[id].written) {
+      bad(fmt::format("reads {} before anything was written to it", slot_name(range.buffer, range.first)));
+    }
+    return id;
+  }
+
+  // Writes the sum of row `a` (meta ma) and row `b` into slot `dst`.
+  void combine(const Meta& ma, const uint64_t* a, const Meta& mb, const uint64_t* b, uint32_t dst) {
+    if (ma.chunk != mb.chunk) bad(fmt::format("reduces chunk {} with chunk {}", ma.chunk, mb.chunk));
+    if (sets_.intersects(a, b)) bad("counts a contribution twice");
+    if (sets_.row(dst) != a) sets_.copy(dst, a);
+    sets_.merge(sets_.row(dst), b);
+    meta_[dst] = ma;
+  }
+
+  // Symmetric schedules are all_reduce only: every output chunk sums every position.
+  void check_outputs() {
+    const auto n = static_cast<uint32_t>(s_.nranks);
+    const uint32_t output_chunks = s_.geometry().output_blocks * s_.chunks_per_block;
+    for (uint32_t c = 0; c < output_chunks; ++c) {
+      const uint32_t id = storage_.id(BufferKind::kOutput, c);
+      const uint32_t contributors = sets_.count(sets_.row(id));
+      if (!meta_[id].written || meta_[id].chunk != c || contributors != n) {
+        fail(ErrorCode::kCheckFailed,
+             "{} {} of {} ranks ({}): ring position 0 Out[{}] holds {}, expected chunk {} from all {} positions",
+             name(s_.collective), name(s_.algorithm), n, mode_, c,
+             meta_[id].written ? fmt::format("chunk {} from {} position(s)", meta_[id].chunk, contributors)
+                               : std::string("nothing (never written)"),
+             c, n);
+      }
+    }
+  }
+
+  const Schedule& s_;
+  const Dag& dag_;
+  const SlotStorage storage_;
+  PositionSets& sets_;
+  const size_t temp_;  // the scratch row a received message is rotated into
+  const char* mode_;
+  std::vector<Meta> meta_;
+  std::vector<uint32_t> send_row_;
+  std::vector<uint32_t> free_rows_;
+  const OpLoc* at_ = nullptr;  // the op being applied, for error texts
+  const Op* op_ = nullptr;
+};
+
+void replay(const Schedule& s, const Dag& dag, bool in_place, PositionSets& sets) {
+  TemplateReplay(s, dag, in_place, sets).run();
 }
 
 }  // namespace

@@ -5,100 +5,87 @@
 #include "core/error.h"
 
 namespace tandem::algorithms {
+namespace {
+
+constexpr auto kIn = BufferKind::kInput;
+constexpr auto kOut = BufferKind::kOutput;
+
+// Slot j of a buffer (every direct schedule has one chunk per block).
+SlotRange slot(BufferKind buffer, int j) { return SlotRange{buffer, static_cast<uint32_t>(j), 1}; }
+
+// Rank r's d-th peer, and the rank whose d-th peer r is.
+int peer(int n, int r, int d) { return (r + d) % n; }
+int from(int n, int r, int d) { return (r - d + n) % n; }
+
+// Every rank sends `sent(r, to)` to every peer and receives each peer's into Out[from]; with
+// `own_copy`, rank r first copies its own `sent(r, r)` into Out[r].
+template <typename Sent>
+void exchange(ScheduleBuilder& b, int n, bool own_copy, Sent sent) {
+  for (int r = 0; r < n; ++r) {
+    if (own_copy) b.copy(r, 0, sent(r, r), slot(kOut, r));
+    for (int d = 1; d < n; ++d) {
+      b.send(r, 0, peer(n, r, d), sent(r, peer(n, r, d)));
+      b.recv(r, 0, from(n, r, d), slot(kOut, from(n, r, d)));
+    }
+  }
+}
+
+// Every rank sends In[to] to each peer `to` and sums what it receives into `owned(r)`, starting
+// from its own In[r]: a direct reduce-scatter.
+template <typename Owned>
+void reduce_to_owners(ScheduleBuilder& b, int n, Owned owned) {
+  for (int r = 0; r < n; ++r) {
+    if (n == 1) b.copy(r, 0, slot(kIn, r), owned(r));
+    for (int d = 1; d < n; ++d) {
+      b.send(r, 0, peer(n, r, d), slot(kIn, peer(n, r, d)));
+      b.recv_reduce(r, 0, from(n, r, d), d == 1 ? slot(kIn, r) : owned(r), owned(r));
+    }
+  }
+}
+
+}  // namespace
 
 Schedule build_direct(const CollectiveSpec& spec, const RankLayout&, const AlgoParams& params) {
   const int n = spec.nranks;
-  const auto un = static_cast<uint32_t>(n);
-  constexpr auto kIn = BufferKind::kInput;
-  constexpr auto kOut = BufferKind::kOutput;
-  auto peer = [n](int r, int d) { return (r + d) % n; };
-  auto from = [n](int r, int d) { return (r - d + n) % n; };
-  auto block = [](BufferKind buffer, int b, uint32_t k) { return SlotRange{buffer, static_cast<uint32_t>(b) * k, k}; };
-
+  const int root = spec.root;
+  // Two shots for all_reduce (chunk j reduced to rank j, then gathered from it); one chunk else.
+  const uint32_t chunks = spec.collective == Collective::kAllReduce ? static_cast<uint32_t>(n) : 1;
+  ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, root, chunks, params);
   switch (spec.collective) {
-    case Collective::kAllToAll: {
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, 1, params);
-      for (int r = 0; r < n; ++r) {
-        b.copy(r, 0, block(kIn, r, 1), block(kOut, r, 1));
-        for (int d = 1; d < n; ++d) {
-          b.send(r, 0, peer(r, d), block(kIn, peer(r, d), 1));
-          b.recv(r, 0, from(r, d), block(kOut, from(r, d), 1));
-        }
-      }
-      return std::move(b).finish();
-    }
-    case Collective::kAllGather: {
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, 1, params);
-      for (int r = 0; r < n; ++r) {
-        b.copy(r, 0, block(kIn, 0, 1), block(kOut, r, 1));
-        for (int d = 1; d < n; ++d) {
-          b.send(r, 0, peer(r, d), block(kIn, 0, 1));
-          b.recv(r, 0, from(r, d), block(kOut, from(r, d), 1));
-        }
-      }
-      return std::move(b).finish();
-    }
-    case Collective::kReduceScatter: {
-      // Own contribution first, then every peer's contribution to this rank's block.
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, 1, params);
-      for (int r = 0; r < n; ++r) {
-        if (n == 1) b.copy(r, 0, block(kIn, r, 1), block(kOut, 0, 1));
-        for (int d = 1; d < n; ++d) {
-          b.send(r, 0, peer(r, d), block(kIn, peer(r, d), 1));
-          b.recv_reduce(r, 0, from(r, d), d == 1 ? block(kIn, r, 1) : block(kOut, 0, 1), block(kOut, 0, 1));
-        }
-      }
-      return std::move(b).finish();
-    }
-    case Collective::kAllReduce: {
-      // Two shots: a direct reduce-scatter of chunk j to rank j, then a direct all-gather of it.
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, un, params);
-      auto chunk = [](BufferKind buffer, int j) { return SlotRange{buffer, static_cast<uint32_t>(j), 1}; };
-      for (int r = 0; r < n; ++r) {
-        if (n == 1) b.copy(r, 0, chunk(kIn, 0), chunk(kOut, 0));
-        for (int d = 1; d < n; ++d) {
-          b.send(r, 0, peer(r, d), chunk(kIn, peer(r, d)));
-          b.recv_reduce(r, 0, from(r, d), d == 1 ? chunk(kIn, r) : chunk(kOut, r), chunk(kOut, r));
-        }
-      }
-      for (int r = 0; r < n; ++r) {
-        for (int d = 1; d < n; ++d) {
-          b.send(r, 0, peer(r, d), chunk(kOut, r));
-          b.recv(r, 0, from(r, d), chunk(kOut, from(r, d)));
-        }
-      }
-      return std::move(b).finish();
-    }
-    case Collective::kBroadcast: {
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, 1, params);
-      b.copy(spec.root, 0, block(kIn, 0, 1), block(kOut, 0, 1));
-      for (int d = 1; d < n; ++d) b.transfer(0, spec.root, block(kIn, 0, 1), peer(spec.root, d), block(kOut, 0, 1));
-      return std::move(b).finish();
-    }
-    case Collective::kReduce: {
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, 1, params);
-      if (n == 1) b.copy(spec.root, 0, block(kIn, 0, 1), block(kOut, 0, 1));
+    case Collective::kAllToAll: exchange(b, n, true, [](int, int to) { return slot(kIn, to); }); break;
+    case Collective::kAllGather: exchange(b, n, true, [](int, int) { return slot(kIn, 0); }); break;
+    case Collective::kReduceScatter:  // own contribution first, then every peer's to this rank's block
+      reduce_to_owners(b, n, [](int) { return slot(kOut, 0); });
+      break;
+    case Collective::kAllReduce:
+      reduce_to_owners(b, n, [](int r) { return slot(kOut, r); });
+      exchange(b, n, false, [](int r, int) { return slot(kOut, r); });
+      break;
+    case Collective::kBroadcast:
+      b.copy(root, 0, slot(kIn, 0), slot(kOut, 0));
+      for (int d = 1; d < n; ++d) b.transfer(0, root, slot(kIn, 0), peer(n, root, d), slot(kOut, 0));
+      break;
+    case Collective::kReduce:
+      if (n == 1) b.copy(root, 0, slot(kIn, 0), slot(kOut, 0));
       for (int d = 1; d < n; ++d) {
-        b.transfer_reduce(0, peer(spec.root, d), block(kIn, 0, 1), spec.root,
-                          d == 1 ? block(kIn, 0, 1) : block(kOut, 0, 1), block(kOut, 0, 1));
+        b.transfer_reduce(0, peer(n, root, d), slot(kIn, 0), root, d == 1 ? slot(kIn, 0) : slot(kOut, 0),
+                          slot(kOut, 0));
       }
-      return std::move(b).finish();
-    }
-    case Collective::kSendRecv: {
-      // Every rank sends its buffer to rank+1 (with one rank, to itself: a copy).
-      ScheduleBuilder b(spec.collective, Algorithm::kDirect, n, spec.root, 1, params);
+      break;
+    case Collective::kSendRecv:  // every rank sends its buffer to rank+1 (alone, to itself: a copy)
       for (int r = 0; r < n; ++r) {
         if (n == 1) {
-          b.copy(r, 0, block(kIn, 0, 1), block(kOut, 0, 1));
+          b.copy(r, 0, slot(kIn, 0), slot(kOut, 0));
         } else {
-          b.send(r, 0, peer(r, 1), block(kIn, 0, 1));
-          b.recv(r, 0, from(r, 1), block(kOut, 0, 1));
+          b.send(r, 0, peer(n, r, 1), slot(kIn, 0));
+          b.recv(r, 0, from(n, r, 1), slot(kOut, 0));
         }
       }
-      return std::move(b).finish();
-    }
+      break;
+    default:
+      fail(ErrorCode::kUnsupported, "direct does not implement {}", name(spec.collective));
   }
-  fail(ErrorCode::kUnsupported, "direct does not implement {}", name(spec.collective));
+  return std::move(b).finish();
 }
 
 }  // namespace tandem::algorithms
