@@ -7,9 +7,10 @@
 // define is an Error(kFormat) whose message starts with "FILE:LINE:COLUMN: " (1-based, from the
 // YAML node the problem is in) and names the key's place in the file ("workload.sizes.min").
 //
-// Layout for what comes next: each section is parsed by its own function in scenario.cc; a new
-// top-level section (faults, recovery) adds a key, a member here and a parser; a new workload type
-// adds an alternative to Workload and a row to the workload-type table.
+// Layout for what comes next: each section is parsed by its own function, in scenario.cc or in a
+// scenario_*.cc file of its own (scenario_internal.h lists them); a new top-level section (faults,
+// recovery) adds a key, a member here and a parser; a new workload type adds an alternative to
+// Workload, a reader in a file of its own and a row to scenario.cc's workload-type table.
 #pragma once
 
 #include <cstdint>

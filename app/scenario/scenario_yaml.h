@@ -11,14 +11,16 @@
 
 namespace tandem::app {
 
-// Sections that scenarios and plan sweeps share (defined in scenario.cc).
+// Sections that scenarios and plan sweeps share.
 
-// A cluster mapping (preset + overrides) at `node`, resolved and validated.
+// A cluster mapping (preset + overrides) at `node`, resolved and validated (scenario_cluster.cc).
 models::ClusterSpec read_cluster_spec(const Reader& reader, const YAML::Node& node, const std::string& path);
-// `workload: {type: training, ...}` at `node`.
+// `workload: {type: training, ...}` at `node` (scenario_training.cc).
 TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& node, const std::string& path);
-// {min, max} at `node`.
+// {min, max} at `node` (scenario.cc).
 Bound read_bound(const Reader& reader, const YAML::Node& node, const std::string& path);
+
+// Defined in scenario_startup.cc: a start-up workload's levers and layout.
 // The start-up lever keys of `m` (store, eager_init, ranks_per_root, runtime_connect, oob_net,
 // init_barriers, topo_cache) into `levers`; keys absent keep their values.
 void read_startup_levers(const Reader& reader, const Mapping& m, sim::StartupLevers& levers);

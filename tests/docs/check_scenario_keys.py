@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checks that the scenario and plan references document every key the loaders accept: each key of
-the k...Keys tables in app/scenario/scenario.cc must appear in docs/scenarios.md, in backticks or as `key:`
-in a YAML example, and each of app/plan/plan.cc's in docs/plan.md; each cluster key of
-app/common/cluster_keys.cc in docs/scenarios.md and its flag in docs/cli.md.
+the k...Keys tables in app/scenario/scenario.cc and its scenario_*.cc section readers must appear in
+docs/scenarios.md, in backticks or as `key:` in a YAML example, and each of app/plan/plan.cc's in
+docs/plan.md; each cluster key of app/common/cluster_keys.cc in docs/scenarios.md and its flag in
+docs/cli.md.
 
 Usage: check_scenario_keys.py REPO      exit 0 when every key is documented, 1 with the missing ones.
 Standard library only.
@@ -10,6 +11,16 @@ Standard library only.
 
 import re
 import sys
+
+# The scenario loader's files that hold k...Keys tables (app/scenario/scenario_internal.h).
+SCENARIO_READERS = [
+    "scenario",
+    "scenario_cluster",
+    "scenario_faults",
+    "scenario_collectives",
+    "scenario_training",
+    "scenario_startup",
+]
 
 
 def tables(source):
@@ -45,7 +56,9 @@ def main():
             missing.append(f"docs/scenarios.md: cluster key '{key}' (app/common/cluster_keys.cc) is not documented")
         if not documented(cli_doc, flag):
             missing.append(f"docs/cli.md: cluster flag '{flag}' (app/common/cluster_keys.cc) is not documented")
-    for source, doc in [("app/scenario/scenario.cc", "docs/scenarios.md"), ("app/plan/plan.cc", "docs/plan.md")]:
+    for source, doc in [(f"app/scenario/{name}.cc", "docs/scenarios.md") for name in SCENARIO_READERS] + [
+        ("app/plan/plan.cc", "docs/plan.md")
+    ]:
         text = open(f"{repo}/{doc}", encoding="utf-8").read()
         for table, keys in tables(open(f"{repo}/{source}", encoding="utf-8").read()).items():
             for key in keys:
