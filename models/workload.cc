@@ -386,10 +386,11 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
     const int largest = m.moe() ? m.dense_layers : 0;
     const double layer = static_cast<double>(m.layer_dense_parameters(largest)) / tp +
                          static_cast<double>(m.layer_expert_parameters(largest));
-    // Two units' gathered parameters (the one running and the one prefetched), the unit's
-    // unsharded gradients, and FSDP2's reduce-scatter input in the reduce dtype that foreach_reduce
-    // copies them into before freeing them (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py).
-    mem.unsharded_bytes = (2.0 * kFsdpComputeBytes + kFsdpComputeBytes + grad_bytes(config)) * layer;
+    // Two units' gathered parameters (the one running and the one prefetched) and the unit's
+    // unsharded gradients. FSDP2's reduce-scatter input (foreach_reduce copies the gradients into
+    // it) comes after the unit's saved tensors are freed, so it is not part of the peak (the step's
+    // memory timeline allocates it).
+    mem.unsharded_bytes = (2.0 * kFsdpComputeBytes + kFsdpComputeBytes) * layer;
   }
   const double tokens = tokens_per_rank(config);
   const double chunk_layers = layers / layout.vp;  // one virtual stage's layers, on average

@@ -172,7 +172,7 @@ struct MemoryBreakdown {
   double weights_bytes = 0;
   double gradients_bytes = 0;
   double optimizer_bytes = 0;  // fp32 master weights + Adam's two moments (FSDP: the moments; the weights are the master)
-  double unsharded_bytes = 0;  // FSDP: gathered parameters (two layers, prefetch), one layer's gradients and their reduce-scatter input
+  double unsharded_bytes = 0;  // FSDP: gathered parameters (two layers, prefetch), one layer's bf16 gradients
   double activations_bytes = 0;
   double logits_bytes = 0;   // the output layer's fp32 logits (last stage; counted when it is the busiest)
   double runtime_bytes = 0;  // memory outside the caching allocator: CUDA context, NCCL buffers (kRuntimeReserveBytes)
