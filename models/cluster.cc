@@ -253,52 +253,62 @@ std::string describe(const ClusterSpec& spec) {
 
 namespace {
 
-// Vertices: per node its GPUs, NVSwitch and NICs; then leaves; then spines. Links: per node its
-// NVLinks, PCIe links and NIC uplinks; then leaf <-> spine links. Ids in that order.
-void build_graph(const ClusterSpec& spec, const FabricShape& shape, Graph& graph) {
+// Adds vertices and links to a graph, giving the links dense ids in the order they are added.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(Graph& graph) : graph_(graph) {}
+
+  VertexId add_vertex(VertexKind kind, std::string name, int node, int local, int rail, int rank) {
+    return boost::add_vertex(Vertex{kind, std::move(name), node, local, rail, rank}, graph_);
+  }
+  void add_link(VertexId a, VertexId b, LinkKind kind, std::string name, double bandwidth_Bps, double latency_s) {
+    boost::add_edge(a, b, Link{kind, std::move(name), bandwidth_Bps, latency_s, next_link_++}, graph_);
+  }
+  const Vertex& vertex(VertexId v) const { return graph_[v]; }
+
+ private:
+  Graph& graph_;
+  uint32_t next_link_ = 0;
+};
+
+// One node: its GPUs, the NVSwitch (with two GPUs or more) and its NICs, appended to `nic_vertex`;
+// GPU <-> NVSwitch, GPU <-> its NIC.
+void add_node(const ClusterSpec& spec, int node, GraphBuilder& builder, std::vector<VertexId>& nic_vertex) {
   const int gpus = spec.gpus_per_node;
   const int nics = spec.nics_per_node;
   const int gpus_per_nic = gpus / nics;
-
-  uint32_t next_link = 0;
-  auto add_vertex = [&graph](VertexKind kind, std::string name, int node, int local, int rail, int rank) {
-    return boost::add_vertex(Vertex{kind, std::move(name), node, local, rail, rank}, graph);
-  };
-  auto add_link = [&](VertexId a, VertexId b, LinkKind kind, std::string name, double bandwidth_Bps, double latency_s) {
-    boost::add_edge(a, b, Link{kind, std::move(name), bandwidth_Bps, latency_s, next_link++}, graph);
-  };
-
-  // Per node: GPUs, the NVSwitch, NICs; GPU <-> NVSwitch, GPU <-> its NIC.
-  std::vector<VertexId> nic_vertex(static_cast<size_t>(spec.nodes * nics));
-  for (int node = 0; node < spec.nodes; ++node) {
-    const std::string prefix = fmt::format("n{}", node);
-    std::vector<VertexId> gpu(static_cast<size_t>(gpus));
+  const std::string prefix = fmt::format("n{}", node);
+  std::vector<VertexId> gpu(static_cast<size_t>(gpus));
+  for (int local = 0; local < gpus; ++local) {
+    gpu[static_cast<size_t>(local)] = builder.add_vertex(VertexKind::kGpu, fmt::format("{}-gpu{}", prefix, local), node,
+                                                         local, local / gpus_per_nic, node * gpus + local);
+  }
+  if (gpus > 1) {
+    const VertexId nvswitch = builder.add_vertex(VertexKind::kNvSwitch, prefix + "-nvswitch", node, -1, -1, -1);
     for (int local = 0; local < gpus; ++local) {
-      gpu[static_cast<size_t>(local)] = add_vertex(VertexKind::kGpu, fmt::format("{}-gpu{}", prefix, local), node,
-                                                   local, local / gpus_per_nic, node * gpus + local);
-    }
-    if (gpus > 1) {
-      const VertexId nvswitch = add_vertex(VertexKind::kNvSwitch, prefix + "-nvswitch", node, -1, -1, -1);
-      for (int local = 0; local < gpus; ++local) {
-        add_link(gpu[static_cast<size_t>(local)], nvswitch, LinkKind::kNvLink,
-                 fmt::format("{}-gpu{}-nvlink", prefix, local), spec.nvlink_Bps, spec.nvlink_latency_s);
-      }
-    }
-    for (int i = 0; i < nics; ++i) {
-      nic_vertex[static_cast<size_t>(node * nics + i)] =
-          add_vertex(VertexKind::kNic, fmt::format("{}-nic{}", prefix, i), node, i, i, -1);
-    }
-    for (int local = 0; local < gpus; ++local) {
-      add_link(gpu[static_cast<size_t>(local)], nic_vertex[static_cast<size_t>(node * nics + local / gpus_per_nic)],
-               LinkKind::kPcie, fmt::format("{}-gpu{}-pcie", prefix, local), spec.pcie_Bps, spec.pcie_latency_s);
+      builder.add_link(gpu[static_cast<size_t>(local)], nvswitch, LinkKind::kNvLink,
+                       fmt::format("{}-gpu{}-nvlink", prefix, local), spec.nvlink_Bps, spec.nvlink_latency_s);
     }
   }
+  const size_t first_nic = nic_vertex.size();
+  for (int i = 0; i < nics; ++i) {
+    nic_vertex.push_back(builder.add_vertex(VertexKind::kNic, fmt::format("{}-nic{}", prefix, i), node, i, i, -1));
+  }
+  for (int local = 0; local < gpus; ++local) {
+    builder.add_link(gpu[static_cast<size_t>(local)], nic_vertex[first_nic + static_cast<size_t>(local / gpus_per_nic)],
+                     LinkKind::kPcie, fmt::format("{}-gpu{}-pcie", prefix, local), spec.pcie_Bps, spec.pcie_latency_s);
+  }
+}
 
-  // Leaves, NIC <-> leaf.
+// The leaves, and each NIC's uplink to its leaf (`nic_vertex`: node * nics_per_node + NIC). Returns
+// the leaves.
+std::vector<VertexId> add_leaves(const ClusterSpec& spec, const FabricShape& shape,
+                                 const std::vector<VertexId>& nic_vertex, GraphBuilder& builder) {
+  const int nics = spec.nics_per_node;
   std::vector<VertexId> leaves;
   auto nic_uplink = [&](int node, int i, VertexId leaf) {
-    add_link(nic_vertex[static_cast<size_t>(node * nics + i)], leaf, LinkKind::kNetwork,
-             fmt::format("n{}-nic{}-uplink", node, i), spec.nic_Bps, spec.nic_latency_s);
+    builder.add_link(nic_vertex[static_cast<size_t>(node * nics + i)], leaf, LinkKind::kNetwork,
+                     fmt::format("n{}-nic{}-uplink", node, i), spec.nic_Bps, spec.nic_latency_s);
   };
   switch (spec.fabric) {
     case Fabric::kRailOptimized:
@@ -306,7 +316,7 @@ void build_graph(const ClusterSpec& spec, const FabricShape& shape, Graph& graph
         for (int rail = 0; rail < nics; ++rail) {
           const std::string leaf_name =
               shape.leaf_groups == 1 ? fmt::format("leaf-rail{}", rail) : fmt::format("su{}-leaf-rail{}", group, rail);
-          leaves.push_back(add_vertex(VertexKind::kLeaf, leaf_name, -1, -1, rail, -1));
+          leaves.push_back(builder.add_vertex(VertexKind::kLeaf, leaf_name, -1, -1, rail, -1));
         }
       }
       for (int node = 0; node < spec.nodes; ++node) {
@@ -317,31 +327,47 @@ void build_graph(const ClusterSpec& spec, const FabricShape& shape, Graph& graph
       break;
     case Fabric::kFatTree:
       for (int group = 0; group < shape.leaf_groups; ++group) {
-        leaves.push_back(add_vertex(VertexKind::kLeaf, fmt::format("leaf{}", group), -1, -1, -1, -1));
+        leaves.push_back(builder.add_vertex(VertexKind::kLeaf, fmt::format("leaf{}", group), -1, -1, -1, -1));
       }
       for (int node = 0; node < spec.nodes; ++node) {
         for (int i = 0; i < nics; ++i) nic_uplink(node, i, leaves[static_cast<size_t>(node / shape.nodes_per_leaf)]);
       }
       break;
     case Fabric::kSingleSwitch:
-      leaves.push_back(add_vertex(VertexKind::kLeaf, "switch", -1, -1, -1, -1));
+      leaves.push_back(builder.add_vertex(VertexKind::kLeaf, "switch", -1, -1, -1, -1));
       for (int node = 0; node < spec.nodes; ++node) {
         for (int i = 0; i < nics; ++i) nic_uplink(node, i, leaves[0]);
       }
       break;
   }
+  return leaves;
+}
 
-  // Spines: every leaf to every spine once.
+// The spines, every leaf joined to every spine once.
+void add_spines(const ClusterSpec& spec, const FabricShape& shape, const std::vector<VertexId>& leaves,
+                GraphBuilder& builder) {
   std::vector<VertexId> spines;
   for (int s = 0; s < shape.spines; ++s) {
-    spines.push_back(add_vertex(VertexKind::kSpine, fmt::format("spine{}", s), -1, -1, -1, -1));
+    spines.push_back(builder.add_vertex(VertexKind::kSpine, fmt::format("spine{}", s), -1, -1, -1, -1));
   }
   for (VertexId leaf : leaves) {
     for (int s = 0; s < shape.spines; ++s) {
-      add_link(leaf, spines[static_cast<size_t>(s)], LinkKind::kNetwork, fmt::format("{}-spine{}", graph[leaf].name, s),
-               shape.uplink_Bps, spec.switch_latency_s);
+      builder.add_link(leaf, spines[static_cast<size_t>(s)], LinkKind::kNetwork,
+                       fmt::format("{}-spine{}", builder.vertex(leaf).name, s), shape.uplink_Bps,
+                       spec.switch_latency_s);
     }
   }
+}
+
+// Vertices: per node its GPUs, NVSwitch and NICs; then leaves; then spines. Links: per node its
+// NVLinks and PCIe links; then the NIC uplinks; then leaf <-> spine links. Ids in that order.
+void build_graph(const ClusterSpec& spec, const FabricShape& shape, Graph& graph) {
+  GraphBuilder builder(graph);
+  std::vector<VertexId> nic_vertex;  // node * nics_per_node + NIC
+  nic_vertex.reserve(static_cast<size_t>(spec.nodes * spec.nics_per_node));
+  for (int node = 0; node < spec.nodes; ++node) add_node(spec, node, builder, nic_vertex);
+  const std::vector<VertexId> leaves = add_leaves(spec, shape, nic_vertex, builder);
+  add_spines(spec, shape, leaves, builder);
 }
 
 }  // namespace

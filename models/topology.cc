@@ -81,9 +81,11 @@ uint64_t ecmp_hash(int src, int dst, uint32_t vertex) {
 std::string format_bandwidth(double bytes_per_s) { return fmt::format("{:g} GB/s", bytes_per_s / 1e9); }
 std::string format_latency(double seconds) { return fmt::format("{:g} us", seconds * 1e6); }
 
+}  // namespace
+
 // Per-thread scratch of route(): distances inside the destination's local region, stamped with a
 // generation so that no query clears an array the size of the graph.
-struct RouteScratch {
+struct Topology::RouteScratch {
   std::vector<uint32_t> stamp;
   std::vector<uint32_t> distance;
   std::vector<uint32_t> queue;
@@ -102,8 +104,6 @@ struct RouteScratch {
   }
 };
 
-}  // namespace
-
 Topology::Topology(Graph graph, int gpus_per_node, std::string description)
     : Topology([&graph](Graph& g) { g = graph; }, gpus_per_node, std::move(description)) {}
 
@@ -117,8 +117,17 @@ Topology::Topology(const std::function<void(Graph&)>& build, int gpus_per_node, 
 }
 
 void Topology::index() {
+  index_vertices();
+  index_links();
+  index_neighbors();
+  std::lock_guard lock(state_->cache_mutex);
+  state_->distance_cache.clear();
+  state_->distance_index.assign(boost::num_vertices(state_->graph), -1);
+}
+
+// Vertex names, and the GPU of each rank, checking that the ranks fill whole nodes.
+void Topology::index_vertices() {
   const size_t vertex_count = boost::num_vertices(state_->graph);
-  const size_t edge_count = boost::num_edges(state_->graph);
   if (state_->gpus_per_node < 1)
     fail(ErrorCode::kInvalidArgument, "gpus_per_node must be at least 1 (got {})", state_->gpus_per_node);
   if (vertex_count >= kNoVertex) fail(ErrorCode::kInvalidArgument, "too many vertices ({})", vertex_count);
@@ -155,12 +164,15 @@ void Topology::index() {
            vertex.rank % state_->gpus_per_node);
     }
   }
+}
 
+// Links by id and by name, with their endpoints, checking ids, names, bandwidths and latencies.
+void Topology::index_links() {
+  const size_t edge_count = boost::num_edges(state_->graph);
   state_->links.assign(edge_count, nullptr);
   state_->endpoints.assign(edge_count, {});
   state_->link_by_name.clear();
   state_->link_by_name.reserve(edge_count);
-  std::vector<uint32_t> degree(vertex_count + 1, 0);
   for (auto [it, end] = boost::edges(state_->graph); it != end; ++it) {
     const Link& link = state_->graph[*it];
     const VertexId a = boost::source(*it, state_->graph);
@@ -183,11 +195,17 @@ void Topology::index() {
     }
     state_->links[link.id] = &link;
     state_->endpoints[link.id] = {std::min(a, b), std::max(a, b)};
+  }
+}
+
+// CSR adjacency in out-edge order, so that ECMP candidates come in the same order every run.
+void Topology::index_neighbors() {
+  const size_t vertex_count = boost::num_vertices(state_->graph);
+  std::vector<uint32_t> degree(vertex_count + 1, 0);
+  for (const auto& [a, b] : state_->endpoints) {
     ++degree[a];
     ++degree[b];
   }
-
-  // CSR adjacency in out-edge order, so that ECMP candidates come in the same order every run.
   state_->neighbor_offset.assign(vertex_count + 1, 0);
   for (size_t v = 0; v < vertex_count; ++v) state_->neighbor_offset[v + 1] = state_->neighbor_offset[v] + degree[v];
   state_->neighbors.assign(state_->neighbor_offset[vertex_count], {});
@@ -197,10 +215,6 @@ void Topology::index() {
       state_->neighbors[next++] = {static_cast<uint32_t>(boost::target(*it, state_->graph)), state_->graph[*it].id};
     }
   }
-
-  std::lock_guard lock(state_->cache_mutex);
-  state_->distance_cache.clear();
-  state_->distance_index.assign(vertex_count, -1);
 }
 
 // Routes may not pass through a GPU, so two GPUs can talk exactly when they share a link or touch a
@@ -215,7 +229,6 @@ void Topology::check_reachability() const {
     while (parent[v] != v) v = parent[v] = parent[parent[v]];
     return v;
   };
-  auto is_gpu = [this](uint32_t v) { return state_->graph[v].kind == VertexKind::kGpu; };
   for (uint32_t link = 0; link < state_->endpoints.size(); ++link) {
     const auto [a, b] = state_->endpoints[link];
     if (!is_gpu(static_cast<uint32_t>(a)) && !is_gpu(static_cast<uint32_t>(b))) {
@@ -307,6 +320,44 @@ const uint16_t* Topology::distances_from(uint32_t fabric_vertex) const {
   return state_->distance_cache.back().get();
 }
 
+// The walk that route() and route_avoiding() end with, from src's GPU to dst's in `hops` hops: at
+// each vertex, `hops_left` hops from the target, the neighbours that `closer(vertex, hops_left,
+// neighbor)` accepts (those one step closer), narrowed to the widest links, one of them chosen by
+// the ECMP hash of (src, dst, vertex). `caller` names the function in the error for a vertex where
+// no neighbour is accepted, which consistent distances rule out: never loop forever.
+template <typename Closer>
+Route Topology::walk(int src, int dst, uint32_t hops, std::string_view caller, Closer closer) const {
+  const uint32_t target = static_cast<uint32_t>(gpu_vertex(dst));
+  Route route;
+  route.bottleneck_Bps = std::numeric_limits<double>::infinity();
+  route.hops.reserve(hops);
+  std::vector<Neighbor> candidates;
+  uint32_t v = static_cast<uint32_t>(gpu_vertex(src));
+  for (uint32_t hops_left = hops; v != target; --hops_left) {
+    candidates.clear();
+    double widest = 0;
+    for (const Neighbor& nb : neighbors(v)) {
+      if (!closer(v, hops_left, nb)) continue;
+      const double bandwidth = state_->links[nb.link]->bandwidth_Bps;
+      if (bandwidth > widest) {
+        candidates.clear();
+        widest = bandwidth;
+      }
+      if (bandwidth == widest) candidates.push_back(nb);
+    }
+    if (candidates.empty()) {
+      fail(ErrorCode::kUnsupported, "{} {} -> {}: lost the path at '{}'", caller, src, dst, state_->graph[v].name);
+    }
+    const Neighbor& chosen = candidates[ecmp_hash(src, dst, v) % candidates.size()];
+    const Link& link = *state_->links[chosen.link];
+    route.hops.push_back({chosen.link, state_->endpoints[chosen.link].first == v});
+    route.latency_s += link.latency_s;
+    route.bottleneck_Bps = std::min(route.bottleneck_Bps, link.bandwidth_Bps);
+    v = chosen.vertex;
+  }
+  return route;
+}
+
 // Shortest paths without a distance map per destination GPU (16,384 maps of 35,000 vertices would
 // be gigabytes). Split the graph at its fabric switches (leaves, spines): the destination d sits in
 // a small local region R (d's NVSwitch and NIC, the GPUs they reach; GPUs do not forward), and a
@@ -332,8 +383,32 @@ Route Topology::route(int src, int dst) const {
   thread_local RouteScratch scratch;
   scratch.begin(boost::num_vertices(state_->graph));
   const uint32_t generation = scratch.generation;
+  const std::vector<std::pair<uint32_t, uint32_t>> attachments = local_region(target, scratch);
+  std::vector<std::pair<const uint16_t*, uint32_t>> maps;
+  maps.reserve(attachments.size());
+  for (const auto& [vertex, offset] : attachments) maps.emplace_back(distances_from(vertex), offset);
 
-  // The local region around the destination, and its attachments with their distance to it.
+  auto distance_to_target = [&](uint32_t w) {
+    uint32_t best = scratch.stamp[w] == generation ? scratch.distance[w] : kFar;
+    for (const auto& [map, offset] : maps) {
+      if (map[w] != kUnreachable) best = std::min(best, map[w] + offset);
+    }
+    return best;
+  };
+
+  const uint32_t hops = distance_to_target(source);
+  if (hops == kFar) fail(ErrorCode::kInvalidArgument, "no route from rank {} to rank {}", src, dst);
+  return walk(src, dst, hops, "route", [&](uint32_t, uint32_t hops_left, const Neighbor& nb) {
+    if (nb.vertex != target && is_gpu(nb.vertex)) return false;
+    return distance_to_target(nb.vertex) == hops_left - 1;
+  });
+}
+
+// route()'s local region around the destination `target`: hop distances inside it in `scratch`
+// (stamped with its current generation), and its attachments, the fabric switches adjacent to it,
+// each with its hops to `target`.
+std::vector<std::pair<uint32_t, uint32_t>> Topology::local_region(uint32_t target, RouteScratch& scratch) const {
+  const uint32_t generation = scratch.generation;
   std::vector<std::pair<uint32_t, uint32_t>> attachments;  // (fabric switch, hops from it to target)
   scratch.queue.clear();
   scratch.queue.push_back(target);
@@ -341,7 +416,7 @@ Route Topology::route(int src, int dst) const {
   scratch.distance[target] = 0;
   for (size_t head = 0; head < scratch.queue.size(); ++head) {
     const uint32_t v = scratch.queue[head];
-    if (v != target && state_->graph[v].kind == VertexKind::kGpu) continue;
+    if (v != target && is_gpu(v)) continue;
     const uint32_t next = scratch.distance[v] + 1;
     for (const Neighbor& nb : neighbors(v)) {
       if (is_fabric(state_->graph[nb.vertex].kind)) {
@@ -360,48 +435,17 @@ Route Topology::route(int src, int dst) const {
       scratch.queue.push_back(nb.vertex);
     }
   }
-  std::vector<std::pair<const uint16_t*, uint32_t>> maps;
-  maps.reserve(attachments.size());
-  for (const auto& [vertex, offset] : attachments) maps.emplace_back(distances_from(vertex), offset);
-
-  auto distance_to_target = [&](uint32_t w) {
-    uint32_t best = scratch.stamp[w] == generation ? scratch.distance[w] : kFar;
-    for (const auto& [map, offset] : maps) {
-      if (map[w] != kUnreachable) best = std::min(best, map[w] + offset);
-    }
-    return best;
-  };
-
-  Route route;
-  route.bottleneck_Bps = std::numeric_limits<double>::infinity();
-  uint32_t remaining = distance_to_target(source);
-  if (remaining == kFar) fail(ErrorCode::kInvalidArgument, "no route from rank {} to rank {}", src, dst);
-  route.hops.reserve(remaining);
-  std::vector<Neighbor> candidates;
-  uint32_t v = source;
-  while (v != target) {
-    candidates.clear();
-    double widest = 0;
-    for (const Neighbor& nb : neighbors(v)) {
-      if (nb.vertex != target && state_->graph[nb.vertex].kind == VertexKind::kGpu) continue;
-      if (distance_to_target(nb.vertex) != remaining - 1) continue;
-      const double bandwidth = state_->links[nb.link]->bandwidth_Bps;
-      if (bandwidth > widest) {
-        candidates.clear();
-        widest = bandwidth;
-      }
-      if (bandwidth == widest) candidates.push_back(nb);
-    }
-    const Neighbor& chosen = candidates[ecmp_hash(src, dst, v) % candidates.size()];
-    const Link& link = *state_->links[chosen.link];
-    route.hops.push_back({chosen.link, state_->endpoints[chosen.link].first == v});
-    route.latency_s += link.latency_s;
-    route.bottleneck_Bps = std::min(route.bottleneck_Bps, link.bandwidth_Bps);
-    v = chosen.vertex;
-    --remaining;
-  }
-  return route;
+  return attachments;
 }
+
+// A vertex's (hops, latency) to the target of route_avoiding(), ordered hops first.
+struct Topology::DetourLabel {
+  uint32_t hops = kFar;
+  double latency_s = 0;
+  bool operator<(const DetourLabel& other) const {
+    return hops != other.hops ? hops < other.hops : latency_s < other.latency_s;
+  }
+};
 
 // Around dead links. The normal route is kept whenever it avoids them: it is a shortest path of
 // the graph, so also of the graph without them, and flows that no fault touches keep their ECMP
@@ -423,82 +467,54 @@ Route Topology::route_avoiding(int src, int dst, const std::vector<uint32_t>& de
   std::vector<char> dead(link_count(), 0);
   for (uint32_t link : dead_links) dead[link] = 1;
 
-  const size_t vertex_count = boost::num_vertices(state_->graph);
   const uint32_t source = static_cast<uint32_t>(gpu_vertex(src));
   const uint32_t target = static_cast<uint32_t>(gpu_vertex(dst));
-  struct Label {
-    uint32_t hops = kFar;
-    double latency_s = 0;
-    bool operator<(const Label& other) const {
-      return hops != other.hops ? hops < other.hops : latency_s < other.latency_s;
-    }
-  };
-  std::vector<Label> label(vertex_count);
-  auto is_gpu = [this](uint32_t v) { return state_->graph[v].kind == VertexKind::kGpu; };
-  auto search = [&](bool relays) {
-    std::fill(label.begin(), label.end(), Label{});
-    using Entry = std::pair<Label, uint32_t>;
-    auto later = [](const Entry& a, const Entry& b) { return b.first < a.first; };
-    std::priority_queue<Entry, std::vector<Entry>, decltype(later)> queue(later);
-    label[target] = {0, 0.0};
-    queue.push({label[target], target});
-    while (!queue.empty()) {
-      const auto [at, v] = queue.top();
-      queue.pop();
-      if (label[v] < at) continue;  // a stale entry
-      if (v == source) return true;
-      if (v != target && is_gpu(v) && !relays) continue;
-      for (const Neighbor& nb : neighbors(v)) {
-        if (dead[nb.link] != 0) continue;
-        const Label next{at.hops + 1, at.latency_s + state_->links[nb.link]->latency_s};
-        if (next < label[nb.vertex]) {
-          label[nb.vertex] = next;
-          queue.push({next, nb.vertex});
-        }
-      }
-    }
-    return false;
-  };
-  const bool relays = !search(false);
-  if (relays && !search(true)) {
+  std::vector<DetourLabel> label(boost::num_vertices(state_->graph));
+  const bool relays = !label_detours(source, target, dead, /*relays=*/false, label);
+  if (relays && !label_detours(source, target, dead, /*relays=*/true, label)) {
     fail(ErrorCode::kUnsupported, "no route from {} (rank {}) to {} (rank {}) around the failed links",
          state_->graph[source].name, src, state_->graph[target].name, dst);
   }
 
   // Latencies are sums in different orders: equal within rounding counts as equal.
-  auto one_step_closer = [](const Label& from, const Label& to, double link_latency_s) {
+  auto one_step_closer = [](const DetourLabel& from, const DetourLabel& to, double link_latency_s) {
     return to.hops + 1 == from.hops &&
            std::abs(to.latency_s + link_latency_s - from.latency_s) <= 1e-9 * std::max(from.latency_s, 1e-12);
   };
-  Route route;
-  route.bottleneck_Bps = std::numeric_limits<double>::infinity();
-  std::vector<Neighbor> candidates;
-  uint32_t v = source;
-  while (v != target) {
-    candidates.clear();
-    double widest = 0;
+  return walk(src, dst, label[source].hops, "route_avoiding", [&](uint32_t from, uint32_t, const Neighbor& nb) {
+    if (dead[nb.link] != 0 || label[nb.vertex].hops == kFar) return false;
+    if (nb.vertex != target && is_gpu(nb.vertex) && (!relays || nb.vertex == source)) return false;
+    return one_step_closer(label[from], label[nb.vertex], state_->links[nb.link]->latency_s);
+  });
+}
+
+// route_avoiding()'s Dijkstra from `target` over the links not `dead`: every vertex's label, GPUs
+// other than the target expanded only with `relays`. Stops once `source` is settled; returns
+// whether it was reached.
+bool Topology::label_detours(uint32_t source, uint32_t target, const std::vector<char>& dead, bool relays,
+                             std::vector<DetourLabel>& label) const {
+  std::fill(label.begin(), label.end(), DetourLabel{});
+  using Entry = std::pair<DetourLabel, uint32_t>;
+  auto later = [](const Entry& a, const Entry& b) { return b.first < a.first; };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(later)> queue(later);
+  label[target] = {0, 0.0};
+  queue.push({label[target], target});
+  while (!queue.empty()) {
+    const auto [at, v] = queue.top();
+    queue.pop();
+    if (label[v] < at) continue;  // a stale entry
+    if (v == source) return true;
+    if (v != target && is_gpu(v) && !relays) continue;
     for (const Neighbor& nb : neighbors(v)) {
-      if (dead[nb.link] != 0 || label[nb.vertex].hops == kFar) continue;
-      if (nb.vertex != target && is_gpu(nb.vertex) && (!relays || nb.vertex == source)) continue;
-      const Link& link = *state_->links[nb.link];
-      if (!one_step_closer(label[v], label[nb.vertex], link.latency_s)) continue;
-      if (link.bandwidth_Bps > widest) {
-        candidates.clear();
-        widest = link.bandwidth_Bps;
+      if (dead[nb.link] != 0) continue;
+      const DetourLabel next{at.hops + 1, at.latency_s + state_->links[nb.link]->latency_s};
+      if (next < label[nb.vertex]) {
+        label[nb.vertex] = next;
+        queue.push({next, nb.vertex});
       }
-      if (link.bandwidth_Bps == widest) candidates.push_back(nb);
     }
-    if (candidates.empty()) {  // cannot happen with consistent labels; never loop forever
-      fail(ErrorCode::kUnsupported, "route_avoiding {} -> {}: lost the path at '{}'", src, dst, state_->graph[v].name);
-    }
-    const Neighbor& chosen = candidates[ecmp_hash(src, dst, v) % candidates.size()];
-    const Link& link = *state_->links[chosen.link];
-    route.hops.push_back({chosen.link, state_->endpoints[chosen.link].first == v});
-    route.latency_s += link.latency_s;
-    route.bottleneck_Bps = std::min(route.bottleneck_Bps, link.bandwidth_Bps);
-    v = chosen.vertex;
   }
-  return route;
+  return false;
 }
 
 bool Topology::crosses(const Route& route, uint32_t link) {

@@ -154,10 +154,21 @@ class Topology {
     std::vector<std::unique_ptr<uint16_t[]>> distance_cache;
     std::vector<int> distance_index;  // vertex -> slot in distance_cache, -1 if not computed
   };
-  void index();  // fills state_ from state_->graph and checks the rules
+  struct RouteScratch;  // route()'s per-thread distances near the destination (topology.cc)
+  struct DetourLabel;   // route_avoiding()'s (hops, latency) of a vertex to the destination
+  void index();         // fills state_ from state_->graph and checks the rules
+  void index_vertices();
+  void index_links();
+  void index_neighbors();
   void check_reachability() const;
   std::span<const Neighbor> neighbors(uint32_t vertex) const;
+  bool is_gpu(uint32_t vertex) const { return state_->graph[vertex].kind == VertexKind::kGpu; }
   const uint16_t* distances_from(uint32_t fabric_vertex) const;
+  std::vector<std::pair<uint32_t, uint32_t>> local_region(uint32_t target, RouteScratch& scratch) const;
+  bool label_detours(uint32_t source, uint32_t target, const std::vector<char>& dead, bool relays,
+                     std::vector<DetourLabel>& label) const;
+  template <typename Closer>
+  Route walk(int src, int dst, uint32_t hops, std::string_view caller, Closer closer) const;
 
   std::shared_ptr<State> state_;
 };

@@ -121,97 +121,96 @@ void read_settings(std::string_view line, int line_number, LogReader& reader) {
   }
 }
 
-void read_comment(std::string_view line, int line_number, LogReader& reader) {
+// "# nThread 1 nGpus 8 minBytes ...": the run's ranks, nThread x nGpus.
+void read_thread_line(const std::vector<std::string_view>& words, int line_number, LogReader& reader) {
   const std::string where = reader.where(line_number);
+  if (words.size() < 4 || words[2] != "nGpus") fail(ErrorCode::kFormat, "{}: a '# nThread' line without nGpus", where);
+  const auto threads = parse_integer(words[1]);
+  const auto gpus = parse_integer(words[3]);
+  if (!threads || !gpus || *threads < 1 || *gpus < 1) {
+    fail(ErrorCode::kFormat, "{}: nThread '{}' and nGpus '{}' must be positive integers", where, printable(words[1]),
+         printable(words[3]));
+  }
+  // Each alone first: their product must not wrap.
+  if (*threads > kMaxMeasuredRanks || *gpus > kMaxMeasuredRanks || *threads * *gpus > kMaxMeasuredRanks) {
+    fail(ErrorCode::kFormat, "{}: nThread {} x nGpus {} is more than {} GPUs: not a cluster", where, *threads, *gpus,
+         kMaxMeasuredRanks);
+  }
+  reader.header_line(line_number);
+  if (reader.run().header_ranks != 0) fail(ErrorCode::kFormat, "{}: a second '# nThread' line in one run", where);
+  reader.run().header_ranks = *threads * *gpus;
+}
+
+// "#  Rank  0 Group  0 Pid  12345 on   host-a device  0 [0x18] NVIDIA H100 80GB HBM3": a rank and its host.
+void read_rank_line(const std::vector<std::string_view>& words, int line_number, LogReader& reader) {
+  const std::string where = reader.where(line_number);
+  const int64_t rank = bounded_integer(words[1], 0, kMaxMeasuredRanks - 1, "rank", where);
+  reader.header_line(line_number);
+  if (!reader.run().ranks.insert(rank).second) {
+    fail(ErrorCode::kFormat, "{}: rank {} is listed twice in one run (two logs run together?)", where, rank);
+  }
+  for (size_t i = 0; i + 1 < words.size(); ++i) {
+    if (words[i] == "on") {
+      reader.run().hosts.insert(std::string(words[i + 1]));
+      break;
+    }
+  }
+}
+
+// A header line that names the run's benchmark binary or collective: one collective per run.
+void read_collective_name(std::string_view name, int line_number, LogReader& reader) {
+  const std::string where = reader.where(line_number);
+  const auto collective = collective_of(name);
+  if (!collective)
+    fail(ErrorCode::kFormat, "{}: '{}' is not a collective tandem calibrates on", where, printable(name));
+  reader.header_line(line_number);
+  if (reader.run().collective && *reader.run().collective != *collective) {
+    fail(ErrorCode::kFormat, "{}: {} named here in a run of {} with no table between", where, tandem::name(*collective),
+         tandem::name(*reader.run().collective));
+  }
+  reader.run().collective = collective;
+}
+
+// tandem bench's "# Backend: sim (fluid network), 4 GPUs per node, node-major ring order, algorithm: ring"
+// (or "# Backend: nccl, algorithm: ring, ranks per node: 8, channels: 2"): the algorithm it ran.
+void read_backend_line(std::string_view line, int line_number, LogReader& reader) {
+  const size_t at = line.find("algorithm: ");
+  if (at == std::string_view::npos) return;
+  std::string_view rest = line.substr(at + 11);
+  const std::string_view algorithm = trim(rest.substr(0, rest.find_first_of(",;")));
+  if (algorithm == "auto") return;
+  reader.header_line(line_number);
+  set_once(reader.run().algorithm, reader.run().algorithm_line,
+           tandem_algorithm_of(algorithm, reader.where(line_number)), "algorithm", line_number, reader);
+}
+
+// A "#" line: a run header's line by its first words, else the NCCL settings it may carry.
+void read_comment(std::string_view line, int line_number, LogReader& reader) {
   const std::vector<std::string_view> words = split_words(line.substr(1));
   if (words.empty()) return;
   if (words[0] == "nThread") {
-    // "# nThread 1 nGpus 8 minBytes ..."
-    if (words.size() < 4 || words[2] != "nGpus")
-      fail(ErrorCode::kFormat, "{}: a '# nThread' line without nGpus", where);
-    const auto threads = parse_integer(words[1]);
-    const auto gpus = parse_integer(words[3]);
-    if (!threads || !gpus || *threads < 1 || *gpus < 1) {
-      fail(ErrorCode::kFormat, "{}: nThread '{}' and nGpus '{}' must be positive integers", where, printable(words[1]),
-           printable(words[3]));
-    }
-    // Each alone first: their product must not wrap.
-    if (*threads > kMaxMeasuredRanks || *gpus > kMaxMeasuredRanks || *threads * *gpus > kMaxMeasuredRanks) {
-      fail(ErrorCode::kFormat, "{}: nThread {} x nGpus {} is more than {} GPUs: not a cluster", where, *threads, *gpus,
-           kMaxMeasuredRanks);
-    }
+    read_thread_line(words, line_number, reader);
+  } else if ((words[0] == "Using" && words.size() == 2 && words[1] == "devices") ||
+             (words[0] == "nccl-tests" && words.size() >= 2 && words[1] == "version")) {
     reader.header_line(line_number);
-    if (reader.run().header_ranks != 0) fail(ErrorCode::kFormat, "{}: a second '# nThread' line in one run", where);
-    reader.run().header_ranks = *threads * *gpus;
-    return;
-  }
-  if (words[0] == "Using" && words.size() == 2 && words[1] == "devices") {
-    reader.header_line(line_number);
-    return;
-  }
-  if (words[0] == "nccl-tests" && words.size() >= 2 && words[1] == "version") {
-    reader.header_line(line_number);
-    return;
-  }
-  if (words[0] == "Rank" && words.size() >= 7 && words[2] == "Group") {
-    // "#  Rank  0 Group  0 Pid  12345 on   host-a device  0 [0x18] NVIDIA H100 80GB HBM3"
-    const int64_t rank = bounded_integer(words[1], 0, kMaxMeasuredRanks - 1, "rank", where);
-    reader.header_line(line_number);
-    if (!reader.run().ranks.insert(rank).second) {
-      fail(ErrorCode::kFormat, "{}: rank {} is listed twice in one run (two logs run together?)", where, rank);
-    }
-    for (size_t i = 0; i + 1 < words.size(); ++i) {
-      if (words[i] == "on") {
-        reader.run().hosts.insert(std::string(words[i + 1]));
-        break;
-      }
-    }
-    return;
-  }
-  auto named = [&](std::string_view name) {
-    const auto collective = collective_of(name);
-    if (!collective) {
-      fail(ErrorCode::kFormat, "{}: '{}' is not a collective tandem calibrates on", where, printable(name));
-    }
-    reader.header_line(line_number);
-    if (reader.run().collective && *reader.run().collective != *collective) {
-      fail(ErrorCode::kFormat, "{}: {} named here in a run of {} with no table between", where,
-           tandem::name(*collective), tandem::name(*reader.run().collective));
-    }
-    reader.run().collective = collective;
-  };
-  // "# Collective test starting: all_reduce_perf" (nccl-tests 2.13+)
-  if (words.size() >= 4 && words[0] == "Collective" && words[1] == "test" && words[2] == "starting:") {
-    named(words[3]);
-    return;
-  }
-  // "# Collective: all_reduce"
-  if (words.size() >= 2 && words[0] == "Collective:") {
-    named(words[1]);
-    return;
-  }
-  // "# tandem 0.9.0 bench all_reduce: nccl-tests-style table"
-  if (words.size() >= 4 && words[0] == "tandem" && words[2] == "bench") {
+  } else if (words[0] == "Rank" && words.size() >= 7 && words[2] == "Group") {
+    read_rank_line(words, line_number, reader);
+  } else if (words.size() >= 4 && words[0] == "Collective" && words[1] == "test" && words[2] == "starting:") {
+    // "# Collective test starting: all_reduce_perf" (nccl-tests 2.13+)
+    read_collective_name(words[3], line_number, reader);
+  } else if (words.size() >= 2 && words[0] == "Collective:") {
+    // "# Collective: all_reduce"
+    read_collective_name(words[1], line_number, reader);
+  } else if (words.size() >= 4 && words[0] == "tandem" && words[2] == "bench") {
+    // "# tandem 0.9.0 bench all_reduce: nccl-tests-style table"
     std::string_view name = words[3];
     if (name.ends_with(':')) name.remove_suffix(1);
-    named(name);
-    return;
+    read_collective_name(name, line_number, reader);
+  } else if (words[0] == "Backend:") {
+    read_backend_line(line, line_number, reader);
+  } else {
+    read_settings(line, line_number, reader);
   }
-  // tandem bench's "# Backend: sim (fluid network), 4 GPUs per node, node-major ring order, algorithm: ring"
-  // (or "# Backend: nccl, algorithm: ring, ranks per node: 8, channels: 2"): the algorithm it ran.
-  if (words[0] == "Backend:") {
-    if (const size_t at = line.find("algorithm: "); at != std::string_view::npos) {
-      std::string_view rest = line.substr(at + 11);
-      const std::string_view algorithm = trim(rest.substr(0, rest.find_first_of(",;")));
-      if (algorithm != "auto") {
-        reader.header_line(line_number);
-        set_once(reader.run().algorithm, reader.run().algorithm_line, tandem_algorithm_of(algorithm, where),
-                 "algorithm", line_number, reader);
-      }
-    }
-    return;
-  }
-  read_settings(line, line_number, reader);
 }
 
 // "  size  count  type  redop  root  time algbw busbw #wrong  time algbw busbw #wrong"

@@ -138,23 +138,40 @@ BenchPlan make_plan(const BenchOptions& options) {
   return plan;
 }
 
-// "tree for 8 .. 1024 B, ring for 4096 .. 67108864 B": which algorithm kAuto picked per size.
-std::string describe_auto_choices(const std::vector<std::pair<int64_t, Algorithm>>& choices) {
+// "tree for 8 .. 1024 B, ring for 4096 .. 67108864 B": what ran (an algorithm, a choice of the
+// simulator) per run of sizes with the same choice; `choices` holds (size in bytes, what ran) by size.
+std::string describe_size_runs(const std::vector<std::pair<int64_t, std::string>>& choices) {
   std::string out;
   size_t begin = 0;
   for (size_t i = 1; i <= choices.size(); ++i) {
     if (i < choices.size() && choices[i].second == choices[begin].second) continue;
     if (!out.empty()) out += ", ";
-    out += fmt::format("{} for {} .. {} B", name(choices[begin].second), choices[begin].first, choices[i - 1].first);
+    out += fmt::format("{} for {} .. {} B", choices[begin].second, choices[begin].first, choices[i - 1].first);
     begin = i;
   }
   return out;
 }
 
-// --backend sim: the same table from simulation on a cluster. No data moves, so #wrong is N/A and
-// the in-place columns repeat the out-of-place ones (placement does not change simulated time).
-void run_sim_bench(BenchOptions options, CommandStatus& status) {
-  sim::SweepRequest request;
+// A table row's first columns for one size: its counts, type, reduction and root.
+BenchRow table_row(const BenchPlan& plan, const SizeCounts& counts) {
+  BenchRow row;
+  row.counts = counts;
+  row.type_name = nccl_tests_type_name(plan.dtype);
+  row.redop = is_reduction(plan.collective) ? name(plan.op) : std::string_view("none");
+  row.root = plan.rooted ? plan.root : -1;
+  return row;
+}
+
+// --backend sim's cluster, GPUs per node, ring order and network model, and the calibration profile
+// applied to the model (--calibration).
+struct SimBenchSetup {
+  sim::SweepRequest request;  // without its points
+  std::optional<CalibrationProfile> profile;
+};
+
+SimBenchSetup sim_bench_setup(const BenchOptions& options) {
+  SimBenchSetup setup;
+  sim::SweepRequest& request = setup.request;
   request.cluster = cluster_spec(options.cluster);
   request.gpus_per_node = options.ngpus_given ? options.nranks : request.cluster.gpus_per_node;
   if (request.gpus_per_node > request.cluster.gpus_per_node) {
@@ -167,15 +184,47 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
   } else {
     request.network.fidelity = sim::parse_fidelity(options.network);
   }
-  std::optional<CalibrationProfile> profile;
   if (!options.calibration.empty()) {
     if (options.network == "ideal")
       fail(ErrorCode::kInvalidArgument, "--calibration does not apply to --network ideal");
-    profile = read_profile(options.calibration);
-    check_profile_cluster(*profile, request.cluster);
-    request.network = apply_profile(*profile, request.network);
+    setup.profile = read_profile(options.calibration);
+    check_profile_cluster(*setup.profile, request.cluster);
+    request.network = apply_profile(*setup.profile, request.network);
   }
   request.channels = options.channels;
+  return setup;
+}
+
+// The simulated table's header: nccl-tests' lines, then the cluster, the model and the calibration.
+void print_sim_bench_header(const BenchOptions& options, const BenchPlan& plan, const SimBenchSetup& setup) {
+  fmt::print("# tandem {} bench {}: nccl-tests-style table from simulation\n", version_string(), name(plan.collective));
+  fmt::print(
+      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: 0 iters: 1 agg iters: 1 "
+      "validation: 0 graph: 0\n",
+      options.nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
+      options.step_factor > 1 ? "factor" : "bytes");
+  fmt::print("#\n# Cluster: {}\n", models::describe(setup.request.cluster));
+  fmt::print("# Backend: sim ({} network), {} GPUs per node, {} ring order, algorithm: {}\n#\n", options.network,
+             setup.request.gpus_per_node, setup.request.rail_aligned ? "rail-aligned" : "node-major",
+             options.algorithm);
+  if (setup.profile) fmt::print("# Calibration: {}\n#\n", profile_summary(*setup.profile));
+  fmt::print("{}", format_column_header());
+  std::fflush(stdout);
+}
+
+// What the simulator chose for one size: algorithm, protocol and channels. NCCL's p2p splits each
+// peer's transfer over some of its channels: say how many.
+std::string sim_choice(const sim::SweepPointResult& r) {
+  return r.algorithm == sim::SimAlgorithm::Model::kP2p
+             ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels, r.channels == 1 ? "" : "s")
+             : fmt::format("{}/{} {}ch", sim::name_or_auto(r.algorithm), name(r.protocol), r.channels);
+}
+
+// --backend sim: the same table from simulation on a cluster. No data moves, so #wrong is N/A and
+// the in-place columns repeat the out-of-place ones (placement does not change simulated time).
+void run_sim_bench(BenchOptions options, CommandStatus& status) {
+  SimBenchSetup setup = sim_bench_setup(options);
+  sim::SweepRequest& request = setup.request;
   const int nranks = request.cluster.nodes * request.gpus_per_node;
   options.nranks = nranks;
   options.ranks_per_node = request.gpus_per_node;
@@ -194,50 +243,26 @@ void run_sim_bench(BenchOptions options, CommandStatus& status) {
     point.root = plan.root;
     request.points.push_back(point);
   }
-
-  fmt::print("# tandem {} bench {}: nccl-tests-style table from simulation\n", version_string(), name(plan.collective));
-  fmt::print(
-      "# nThread 1 nGpus {} minBytes {} maxBytes {} step: {}({}) warmup iters: 0 iters: 1 agg iters: 1 "
-      "validation: 0 graph: 0\n",
-      nranks, plan.min_bytes, plan.max_bytes, options.step_factor > 1 ? options.step_factor : plan.step_bytes,
-      options.step_factor > 1 ? "factor" : "bytes");
-  fmt::print("#\n# Cluster: {}\n", models::describe(request.cluster));
-  fmt::print("# Backend: sim ({} network), {} GPUs per node, {} ring order, algorithm: {}\n#\n", options.network,
-             request.gpus_per_node, request.rail_aligned ? "rail-aligned" : "node-major", options.algorithm);
-  if (profile) fmt::print("# Calibration: {}\n#\n", profile_summary(*profile));
-  fmt::print("{}", format_column_header());
-  std::fflush(stdout);
+  print_sim_bench_header(options, plan, setup);
 
   const std::vector<sim::SweepPointResult> results = sim::run_sweep(request, /*isolated=*/false);
   std::vector<BenchRow> rows;
   std::vector<std::string> notes;
+  std::vector<std::pair<int64_t, std::string>> choices;
   for (size_t i = 0; i < results.size(); ++i) {
     const sim::SweepPointResult& r = results[i];
     if (!r.ok) fail(ErrorCode::kUnsupported, "{} B: {}", r.point.bytes, r.error);
-    BenchRow row;
-    row.counts = nccl_tests_counts(plan.collective, plan.sizes[i], plan.dtype, nranks);
-    row.type_name = nccl_tests_type_name(plan.dtype);
-    row.redop = is_reduction(plan.collective) ? name(plan.op) : std::string_view("none");
-    row.root = plan.rooted ? plan.root : -1;
+    BenchRow row = table_row(plan, nccl_tests_counts(plan.collective, plan.sizes[i], plan.dtype, nranks));
     row.out_of_place = make_result(r.seconds, row.counts, plan.collective, nranks, std::nullopt);
     if (buffer_geometry(plan.collective, nranks).in_place_supported) row.in_place = row.out_of_place;
     fmt::print("{}", format_row(row));
     rows.push_back(row);
-    // NCCL's p2p splits each peer's transfer over some of its channels: say how many.
-    notes.push_back(r.algorithm == sim::SimAlgorithm::Model::kP2p ? fmt::format("p2p/{} on {} channel{} a peer", name(r.protocol), r.channels,
-                                                       r.channels == 1 ? "" : "s")
-                                         : fmt::format("{}/{} {}ch", sim::name_or_auto(r.algorithm), name(r.protocol), r.channels));
+    notes.push_back(sim_choice(r));
+    choices.emplace_back(row.counts.size_bytes, notes.back());
   }
   fmt::print("{}", format_footer(rows));
   // Which algorithm, protocol and channel count ran, per run of equal choices.
-  std::string choices;
-  for (size_t begin = 0, i = 1; i <= notes.size(); ++i) {
-    if (i < notes.size() && notes[i] == notes[begin]) continue;
-    choices += fmt::format("{}{} for {} .. {} B", choices.empty() ? "" : ", ", notes[begin],
-                           rows[begin].counts.size_bytes, rows[i - 1].counts.size_bytes);
-    begin = i;
-  }
-  fmt::print("# Simulated with: {}\n", choices);
+  fmt::print("# Simulated with: {}\n", describe_size_runs(choices));
   write_bench_trace(options, plan.collective, nranks, rows, notes);
   status.exit_code = kExitSuccess;
 }
@@ -426,11 +451,7 @@ BenchSweep measure_sizes(const BenchContext& context, bool printing) {
     if (plan.algorithm == Algorithm::kAuto) {
       out.auto_choices.emplace_back(counts.size_bytes, context.communicator.choose(spec));
     }
-    BenchRow row;
-    row.counts = counts;
-    row.type_name = nccl_tests_type_name(plan.dtype);
-    row.redop = is_reduction(plan.collective) ? name(plan.op) : std::string_view("none");
-    row.root = plan.rooted ? plan.root : -1;
+    BenchRow row = table_row(plan, counts);
     row.out_of_place = measure(context, spec, counts, size_index, false);
     if (in_place_supported) row.in_place = measure(context, spec, counts, size_index, true);
     context.progress.clear();
@@ -445,7 +466,9 @@ BenchSweep measure_sizes(const BenchContext& context, bool printing) {
 void finish_bench_output(const BenchOptions& options, const BenchPlan& plan, const BenchSweep& sweep) {
   fmt::print("{}", format_footer(sweep.rows));
   if (!sweep.auto_choices.empty()) {
-    fmt::print("# Algorithm (auto): {}\n", describe_auto_choices(sweep.auto_choices));
+    std::vector<std::pair<int64_t, std::string>> choices;
+    for (const auto& [bytes, chosen] : sweep.auto_choices) choices.emplace_back(bytes, name(chosen));
+    fmt::print("# Algorithm (auto): {}\n", describe_size_runs(choices));
   }
   std::fflush(stdout);
   std::vector<std::string> algorithms;
@@ -506,6 +529,86 @@ void run_bench(const BenchOptions& options, CommandStatus& status) {
   }
 }
 
+// What to sweep and where: the collective, the backend, the sizes and the ranks.
+void add_sweep_options(CLI::App& command, const std::shared_ptr<BenchOptions>& options) {
+  command
+      .add_option("collective", options->collective,
+                  "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
+                  "(also allreduce, allgather, reducescatter, alltoall, sendrecv)")
+      ->required();
+  command
+      .add_option("--backend", options->backend,
+                  "host (ranks as threads, real data), sim (simulated cluster: --cluster, --nodes, ...), cuda "
+                  "(every rank on one GPU), nccl (tandem's schedules on NCCL) or nccl-native (NCCL's own "
+                  "collectives); cuda and nccl need GPUs")
+      ->capture_default_str();
+  command.add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();
+  command.add_option("-e,--maxbytes", options->max_bytes, "largest size in bytes")->capture_default_str();
+  command.add_option("-i,--stepbytes", options->step_bytes, "size increment when -f is 1")->capture_default_str();
+  command.add_option("-f,--stepfactor", options->step_factor, "size multiplier (> 1 replaces -i)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  command
+      .add_option("-g,--ngpus", options->nranks,
+                  "host: number of ranks (one thread each); sim: GPUs of each node taking part (default: all)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxBenchRanks))
+      ->each([options](const std::string&) { options->ngpus_given = true; });
+}
+
+// The simulator's own options (--backend sim): its network model, ring order, calibration and cluster.
+void add_sim_options(CLI::App& command, BenchOptions& options) {
+  command
+      .add_option("--network", options.network,
+                  "sim: fluid (default), ideal (alpha-beta), or packet (ns-3, <= 32 GPUs, experimental)")
+      ->capture_default_str();
+  command.add_flag("--node-major", options.node_major,
+                   "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");
+  command.add_option("--calibration", options.calibration,
+                     "sim: apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the "
+                     "network model; its preset must be the cluster's");
+  add_cluster_options(command, options.cluster);
+}
+
+// How each size runs: algorithm, data type and operation, run counts, root, layout, channels, and the trace.
+void add_run_options(CLI::App& command, BenchOptions& options) {
+  command
+      .add_option("--algo", options.algorithm,
+                  algorithm_names() + ", nvls, nvls_tree, collnet_direct, collnet_chain, p2p (sim) or auto")
+      ->capture_default_str();
+  command
+      .add_option("-d,--datatype", options.dtype,
+                  "float, half, bfloat16, double, int32, int64 (or f32, f16, bf16, f64, i32, i64)")
+      ->capture_default_str();
+  command.add_option("-o,--op", options.op, "sum, prod, min, max or avg")->capture_default_str();
+  command.add_option("-n,--iters", options.iters, "timed runs per size")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  command.add_option("-w,--warmup_iters", options.warmup_iters, "untimed runs before the timed ones")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  command.add_option("-c,--check", options.check_iters, "data-check runs per size (0: no check, #wrong N/A)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 30));
+  command.add_option("-r,--root", options.root, "root rank of broadcast / reduce")->capture_default_str();
+  command
+      .add_option("--ranks-per-node", options.ranks_per_node,
+                  "ranks per node (hierarchical); default: 1, a flat layout")
+      ->check(CLI::Range(1, kMaxBenchRanks));
+  command
+      .add_option("--trace", options.trace,
+                  "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
+                  "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)")
+      ->check(output_file_path())
+      ->type_name("FILE");
+  command
+      .add_option("--channels", options.channels,
+                  "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "
+                  "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
+                  "NCCL's doubled search channels, else 1)")
+      ->check(CLI::Range(1, 64));
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, CommandStatus& status) {
@@ -514,72 +617,9 @@ void add_bench_command(CLI::App& app, CommandStatus& status) {
       "bench",
       "Sweep message sizes of one collective like nccl-tests and print its table: time, algbw, busbw and "
       "#wrong (a real data check), out-of-place and in-place. Sizes: 8, 64K, 64M, 1G (K/M/G = 1024^1..3).");
-  command
-      ->add_option("collective", options->collective,
-                   "all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or send_recv "
-                   "(also allreduce, allgather, reducescatter, alltoall, sendrecv)")
-      ->required();
-  command
-      ->add_option("--backend", options->backend,
-                   "host (ranks as threads, real data), sim (simulated cluster: --cluster, --nodes, ...), cuda "
-                   "(every rank on one GPU), nccl (tandem's schedules on NCCL) or nccl-native (NCCL's own "
-                   "collectives); cuda and nccl need GPUs")
-      ->capture_default_str();
-  command->add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();
-  command->add_option("-e,--maxbytes", options->max_bytes, "largest size in bytes")->capture_default_str();
-  command->add_option("-i,--stepbytes", options->step_bytes, "size increment when -f is 1")->capture_default_str();
-  command->add_option("-f,--stepfactor", options->step_factor, "size multiplier (> 1 replaces -i)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  command
-      ->add_option("-g,--ngpus", options->nranks,
-                   "host: number of ranks (one thread each); sim: GPUs of each node taking part (default: all)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, kMaxBenchRanks))
-      ->each([options](const std::string&) { options->ngpus_given = true; });
-  command
-      ->add_option("--network", options->network,
-                   "sim: fluid (default), ideal (alpha-beta), or packet (ns-3, <= 32 GPUs, experimental)")
-      ->capture_default_str();
-  command->add_flag("--node-major", options->node_major,
-                    "sim: rings in rank order instead of the rail-aligned order (shows ECMP collisions)");
-  command->add_option("--calibration", options->calibration,
-                      "sim: apply this calibration profile (from `tandem calibrate`, docs/calibrate.md) to the "
-                      "network model; its preset must be the cluster's");
-  add_cluster_options(*command, options->cluster);
-  command
-      ->add_option("--algo", options->algorithm,
-                   algorithm_names() + ", nvls, nvls_tree, collnet_direct, collnet_chain, p2p (sim) or auto")
-      ->capture_default_str();
-  command
-      ->add_option("-d,--datatype", options->dtype,
-                   "float, half, bfloat16, double, int32, int64 (or f32, f16, bf16, f64, i32, i64)")
-      ->capture_default_str();
-  command->add_option("-o,--op", options->op, "sum, prod, min, max or avg")->capture_default_str();
-  command->add_option("-n,--iters", options->iters, "timed runs per size")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
-  command->add_option("-w,--warmup_iters", options->warmup_iters, "untimed runs before the timed ones")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 30));
-  command->add_option("-c,--check", options->check_iters, "data-check runs per size (0: no check, #wrong N/A)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 30));
-  command->add_option("-r,--root", options->root, "root rank of broadcast / reduce")->capture_default_str();
-  command->add_option("--ranks-per-node", options->ranks_per_node,
-                      "ranks per node (hierarchical); default: 1, a flat layout")
-      ->check(CLI::Range(1, kMaxBenchRanks));
-  command->add_option("--trace", options->trace,
-                      "write a Chrome / Perfetto trace (JSON) of the sweep to this file: per size a slice on a "
-                      "'sizes' track and on every rank's track, on the run's clock (docs/traces.md)")
-      ->check(output_file_path())
-      ->type_name("FILE");
-  command
-      ->add_option("--channels", options->channels,
-                   "NCCL channels for ring and tree (each its own ring / tree pair half); default: NCCL's count "
-                   "(sim: its tuner's for each size; other backends: 2 per rank of a node with --ranks-per-node, "
-                   "NCCL's doubled search channels, else 1)")
-      ->check(CLI::Range(1, 64));
+  add_sweep_options(*command, options);
+  add_sim_options(*command, *options);
+  add_run_options(*command, *options);
   command->callback([options, command, &status] {
     // The simulator's own options mean nothing to a backend that runs the collective.
     if (options->backend != "sim") {

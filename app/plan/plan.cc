@@ -501,6 +501,21 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
   return out;
 }
 
+namespace {
+
+// The start-up of the first job that ran at each cluster size, in job order.
+std::vector<sim::StartupResult> startup_per_cluster_size(const std::vector<std::optional<JobOutcome>>& outcomes,
+                                                         const std::vector<PlanJob>& jobs) {
+  std::vector<sim::StartupResult> startups;
+  std::set<int> seen;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (outcomes[j] && outcomes[j]->ok && seen.insert(jobs[j].gpus).second) startups.push_back(outcomes[j]->startup);
+  }
+  return startups;
+}
+
+}  // namespace
+
 json plan_json(const Plan& plan, const std::vector<PlanRow>& rows,
                const std::vector<std::optional<JobOutcome>>& outcomes, const std::vector<PlanJob>& jobs) {
   json points = json::array();
@@ -533,10 +548,8 @@ json plan_json(const Plan& plan, const std::vector<PlanRow>& rows,
     points.push_back(entry);
   }
   json startup = json::array();
-  std::set<int> seen;
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    if (!outcomes[j] || !outcomes[j]->ok || !seen.insert(jobs[j].gpus).second) continue;
-    startup.push_back(sim::startup_to_json(outcomes[j]->startup));
+  for (const sim::StartupResult& result : startup_per_cluster_size(outcomes, jobs)) {
+    startup.push_back(sim::startup_to_json(result));
   }
   return {{"tandem_plan_results", kPlanFormatVersion},
           {"plan", {{"file", plan.file}, {"name", plan.name}, {"description", plan.description}}},
@@ -551,11 +564,9 @@ std::string hours(double h) {
   return h >= 100 ? fmt::format("{:.0f}", h) : fmt::format("{:.2f}", h);
 }
 
-}  // namespace
-
-std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& rows,
-                                const std::vector<std::optional<JobOutcome>>& outcomes,
-                                const std::vector<PlanJob>& jobs) {
+// The plan, its calibration and workload, and how many points ran.
+std::string plan_header(const Plan& plan, const std::vector<PlanRow>& rows,
+                        const std::vector<std::optional<JobOutcome>>& outcomes) {
   std::string out;
   const size_t ran =
       static_cast<size_t>(std::count_if(rows.begin(), rows.end(), [](const PlanRow& r) { return r.ok; }));
@@ -571,9 +582,12 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
   out += fmt::format("{} points ({} ran, {} did not fit or split), {} simulated clusters\n", rows.size(), ran,
                      rows.size() - ran,
                      std::count_if(outcomes.begin(), outcomes.end(), [](const auto& o) { return o.has_value(); }));
+  return out;
+}
 
-  // Best per cluster size: the fewest GPU-hours per 1T tokens, goodput included.
-  out += "\n== best configuration per cluster size (fewest GPU-hours per 1T tokens, ETTR included)\n";
+// Best per cluster size: the fewest GPU-hours per 1T tokens, goodput included.
+std::string best_per_cluster_size(const Plan& plan, const std::vector<PlanRow>& rows) {
+  std::string out = "\n== best configuration per cluster size (fewest GPU-hours per 1T tokens, ETTR included)\n";
   out += fmt::format("{:>7} {:<9} {:>5} {:>5} {:<14} {:<6} {:<8} {:<22} {:>9} {:>10} {:>7} {:>8} {:>7} {:>12}\n",
                      "GPUs", "preset", "NIC", "over", "layout", "algo", "rates", "recovery", "step (s)", "tok/s/GPU",
                      "MFU", "MTBF h", "ETTR", "GPU-h/1T tok");
@@ -600,9 +614,12 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
           format_percent(r.step.achieved_mfu), hours(r.mtbf_hours), format_percent(r.ettr), r.gpu_hours_per_1T_tokens);
     }
   }
+  return out;
+}
 
-  // Pareto front: fewer GPUs or a shorter step, never both worse.
-  out += "\n== Pareto front: step time against GPU count\n";
+// Pareto front: fewer GPUs or a shorter step, never both worse.
+std::string pareto_front(const std::vector<PlanRow>& rows) {
+  std::string out = "\n== Pareto front: step time against GPU count\n";
   std::vector<const PlanRow*> ok;
   for (const PlanRow& r : rows) {
     if (r.ok) ok.push_back(&r);
@@ -620,17 +637,11 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
                        r->job->gpus, format_seconds(r->step.step_s), r->layout, r->job->nic_gbps,
                        r->job->oversubscription, r->job->algorithm, r->step.tokens_per_s_per_gpu);
   }
+  return out;
+}
 
-  // Start-up per cluster size.
-  out += "\n== start-up: a job's start-up per cluster size, world communicator, today's defaults (sim/startup.h)\n";
-  std::vector<sim::StartupResult> startups;
-  std::set<int> seen;
-  for (size_t j = 0; j < jobs.size(); ++j) {
-    if (outcomes[j] && outcomes[j]->ok && seen.insert(jobs[j].gpus).second) startups.push_back(outcomes[j]->startup);
-  }
-  out += startup_table(startups);
-
-  // What did not run, by reason (the first clause of the message).
+// What did not run, by reason (the first clause of the message); empty when every point ran.
+std::string did_not_run(const std::vector<PlanRow>& rows) {
   std::map<std::string, size_t> reasons;
   for (const PlanRow& r : rows) {
     if (r.ok) continue;
@@ -642,10 +653,23 @@ std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& ro
     }
     ++reasons[reason];
   }
-  if (!reasons.empty()) {
-    out += "\n== did not run\n";
-    for (const auto& [reason, count] : reasons) out += fmt::format("  {:>6} points: {}\n", count, reason);
-  }
+  if (reasons.empty()) return "";
+  std::string out = "\n== did not run\n";
+  for (const auto& [reason, count] : reasons) out += fmt::format("  {:>6} points: {}\n", count, reason);
+  return out;
+}
+
+}  // namespace
+
+std::string format_plan_summary(const Plan& plan, const std::vector<PlanRow>& rows,
+                                const std::vector<std::optional<JobOutcome>>& outcomes,
+                                const std::vector<PlanJob>& jobs) {
+  std::string out = plan_header(plan, rows, outcomes);
+  out += best_per_cluster_size(plan, rows);
+  out += pareto_front(rows);
+  out += "\n== start-up: a job's start-up per cluster size, world communicator, today's defaults (sim/startup.h)\n";
+  out += startup_table(startup_per_cluster_size(outcomes, jobs));
+  out += did_not_run(rows);
   return out;
 }
 

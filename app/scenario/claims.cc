@@ -165,29 +165,26 @@ ClaimSetting read_setting(const Reader& reader, const YAML::Node& node, const st
   return setting;
 }
 
-Claim read_claim(const Reader& reader, const YAML::Node& node, const std::string& path,
-                 const std::vector<ClusterVariant>& variants) {
-  Mapping m(reader, node, path, kClaimKeys);
-  Claim claim;
-  claim.mark = source_mark(node.Mark());
-  claim.name = reader.text(m.require("name"), m.path("name"));
-  if (const YAML::Node* v = m.find("says")) claim.says = reader.scalar(*v, m.path("says"));
-  const YAML::Node& kind = m.require("kind");
-  const std::string kind_text = reader.scalar(kind, m.path("kind"));
-  claim.kind = reader.at(kind, m.path("kind"), [&] { return parse_claim_kind(kind_text); });
-
+// `claimed`: the release note's before and after values.
+ClaimedValues read_claimed(const Reader& reader, const Mapping& m, ClaimKind kind) {
   const YAML::Node& claimed = m.require("claimed");
   Mapping c(reader, claimed, m.path("claimed"), kClaimedKeys);
-  claim.claimed.before = reader.number(c.require("before"), c.path("before"), 0, 1e12, true);
-  claim.claimed.after = reader.number(c.require("after"), c.path("after"), 0, 1e12, true);
+  ClaimedValues values;
+  values.before = reader.number(c.require("before"), c.path("before"), 0, 1e12, true);
+  values.after = reader.number(c.require("after"), c.path("after"), 0, 1e12, true);
   if (const YAML::Node* v = c.find("after_or_better")) {
-    claim.claimed.after_or_better = reader.boolean(*v, c.path("after_or_better"));
+    values.after_or_better = reader.boolean(*v, c.path("after_or_better"));
   }
-  if (claim.kind == ClaimKind::kMemory && std::max(claim.claimed.before, claim.claimed.after) >= 100) {
+  if (kind == ClaimKind::kMemory && std::max(values.before, values.after) >= 100) {
     reader.fail_at(claimed, "{}: fragmentation is a percentage under 100", m.path("claimed"));
   }
-  if (const YAML::Node* v = m.find("tolerance")) claim.tolerance = reader.number(*v, m.path("tolerance"), 0, 10, true);
+  return values;
+}
 
+// What the claim is about, by its kind: the collective and size, the training, the rates or the layout.
+void read_claim_subject(const Reader& reader, const Mapping& m, const std::string& path,
+                        const std::vector<ClusterVariant>& variants, Claim& claim) {
+  const YAML::Node& node = m.node();
   // The keys of the other kinds are errors, not silently ignored.
   auto only_for = [&](std::string_view key, ClaimKind owner) {
     const YAML::Node* v = m.find(key);
@@ -242,7 +239,11 @@ Claim read_claim(const Reader& reader, const YAML::Node& node, const std::string
   if (const YAML::Node* v = m.find("gpus"); v != nullptr) {
     reader.fail_at(*v, "{}: a claim runs on the scenario's cluster (its nodes x gpus_per_node)", m.path("gpus"));
   }
+}
 
+// The settings it compares: `before` (named "before" when absent) and the `after` candidates, every name unique.
+void read_claim_settings(const Reader& reader, const Mapping& m, const std::vector<ClusterVariant>& variants,
+                         Claim& claim) {
   if (const YAML::Node* v = m.find("before")) {
     claim.before = read_setting(reader, *v, m.path("before"), claim, variants, "before");
   } else {
@@ -263,6 +264,22 @@ Claim read_claim(const Reader& reader, const YAML::Node& node, const std::string
     if (taken) reader.fail_at(entries[i], "{}: a second setting named '{}'", at, setting.name);
     claim.after.push_back(std::move(setting));
   }
+}
+
+Claim read_claim(const Reader& reader, const YAML::Node& node, const std::string& path,
+                 const std::vector<ClusterVariant>& variants) {
+  Mapping m(reader, node, path, kClaimKeys);
+  Claim claim;
+  claim.mark = source_mark(node.Mark());
+  claim.name = reader.text(m.require("name"), m.path("name"));
+  if (const YAML::Node* v = m.find("says")) claim.says = reader.scalar(*v, m.path("says"));
+  const YAML::Node& kind = m.require("kind");
+  const std::string kind_text = reader.scalar(kind, m.path("kind"));
+  claim.kind = reader.at(kind, m.path("kind"), [&] { return parse_claim_kind(kind_text); });
+  claim.claimed = read_claimed(reader, m, claim.kind);
+  if (const YAML::Node* v = m.find("tolerance")) claim.tolerance = reader.number(*v, m.path("tolerance"), 0, 10, true);
+  read_claim_subject(reader, m, path, variants, claim);
+  read_claim_settings(reader, m, variants, claim);
   return claim;
 }
 

@@ -245,29 +245,53 @@ void evaluate_memory(const Scenario& scenario, const Claim& claim, ClaimResult& 
 
 // ---- verdicts ----------------------------------------------------------------------------------
 
-void judge(const Scenario& scenario, const Claim& claim, ClaimResult& result) {
-  const ClaimValue& after = result.after[result.best];
-  const bool higher = claim_higher_is_better(claim.kind);
-  // Impossible: a claimed value beats the limit.
-  if (result.limit) {
-    if (claim.kind == ClaimKind::kMtbf) {
-      const double gain = claim.claimed.after / claim.claimed.before;
-      if (gain > *result.limit * (1 + kRoundingSlack)) {
-        result.verdict = ClaimVerdict::kImpossible;
-        result.reasons.push_back(fmt::format("the claimed gain {}x is above the most in-place recovery can give, {}x",
-                                             number(gain), number(*result.limit)));
-      }
-    } else {
-      for (const auto& [side, claimed] : {std::pair{"before", claim.claimed.before}, {"after", claim.claimed.after}}) {
-        if (claimed < *result.limit * (1 - kRoundingSlack)) {
-          result.verdict = ClaimVerdict::kImpossible;
-          result.reasons.push_back(fmt::format("the claimed {} {} is {}x below the physical bound {}", side,
-                                               with_unit(claim, claimed), number(*result.limit / claimed),
-                                               with_unit(claim, *result.limit)));
-        }
-      }
+// Impossible: a claimed value beats the limit (for an MTBF claim, the claimed gain beats the largest one).
+void judge_against_limit(const Claim& claim, ClaimResult& result) {
+  if (!result.limit) return;
+  if (claim.kind == ClaimKind::kMtbf) {
+    const double gain = claim.claimed.after / claim.claimed.before;
+    if (gain > *result.limit * (1 + kRoundingSlack)) {
+      result.verdict = ClaimVerdict::kImpossible;
+      result.reasons.push_back(fmt::format("the claimed gain {}x is above the most in-place recovery can give, {}x",
+                                           number(gain), number(*result.limit)));
+    }
+    return;
+  }
+  for (const auto& [side, claimed] : {std::pair{"before", claim.claimed.before}, {"after", claim.claimed.after}}) {
+    if (claimed < *result.limit * (1 - kRoundingSlack)) {
+      result.verdict = ClaimVerdict::kImpossible;
+      result.reasons.push_back(fmt::format("the claimed {} {} is {}x below the physical bound {}", side,
+                                           with_unit(claim, claimed), number(*result.limit / claimed),
+                                           with_unit(claim, *result.limit)));
     }
   }
+}
+
+// What would make the note's baseline agree with tandem's (`tandem_before`), by the claim's kind.
+std::string baseline_needs(const Claim& claim, double tandem_before) {
+  switch (claim.kind) {
+    case ClaimKind::kMtbf:
+      return fmt::format("failure rates {}x those of the '{}' table", number(tandem_before / claim.claimed.before),
+                         claim.rates);
+    case ClaimKind::kStartup:
+      return claim.claimed.before > tandem_before
+                 ? fmt::format(
+                       "{} s spent outside the phases tandem models (image pull, Python imports, data "
+                       "loaders, checkpoint load), or a launch far slower than the assumed {} s",
+                       number(claim.claimed.before - tandem_before),
+                       number(sim::kProcessLaunch_s + sim::kCudaContext_s))
+                 : fmt::format("a launch faster than the assumed {} s",
+                               number(sim::kProcessLaunch_s + sim::kCudaContext_s));
+    case ClaimKind::kCollective:
+      return "another cluster, size or algorithm than the scenario's";
+    case ClaimKind::kMemory:
+      return "another model, batch or layout than the scenario's";
+  }
+  return "";
+}
+
+void judge(const Scenario& scenario, const Claim& claim, ClaimResult& result) {
+  judge_against_limit(claim, result);
   if (result.verdict == ClaimVerdict::kImpossible) {
     if (claim.kind == ClaimKind::kCollective && size_is_per_rank(claim.collective)) {
       const std::string reading = other_reading(scenario, claim);
@@ -275,6 +299,7 @@ void judge(const Scenario& scenario, const Claim& claim, ClaimResult& result) {
     }
     return;
   }
+  const ClaimValue& after = result.after[result.best];
   const bool before_ok = agrees(claim, result.before.value, claim.claimed.before, false);
   const bool after_ok = agrees(claim, after.value, claim.claimed.after, claim.claimed.after_or_better);
   if (before_ok && after_ok) {
@@ -285,36 +310,14 @@ void judge(const Scenario& scenario, const Claim& claim, ClaimResult& result) {
     return;
   }
   result.verdict = ClaimVerdict::kNeedsConditions;
+  const bool higher = claim_higher_is_better(claim.kind);
   const double tandem_gain = higher ? after.value / result.before.value : result.before.value / after.value;
   const double claimed_gain =
       higher ? claim.claimed.after / claim.claimed.before : claim.claimed.before / claim.claimed.after;
   if (!before_ok) {
-    std::string why;
-    switch (claim.kind) {
-      case ClaimKind::kMtbf:
-        why = fmt::format("failure rates {}x those of the '{}' table",
-                          number(result.before.value / claim.claimed.before), claim.rates);
-        break;
-      case ClaimKind::kStartup:
-        why = claim.claimed.before > result.before.value
-                  ? fmt::format(
-                        "{} s spent outside the phases tandem models (image pull, Python imports, data "
-                        "loaders, checkpoint load), or a launch far slower than the assumed {} s",
-                        number(claim.claimed.before - result.before.value),
-                        number(sim::kProcessLaunch_s + sim::kCudaContext_s))
-                  : fmt::format("a launch faster than the assumed {} s",
-                                number(sim::kProcessLaunch_s + sim::kCudaContext_s));
-        break;
-      case ClaimKind::kCollective:
-        why = "another cluster, size or algorithm than the scenario's";
-        break;
-      case ClaimKind::kMemory:
-        why = "another model, batch or layout than the scenario's";
-        break;
-    }
     result.reasons.push_back(fmt::format("the baseline: tandem predicts {}, the note says {}; that needs {}",
                                          with_unit(claim, result.before.value), with_unit(claim, claim.claimed.before),
-                                         why));
+                                         baseline_needs(claim, result.before.value)));
   }
   if (!after_ok) {
     std::string why;

@@ -95,24 +95,78 @@ int64_t per_rank_bytes(const SizeCounts& counts, DataType dtype) {
   return (counts.input_elements + counts.output_elements) * static_cast<int64_t>(size_bytes(dtype));
 }
 
+// The per-rank input and output bytes of the largest points the host runs (it skips those over its limit).
+struct HostPointBytes {
+  int64_t input = 0;
+  int64_t output = 0;
+};
+
+HostPointBytes largest_host_point(const CollectiveSweep& sweep, int nranks) {
+  const int64_t element_bytes = static_cast<int64_t>(size_bytes(sweep.dtype));
+  HostPointBytes largest;
+  for (Collective collective : sweep.collectives) {
+    for (int64_t bytes : sweep.sizes_bytes) {
+      const SizeCounts counts = nccl_tests_counts(collective, bytes, sweep.dtype, nranks);
+      if (per_rank_bytes(counts, sweep.dtype) > kHostMaxBytesPerRank) continue;
+      largest.input = std::max(largest.input, counts.input_elements * element_bytes);
+      largest.output = std::max(largest.output, counts.output_elements * element_bytes);
+    }
+  }
+  return largest;
+}
+
+// Runs one point: warm-up, timed runs, then the data check on fresh inputs; fills the point's times and verdict.
+void measure_data_point(Communicator& communicator, const RunMemory& memory, const CollectiveSweep& sweep,
+                        Collective collective, const std::string& algorithm, const SizeCounts& counts, int nranks,
+                        PointResult& point) {
+  const Algorithm requested = parse_algorithm_name(algorithm);
+  CollectiveSpec spec;
+  spec.collective = collective;
+  spec.count = counts.count;
+  spec.dtype = sweep.dtype;
+  spec.op = sweep.op;
+  spec.root = kSweepRoot;
+  spec.nranks = nranks;
+  const std::vector<RankBuffers> buffers = memory.host(collective, counts.count, sweep.dtype, false);
+  const std::vector<RankBuffers> run_buffers = memory.run(collective, counts.count, sweep.dtype, false);
+  CheckSpec check{collective, sweep.dtype, sweep.op, kSweepRoot, nranks, counts.count, 0};
+  fill_inputs(check, buffers);
+  memory.upload();
+  for (int i = 0; i < kHostWarmupRuns; ++i) communicator.run(spec, run_buffers, requested);
+  double seconds = 0;
+  for (int i = 0; i < kHostTimedRuns; ++i) seconds += communicator.run(spec, run_buffers, requested).seconds;
+  seconds /= kHostTimedRuns;
+  int64_t wrong = 0;
+  for (int c = 0; c < kHostCheckRuns && wrong == 0; ++c) {
+    check.seed = static_cast<uint64_t>(c) + 1;
+    poison_outputs(check, buffers);
+    fill_inputs(check, buffers);
+    memory.upload();
+    communicator.run(spec, run_buffers, requested);
+    memory.download();
+    wrong = count_wrong(check, buffers);
+  }
+  const BenchResult measured = make_result(seconds, counts, collective, nranks, wrong);
+  point.algorithm_used = name(communicator.choose(spec, requested));
+  point.time_us = measured.time_us;
+  point.algbw_GBps = measured.algbw_GBps;
+  point.busbw_GBps = measured.busbw_GBps;
+  point.wrong_elements = wrong;
+  if (wrong > 0) {
+    point.status = PointStatus::kWrongData;
+    point.reason = fmt::format("{} wrong elements", wrong);
+  }
+}
+
 std::vector<PointResult> run_data_variant(const Scenario& scenario, const ClusterVariant& variant,
                                           ScenarioBackend backend, const ProgressFn& progress, size_t variant_index) {
   const CollectiveSweep& sweep = std::get<CollectiveSweep>(scenario.workload);
   const int nranks = sweep_ranks(variant, sweep);
   const int per_node = nranks / variant.cluster.nodes;
-  const int64_t element_bytes = static_cast<int64_t>(size_bytes(sweep.dtype));
 
   // Memory for the largest point the host runs, per rank.
-  int64_t max_input_bytes = 0, max_output_bytes = 0;
-  for (Collective collective : sweep.collectives) {
-    for (int64_t bytes : sweep.sizes_bytes) {
-      const SizeCounts counts = nccl_tests_counts(collective, bytes, sweep.dtype, nranks);
-      if (per_rank_bytes(counts, sweep.dtype) > kHostMaxBytesPerRank) continue;
-      max_input_bytes = std::max(max_input_bytes, counts.input_elements * element_bytes);
-      max_output_bytes = std::max(max_output_bytes, counts.output_elements * element_bytes);
-    }
-  }
-  const double needed = double(nranks) * double(max_input_bytes + max_output_bytes);
+  const HostPointBytes largest = largest_host_point(sweep, nranks);
+  const double needed = double(nranks) * double(largest.input + largest.output);
   require_host_memory(needed,
                       fmt::format("the {} backend for {} ranks of variant '{}'", name(backend), nranks, variant.name));
   std::unique_ptr<Executor> executor = make_executor(name(backend));
@@ -120,8 +174,7 @@ std::vector<PointResult> run_data_variant(const Scenario& scenario, const Cluste
     fail(ErrorCode::kUnsupported,
          "tandem run drives every rank from one process; under mpirun / srun use tandem bench (docs/real-hardware.md)");
   }
-  const RunMemory memory(*executor, nranks, static_cast<size_t>(max_input_bytes),
-                         static_cast<size_t>(max_output_bytes));
+  const RunMemory memory(*executor, nranks, static_cast<size_t>(largest.input), static_cast<size_t>(largest.output));
   Communicator communicator(*executor, RankLayout::nodes(variant.cluster.nodes, per_node));
   const size_t total = sweep.collectives.size() * sweep.algorithms.size() * sweep.sizes_bytes.size();
   size_t done = 0;
@@ -147,43 +200,7 @@ std::vector<PointResult> run_data_variant(const Scenario& scenario, const Cluste
         progress(fmt::format("variant {}/{} ({}): {} {} {} ({}/{})", variant_index + 1, scenario.variants.size(),
                              variant.name, name(collective), algorithm, format_size(bytes), done, total));
       }
-      const Algorithm requested = parse_algorithm_name(algorithm);
-      CollectiveSpec spec;
-      spec.collective = collective;
-      spec.count = counts.count;
-      spec.dtype = sweep.dtype;
-      spec.op = sweep.op;
-      spec.root = kSweepRoot;
-      spec.nranks = nranks;
-      const std::vector<RankBuffers> buffers = memory.host(collective, counts.count, sweep.dtype, false);
-      const std::vector<RankBuffers> run_buffers = memory.run(collective, counts.count, sweep.dtype, false);
-      CheckSpec check{collective, sweep.dtype, sweep.op, kSweepRoot, nranks, counts.count, 0};
-      fill_inputs(check, buffers);
-      memory.upload();
-      for (int i = 0; i < kHostWarmupRuns; ++i) communicator.run(spec, run_buffers, requested);
-      double seconds = 0;
-      for (int i = 0; i < kHostTimedRuns; ++i) seconds += communicator.run(spec, run_buffers, requested).seconds;
-      seconds /= kHostTimedRuns;
-      int64_t wrong = 0;
-      for (int c = 0; c < kHostCheckRuns && wrong == 0; ++c) {
-        check.seed = static_cast<uint64_t>(c) + 1;
-        poison_outputs(check, buffers);
-        fill_inputs(check, buffers);
-        memory.upload();
-        communicator.run(spec, run_buffers, requested);
-        memory.download();
-        wrong = count_wrong(check, buffers);
-      }
-      const BenchResult measured = make_result(seconds, counts, collective, nranks, wrong);
-      point.algorithm_used = name(communicator.choose(spec, requested));
-      point.time_us = measured.time_us;
-      point.algbw_GBps = measured.algbw_GBps;
-      point.busbw_GBps = measured.busbw_GBps;
-      point.wrong_elements = wrong;
-      if (wrong > 0) {
-        point.status = PointStatus::kWrongData;
-        point.reason = fmt::format("{} wrong elements", wrong);
-      }
+      measure_data_point(communicator, memory, sweep, collective, algorithm, counts, nranks, point);
     }
     points.push_back(std::move(point));
   });

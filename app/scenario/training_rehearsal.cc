@@ -178,18 +178,16 @@ class Rehearsal {
     return hit;
   }
 
-  void play(const Occurrence& o, StepRehearsal& out) {
-    const models::StepTask& task = program_.tasks[o.task];
-    const models::CommOp& op = program_.comms[static_cast<size_t>(task.comm)];
-    const std::string& kind = program_.groups[o.group].name;
-    const Instance& instance = instances_[o.group][o.instance];
-    int sender = -1;
-    for (int r : instance.ranks) {
-      if (on_stage(r, task.stage, per_stage_)) sender = sender < 0 ? r : sender;
-    }
-    std::vector<int> entering;
-    bool desync = false;
-    std::map<int, int64_t> desync_count;
+  // The members that enter an occurrence, after the faults that strike them there: a hang or a
+  // crash halts its rank before it enters, a straggler enters slowed down from then on, a desync
+  // enters with another element count.
+  struct Entering {
+    std::vector<int> ranks;
+    std::map<int, int64_t> desync_count;  // rank -> the element count it issues instead
+  };
+
+  Entering enter(const Instance& instance, const std::string& kind) {
+    Entering entering;
     for (int r : instance.ranks) {
       if (halted_[static_cast<size_t>(r)]) continue;
       if (const std::optional<size_t> f = strikes(r, kind)) {
@@ -202,68 +200,101 @@ class Rehearsal {
           dead_[static_cast<size_t>(r)] = fault.kind == FaultKind::kRankCrash;
           continue;
         } else {
-          desync = true;
-          desync_count[r] = fault.desync_count.value_or(0);
+          entering.desync_count[r] = fault.desync_count.value_or(0);
         }
       }
-      entering.push_back(r);
+      entering.ranks.push_back(r);
     }
-    const bool completes = !desync && entering.size() == instance.ranks.size();
-    // When each member reaches the op: its fault-free start, plus how late the rank already runs,
-    // plus what a straggler loses on its own work since its previous op (that work takes `factor`
-    // times as long). The op starts when the last member is there and runs at the pace of its
-    // slowest member; every member leaves it together, as late as that.
-    std::map<int, double> arrival_s;
-    double last_arrival_s = o.start_s, pace = 1.0;
+    return entering;
+  }
+
+  struct Timing {
+    std::map<int, double> arrival_s;  // per entering rank
+    double last_arrival_s = 0;        // the op starts: the last member is there
+    double end_s = 0;                 // every member leaves it
+  };
+
+  // When each member reaches the op: its fault-free start, plus how late the rank already runs,
+  // plus what a straggler loses on its own work since its previous op (that work takes `factor`
+  // times as long). The op starts when the last member is there and runs at the pace of its
+  // slowest member; every member leaves it together, as late as that.
+  Timing arrive(const Occurrence& o, const std::vector<int>& entering) {
+    Timing timing;
+    timing.last_arrival_s = o.start_s;
+    double pace = 1.0;
     for (int r : entering) {
       const auto i = static_cast<size_t>(r);
       lag_s_[i] += (slowdown_[i] - 1.0) * std::max(0.0, o.start_s - previous_end_s_[i]);
-      arrival_s[r] = o.start_s + lag_s_[i];
-      last_arrival_s = std::max(last_arrival_s, arrival_s[r]);
+      timing.arrival_s[r] = o.start_s + lag_s_[i];
+      timing.last_arrival_s = std::max(timing.last_arrival_s, timing.arrival_s[r]);
       pace = std::max(pace, slowdown_[i]);
       previous_end_s_[i] = o.end_s;
     }
-    const double end_s = last_arrival_s + pace * (o.end_s - o.start_s);
+    timing.end_s = timing.last_arrival_s + pace * (o.end_s - o.start_s);
+    return timing;
+  }
+
+  // Rank r's flight-recorder entry for one part of an occurrence, numbered in its process group.
+  FrEntry entry(int r, const Part& part, const Instance& instance, const std::string& kind, const SizeCounts& issued,
+                double arrival_s) {
+    FrEntry e;
+    e.pg_id = pg_id_.at({r, instance.name});
+    e.pg_name = instance.name;
+    e.pg_desc = kind;
+    int64_t& seq = (part.p2p ? p2p_seq_ : collective_seq_)[{r, instance.name}];
+    ++seq;
+    (part.p2p ? e.p2p_seq_id : e.collective_seq_id) = seq;
+    e.op_id = ++op_id_[{r, instance.name}];
+    e.is_p2p = part.p2p;
+    e.profiling_name = part.profiling_name;
+    e.input_sizes = {{issued.input_elements}};
+    e.output_sizes = {{issued.output_elements}};
+    e.input_dtypes = {std::string(torch_dtype_name(DataType::kBF16))};
+    e.output_dtypes = e.input_dtypes;
+    e.time_created_ns = to_ns(arrival_s);
+    e.timeout_ms = timeout_ms_;
+    e.thread_id = std::to_string(r);
+    e.thread_name = fmt::format("tandem rank {}", r);
+    return e;
+  }
+
+  void play(const Occurrence& o, StepRehearsal& out) {
+    const models::StepTask& task = program_.tasks[o.task];
+    const models::CommOp& op = program_.comms[static_cast<size_t>(task.comm)];
+    const std::string& kind = program_.groups[o.group].name;
+    const Instance& instance = instances_[o.group][o.instance];
+    int sender = -1;
+    for (int r : instance.ranks) {
+      if (on_stage(r, task.stage, per_stage_)) sender = sender < 0 ? r : sender;
+    }
+    const Entering entering = enter(instance, kind);
+    const bool completes = entering.desync_count.empty() && entering.ranks.size() == instance.ranks.size();
+    const Timing timing = arrive(o, entering.ranks);
     if (completes) {
-      for (int r : entering) lag_s_[static_cast<size_t>(r)] = end_s - o.end_s;
+      for (int r : entering.ranks) lag_s_[static_cast<size_t>(r)] = timing.end_s - o.end_s;
     }
     const int n = static_cast<int>(instance.ranks.size());
     const SizeCounts counts = nccl_tests_counts(op.collective, op.bytes, DataType::kBF16, n);
-    for (int r : entering) {
+    for (int r : entering.ranks) {
+      SizeCounts issued = counts;
+      if (const auto desync = entering.desync_count.find(r); desync != entering.desync_count.end()) {
+        issued.input_elements = issued.output_elements = desync->second;
+      }
+      const double arrival_s = timing.arrival_s.at(r);
       FlightRecorder& recorder = *recorders_[static_cast<size_t>(r)];
       for (const Part& part : parts_of(op, kind, instance.ranks, r, sender)) {
-        FrEntry e;
-        e.pg_id = pg_id_.at({r, instance.name});
-        e.pg_name = instance.name;
-        e.pg_desc = kind;
-        int64_t& seq = (part.p2p ? p2p_seq_ : collective_seq_)[{r, instance.name}];
-        ++seq;
-        (part.p2p ? e.p2p_seq_id : e.collective_seq_id) = seq;
-        e.op_id = ++op_id_[{r, instance.name}];
-        e.is_p2p = part.p2p;
-        e.profiling_name = part.profiling_name;
-        const int64_t in = desync_count.count(r) ? desync_count[r] : counts.input_elements;
-        const int64_t out_elements = desync_count.count(r) ? desync_count[r] : counts.output_elements;
-        e.input_sizes = {{in}};
-        e.output_sizes = {{out_elements}};
-        e.input_dtypes = {std::string(torch_dtype_name(DataType::kBF16))};
-        e.output_dtypes = e.input_dtypes;
-        e.time_created_ns = to_ns(arrival_s.at(r));
-        e.timeout_ms = timeout_ms_;
-        e.thread_id = std::to_string(r);
-        e.thread_name = fmt::format("tandem rank {}", r);
-        const uint64_t id = recorder.record(e);
-        recorder.started(id, to_ns(completes ? last_arrival_s : arrival_s.at(r)));
+        const uint64_t id = recorder.record(entry(r, part, instance, kind, issued, arrival_s));
+        recorder.started(id, to_ns(completes ? timing.last_arrival_s : arrival_s));
         if (completes) {
-          recorder.completed(id, to_ns(end_s));
+          recorder.completed(id, to_ns(timing.end_s));
           recorder.retire(id);
         }
       }
       if (!completes) {
         halted_[static_cast<size_t>(r)] = true;
         waiting_[static_cast<size_t>(r)] = true;
-        if (out.first_wait_s < 0 || arrival_s.at(r) < out.first_wait_s) {
-          out.first_wait_s = arrival_s.at(r);
+        if (out.first_wait_s < 0 || arrival_s < out.first_wait_s) {
+          out.first_wait_s = arrival_s;
           out.first_stuck = fmt::format("{} (nccl:{} of group {}, {})", program_.labels[static_cast<size_t>(task.label)],
                                         name(op.collective), instance.name, kind);
         }
