@@ -16,7 +16,6 @@ namespace {
 
 constexpr int64_t kComputeStream = 0;
 constexpr int64_t kCommStream = 1;  // FSDP's all-gather stream: its outputs live in that stream's pool
-constexpr int64_t kReduceScatterStream = 2;  // FSDP2's reduce-scatter stream: its input buffer's pool
 constexpr uint64_t kNoTensor = 0;   // the trace's tensor addresses start at 1
 
 // Where in the step an entry of the trace was issued.
@@ -320,10 +319,11 @@ class StepProgramMemory {
         }
       }
       // FSDP2's post-backward (foreach_reduce): the unsharded gradients copied into one
-      // reduce-scatter input in the reduce dtype and freed, the result cast into the sharded fp32
+      // reduce-scatter input in the reduce dtype (made on the compute stream, PyTorch 2.5 on) and
+      // freed, the result cast into the sharded fp32
       // gradients (kept across microbatches), the parameters resharded.
       if (gather_) {
-        const uint64_t reduce_input = t.alloc(reduce_bytes_ * u.elements(), kReduceScatterStream);
+        const uint64_t reduce_input = t.alloc(reduce_bytes_ * u.elements(), kComputeStream);
         t.free_all(unsharded);
         keep_gradients(t, u, unit_index);
         t.free(reduce_input);
