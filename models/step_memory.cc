@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "models/memory_snapshot.h"
+#include "models/workload_internal.h"
 
 namespace tandem::models {
 namespace {
@@ -95,7 +96,8 @@ class StepProgramMemory {
     sharded_ = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
     shard_ = sharded_ ? d.shard_group : 1;
     gather_ = sharded_ && d.shard_group > 1;
-    grad_bytes_ = static_cast<double>(size_bytes(config.grad_reduce_dtype));
+    state_ = state_bytes_per_parameter(config);
+    reduce_bytes_ = grad_bytes(config);
     tokens_ = static_cast<double>(config.micro_batch) * config.seq_len / layout.cp;
     for (int v = stage; v < layout.pp * layout.vp; v += layout.pp) chunks_.push_back(v);
     for (int v : chunks_) build_units(v);
@@ -104,7 +106,7 @@ class StepProgramMemory {
   void emit(TraceBuilder& t) {
     t.set_phase({PhaseKind::kSetup, 0, 0, -1});
     for (Unit& u : units_flat()) {
-      for (const ParamTensor& p : u.tensors) t.alloc(2.0 * p.elements / shard_, kComputeStream);
+      for (const ParamTensor& p : u.tensors) t.alloc(state_.weights * p.elements / shard_, kComputeStream);
     }
     // Without FSDP the gradients live in buffers made when the model is wrapped (Megatron's
     // DistributedDataParallel grad buffer, DDP's buckets) and never freed; FSDP2 makes them at the
@@ -122,10 +124,12 @@ class StepProgramMemory {
       run_schedule(t);
       t.set_phase({PhaseKind::kOptimizer, step, 0, -1});
       if (step == 0) {
-        // optimizer.step() creates Adam's states at its first call: fp32 master weights and two moments.
+        // optimizer.step() creates Adam's states at its first call: fp32 master weights (not with
+        // FSDP: its fp32 shard is the master) and two moments, one fp32 tensor each.
+        const int tensors = static_cast<int>(std::lround(state_.optimizer / 4));
         for (Unit& u : units_flat()) {
           for (const ParamTensor& p : u.tensors) {
-            for (int k = 0; k < 3; ++k) t.alloc(optimizer_bytes(p) / 3, kComputeStream);
+            for (int k = 0; k < tensors; ++k) t.alloc(optimizer_bytes(p) / tensors, kComputeStream);
           }
         }
       }
@@ -182,38 +186,19 @@ class StepProgramMemory {
 
   double optimizer_bytes(const ParamTensor& p) const {
     if (config_.layout.sharding == Sharding::kZero1)
-      return 12.0 * p.elements / (p.expert ? d_.expert_data_ranks : d_.data_ranks);
-    return 12.0 * p.elements / shard_;
+      return state_.optimizer * p.elements / (p.expert ? d_.expert_data_ranks : d_.data_ranks);
+    return state_.optimizer * p.elements / shard_;
   }
 
-  // Activation tensors one layer keeps per microbatch for its backward (bytes each), as
-  // workload.cc's activation_bytes_per_token splits them, per op output.
-  std::vector<double> layer_activations(int layer, bool full_set) const {
-    const double tp = config_.layout.tp, t = tokens_;
-    const double h = static_cast<double>(m_.d_model), f = static_cast<double>(m_.ffn);
-    const double kv = static_cast<double>(m_.d_model / m_.heads * m_.kv_heads);
-    std::vector<double> out;
-    auto add = [&](double per_token) { out.push_back(2.0 * per_token * t / tp); };
+  // Activation tensors one layer keeps per microbatch for its backward: saved_activations's
+  // (workload.h), one tensor each; with full recompute (and not full_set), the layer's input only.
+  std::vector<SavedTensor> layer_activations(int layer, bool full_set) const {
     if (config_.recompute == Recompute::kFull && !full_set) {
-      add(h);  // the layer's input only
-      return out;
+      return {{"layer input", static_cast<double>(m_.d_model), 2}};
     }
-    if (m_.moe_layer(layer)) {
-      const double routed = m_.top_k * config_.capacity_factor;
-      const double experts = routed + m_.shared_experts;
-      for (double x : {h, h, kv, kv, h, h}) add(x);  // norm input, q, k, v, attention output, MLP norm input
-      add(routed * h);                               // the routed copies before the experts ...
-      add(routed * h);                               // ... and after
-      for (int k = 0; k < 4; ++k) add(experts * static_cast<double>(m_.moe_ffn));  // gate, up, SiLU, product
-      return out;
-    }
-    if (config_.recompute == Recompute::kSelective && config_.kernels == KernelStack::kEager) {
-      for (double x : {h + 2 * kv, f, h, h}) add(x);  // q/k/v, w1 and w2 outputs, attention output
-      return out;
-    }
-    for (double x : {h, h, kv, kv, h, h, f, f, f, f}) add(x);
-    return out;
+    return saved_activations(config_, m_.moe_layer(layer));
   }
+  double bytes_of(const SavedTensor& tensor) const { return tensor.bytes_per_token() * tokens_ / config_.layout.tp; }
 
   // The 1F1B order of (microbatch, chunk) units on this stage: warm-up forwards, then one forward
   // and one backward in turn, then the cool-down backwards. Interleaved (vp > 1): Megatron's order,
@@ -259,15 +244,15 @@ class StepProgramMemory {
         prefetched = i + 1 < units.size() ? gather(t, units[i + 1]) : kNoTensor;
       }
       if (u.layer >= 0) {
-        // Sequence parallelism all-gathers the layer's input before attention and the MLP: a
-        // full-sequence bf16 buffer, freed after the GEMM it feeds.
-        for (double bytes : layer_activations(u.layer, false)) {
-          if (tp > 1 && kept.size() % 5 == 0) {
-            const uint64_t sp = t.alloc(2.0 * h * tokens_, kComputeStream);
-            kept.push_back(t.alloc(bytes, kComputeStream));
+        // Sequence parallelism all-gathers the input of attention's and the MLP's first GEMM: a
+        // full-sequence buffer (FP8 when the GEMM is), freed after the GEMM it feeds.
+        for (const SavedTensor& saved : layer_activations(u.layer, false)) {
+          if (tp > 1 && saved.gathered_for_gemm) {
+            const uint64_t sp = t.alloc(saved.bytes_per_element * h * tokens_, kComputeStream);
+            kept.push_back(t.alloc(bytes_of(saved), kComputeStream));
             t.free(sp);
           } else {
-            kept.push_back(t.alloc(bytes, kComputeStream));
+            kept.push_back(t.alloc(bytes_of(saved), kComputeStream));
           }
         }
       } else if (i + 1 == units.size() && c == static_cast<int>(units_.size()) - 1 &&
@@ -298,18 +283,23 @@ class StepProgramMemory {
       }
       std::vector<uint64_t> recomputed;
       if (u.layer >= 0 && config_.recompute == Recompute::kFull) {
-        for (double bytes : layer_activations(u.layer, true)) recomputed.push_back(t.alloc(bytes, kComputeStream));
+        for (const SavedTensor& saved : layer_activations(u.layer, true)) {
+          recomputed.push_back(t.alloc(bytes_of(saved), kComputeStream));
+        }
       }
       // The gradient flowing to the layer below (bf16, the layer's input shape).
       const uint64_t next_grad = t.alloc(2.0 * h * tokens_ / tp, kComputeStream);
       if (grad_input != kNoTensor) t.free(grad_input);
       grad_input = next_grad;
-      // Parameter gradients: FSDP computes the unsharded ones; without FSDP they are kept (and
-      // accumulated over the microbatches) from the first backward on.
+      // Parameter gradients: FSDP computes the unsharded ones (bf16, the gathered parameters'
+      // dtype); without FSDP they are kept (and accumulated over the microbatches) from the first
+      // backward on.
       const size_t unit_index = unit_index_base + r;
       std::vector<uint64_t> unsharded;
       if (gather_) {
-        for (const ParamTensor& p : u.tensors) unsharded.push_back(t.alloc(grad_bytes_ * p.elements, kComputeStream));
+        for (const ParamTensor& p : u.tensors) {
+          unsharded.push_back(t.alloc(kFsdpComputeBytes * p.elements, kComputeStream));
+        }
       } else {
         keep_gradients(t, u, unit_index);
       }
@@ -328,11 +318,15 @@ class StepProgramMemory {
           kept.pop_back();
         }
       }
-      // FSDP's post-backward: reduce-scatter into the sharded gradients (kept across microbatches),
-      // free the unsharded ones, reshard the parameters.
+      // FSDP2's post-backward (foreach_reduce): the unsharded gradients copied into one
+      // reduce-scatter input in the reduce dtype (made on the compute stream, PyTorch 2.5 on) and
+      // freed, the result cast into the sharded fp32
+      // gradients (kept across microbatches), the parameters resharded.
       if (gather_) {
-        keep_gradients(t, u, unit_index);
+        const uint64_t reduce_input = t.alloc(reduce_bytes_ * u.elements(), kComputeStream);
         t.free_all(unsharded);
+        keep_gradients(t, u, unit_index);
+        t.free(reduce_input);
       }
       if (gathered != kNoTensor) t.free(gathered);
     }
@@ -343,7 +337,7 @@ class StepProgramMemory {
   void keep_gradients(TraceBuilder& t, const Unit& u, size_t unit_index) {
     if (gradient_allocated_[unit_index]) return;
     for (const ParamTensor& p : u.tensors)
-      gradients_.push_back(t.alloc(grad_bytes_ * p.elements / shard_, kComputeStream));
+      gradients_.push_back(t.alloc(state_.gradients * p.elements / shard_, kComputeStream));
     gradient_allocated_[unit_index] = true;
   }
 
@@ -355,7 +349,8 @@ class StepProgramMemory {
   bool gather_ = false;
   bool persistent_gradients_ = false;
   double shard_ = 1;
-  double grad_bytes_ = 2;
+  StateBytes state_;
+  double reduce_bytes_ = 2;  // a gradient element as it is reduced
   double tokens_ = 0;
   int microbatches_ = 1;
   int step_ = 0;

@@ -272,29 +272,86 @@ int units_in_flight(const TrainingConfig& config, const DerivedLayout& d, int st
   return std::min(total, warmup + 1);
 }
 
-// Activation bytes one layer saves per token for backward (bf16), with flash attention: the two
-// norms' inputs, q / k / v and the attention output, and the gated MLP's gate, up, SiLU and product.
-// torchtitan's selective policy keeps only the outputs of the matmuls but every second one (q/k/v,
-// the output projection, w1, w3, w2: the 1st, 3rd and 5th) and of attention.
-// An MoE layer keeps, for the MLP, the routed copies of each token's hidden state before and after
-// the experts (top_k x capacity of them) and each expert's gate, up, SiLU and product.
-double activation_bytes_per_token(const TrainingConfig& config, bool moe_layer = false) {
-  const TransformerSpec& m = config.model;
-  const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
-  const double kv_dim = static_cast<double>(m.d_model / m.heads * m.kv_heads);
-  if (moe_layer) {
-    const double routed = m.top_k * config.capacity_factor;
-    const double experts = routed + m.shared_experts;
-    return 2.0 * (4.0 * h + 2.0 * kv_dim + 2.0 * routed * h + 4.0 * experts * static_cast<double>(m.moe_ffn));
-  }
-  if (config.recompute == Recompute::kSelective && config.kernels == KernelStack::kEager) {
-    return 2.0 * ((h + 2.0 * kv_dim) + f + h + h);  // qkv, w1, w2 outputs; attention output
-  }
-  return 2.0 * (4.0 * h + 2.0 * kv_dim + 4.0 * f);
+// The bytes of a saved tensor of Transformer Engine's GEMM inputs: FP8 GEMMs keep the FP8 copy of
+// their input they quantized and no bf16 one (transformer_engine/pytorch/module/linear.py and
+// layernorm_linear.py, "Prepare backward state": inputmat / ln_out saved quantized).
+double te_gemm_input_bytes(Precision precision) { return precision == Precision::kFP8 ? 1.0 : 2.0; }
+
+// Megatron-Core's layer with Transformer Engine (KernelStack::kFused) and FlashAttention, dense:
+// the norms' inputs (the residual stream), the GEMM inputs TE saves (the norms' outputs and the
+// SwiGLU output, FP8 in FP8 runs), q / k / v and the attention output for the fused attention's
+// backward, and the SwiGLU input (fc1's output, 2 x ffn: megatron/core/fusions/fused_bias_swiglu.py
+// keeps only its input). bf16 per token: 12h + 4kv + 6f bytes, Korthikanti et al. 2022's sbh(34 +
+// 5as/h) for gated MLPs and GQA without dropout and without the s^2 term flash never stores
+// (docs/memory.md). FP8 with delayed scaling (NeMo's bf16_with_fp8_mixed recipe): the output
+// projection's TE Linear keeps its own FP8 copy of the attention output (megatron/core/transformer/
+// attention.py drops it only for non-delayed recipes): 11h + 4kv + 5f. Selective recompute drops
+// only what flash never keeps (the softmax and its dropout), so it saves the same set.
+std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double h, double kv, double f) {
+  const double gemm = te_gemm_input_bytes(config.precision);
+  std::vector<SavedTensor> out = {
+      {"attention norm input", h, 2},
+      {"qkv input (attention norm output)", h, gemm, true},
+      {"q", h, 2},
+      {"k", kv, 2},
+      {"v", kv, 2},
+      {"attention output", h, 2},
+  };
+  if (config.precision == Precision::kFP8) out.push_back({"output projection input (FP8 copy)", h, 1});
+  out.insert(out.end(), {
+                            {"MLP norm input", h, 2},
+                            {"fc1 input (MLP norm output)", h, gemm, true},
+                            {"SwiGLU input (fc1 output)", 2 * f, 2},
+                            {"fc2 input (SwiGLU output)", f, gemm},
+                        });
+  return out;
 }
 
-// Bytes of optimizer state per parameter: fp32 master weights and Adam's two fp32 moments.
-constexpr double kOptimizerBytesPerParam = 12;
+}  // namespace
+
+// PyTorch eager as torchtitan writes the layer (KernelStack::kEager), bf16: the two norms' inputs,
+// q / k / v and the attention output (SDPA's flash), and the gated MLP's gate, up, SiLU and
+// product; torchtitan's selective policy keeps only the outputs of the matmuls but every second
+// one (q/k/v, the output projection, w1, w3, w2: the 1st, 3rd and 5th) and of attention.
+// An MoE layer (either stack) keeps, for the MLP, the routed copies of each token's hidden state
+// before and after the experts (top_k x capacity of them) and each expert's gate, up, SiLU and
+// product.
+std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool moe_layer) {
+  const TransformerSpec& m = config.model;
+  const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
+  const double kv = static_cast<double>(m.d_model / m.heads * m.kv_heads);
+  if (moe_layer) {
+    const double routed = m.top_k * config.capacity_factor;
+    const double experts = (routed + m.shared_experts) * static_cast<double>(m.moe_ffn);
+    return {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+            {"MLP norm input", h, 2, true}, {"routed tokens before the experts", routed * h},
+            {"routed tokens after the experts", routed * h}, {"expert gate", experts}, {"expert up", experts},
+            {"expert SiLU", experts}, {"expert product", experts}};
+  }
+  if (config.kernels == KernelStack::kFused) return megatron_te_layer(config, h, kv, f);
+  if (config.recompute == Recompute::kSelective) {
+    return {{"qkv output", h + 2 * kv, 2, true}, {"w1 output", f}, {"w2 output", h}, {"attention output", h}};
+  }
+  return {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+          {"MLP norm input", h, 2, true}, {"gate", f}, {"up", f}, {"SiLU", f}, {"product", f}};
+}
+
+StateBytes state_bytes_per_parameter(const TrainingConfig& config) {
+  const Sharding sharding = config.layout.sharding;
+  if (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) {
+    return {kMasterWeightBytes, kMasterWeightBytes, kAdamMomentBytes};
+  }
+  return {2, grad_bytes(config), kMasterWeightBytes + kAdamMomentBytes};
+}
+
+namespace {
+
+double activation_bytes_per_token(const TrainingConfig& config, bool moe_layer = false) {
+  double bytes = 0;
+  for (const SavedTensor& t : saved_activations(config, moe_layer)) bytes += t.bytes_per_token();
+  return bytes;
+}
+
 // The fp32 and bf16 logits of the output layer, per element.
 constexpr double kLogitBytes = 6;
 
@@ -316,20 +373,24 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   const bool sharded = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
   const double shard = sharded ? d.shard_group : 1;
   MemoryBreakdown mem;
-  mem.weights_bytes = 2.0 * local / shard;
-  mem.gradients_bytes = grad_bytes(config) * local / shard;
+  const StateBytes state = state_bytes_per_parameter(config);
+  mem.weights_bytes = state.weights * local / shard;
+  mem.gradients_bytes = state.gradients * local / shard;
   if (layout.sharding == Sharding::kZero1) {
-    mem.optimizer_bytes =
-        kOptimizerBytesPerParam * (dense / tp / d.data_ranks + expert / layout.ep / d.expert_data_ranks);
+    mem.optimizer_bytes = state.optimizer * (dense / tp / d.data_ranks + expert / layout.ep / d.expert_data_ranks);
   } else {
-    mem.optimizer_bytes = kOptimizerBytesPerParam * local / shard;
+    mem.optimizer_bytes = state.optimizer * local / shard;
   }
   if (sharded && d.shard_group > 1) {
     // The largest layer (an MoE layer holds its experts too: FSDP runs with ep = 1).
     const int largest = m.moe() ? m.dense_layers : 0;
     const double layer = static_cast<double>(m.layer_dense_parameters(largest)) / tp +
                          static_cast<double>(m.layer_expert_parameters(largest));
-    mem.unsharded_bytes = 2.0 * 2.0 * layer + grad_bytes(config) * layer;
+    // Two units' gathered parameters (the one running and the one prefetched) and the unit's
+    // unsharded gradients. FSDP2's reduce-scatter input (foreach_reduce copies the gradients into
+    // it) comes after the unit's saved tensors are freed, so it is not part of the peak (the step's
+    // memory timeline allocates it).
+    mem.unsharded_bytes = (2.0 * kFsdpComputeBytes + kFsdpComputeBytes) * layer;
   }
   const double tokens = tokens_per_rank(config);
   const double chunk_layers = layers / layout.vp;  // one virtual stage's layers, on average

@@ -150,13 +150,29 @@ struct DerivedLayout {
 // batch does not divide into microbatches, tp does not divide the heads, and so on.
 DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node);
 
+// One tensor a transformer layer saves for its backward, per token of its input before tensor
+// parallelism divides it (sequence parallelism: every saved tensor is split over the tp ranks).
+struct SavedTensor {
+  std::string_view what;          // "q", "fc1 input (MLP norm output)"
+  double elements_per_token = 0;  // hidden, kv_dim, ffn, ... of one token
+  double bytes_per_element = 2;   // bf16 2; a Transformer Engine FP8 GEMM input 1
+  // Sequence parallelism all-gathers this tensor over the tp ranks before the GEMM it feeds: a
+  // full-sequence buffer of its width and type, freed after that GEMM (not saved).
+  bool gathered_for_gemm = false;
+  double bytes_per_token() const { return elements_per_token * bytes_per_element; }
+};
+// What one layer keeps per microbatch for backward, with config's kernels, precision and
+// recompute (the whole set: full recompute keeps the layer's input instead and rebuilds this set
+// during the layer's backward). docs/memory.md lists each stack's tensors and their sources.
+std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool moe_layer);
+
 // Bytes per GPU at the peak of a step, on the busiest pipeline stage (the first: 1F1B keeps pp
 // microbatches of activations there).
 struct MemoryBreakdown {
   double weights_bytes = 0;
   double gradients_bytes = 0;
-  double optimizer_bytes = 0;  // fp32 master weights + Adam's two moments
-  double unsharded_bytes = 0;  // FSDP: gathered parameters (two layers, prefetch) and one layer's gradients
+  double optimizer_bytes = 0;  // fp32 master weights + Adam's two moments (FSDP: the moments; the weights are the master)
+  double unsharded_bytes = 0;  // FSDP: gathered parameters (two layers, prefetch), one layer's bf16 gradients
   double activations_bytes = 0;
   double logits_bytes = 0;   // the output layer's fp32 logits (last stage; counted when it is the busiest)
   double runtime_bytes = 0;  // memory outside the caching allocator: CUDA context, NCCL buffers (kRuntimeReserveBytes)

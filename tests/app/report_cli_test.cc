@@ -90,7 +90,7 @@ TEST(ReportCli, SweepAndTrainingPages) {
   EXPECT_TRUE(contains(training, "llama3-8b"));
   // DDP does not fit 8B on 8 H100s: the page says why instead of printing zeros.
   EXPECT_TRUE(contains(training, "<tr class=\"does-not-run\"><td>base</td><td>ddp</td>"));
-  EXPECT_TRUE(contains(training, "needs 176.5 GB per GPU"));
+  EXPECT_TRUE(contains(training, "needs 173.3 GB per GPU"));
 }
 
 TEST(ReportCli, StartupAndClaimsPages) {

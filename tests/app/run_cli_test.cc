@@ -460,7 +460,7 @@ TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   EXPECT_TRUE(contains(outcome.out, "ddp              1   1   1   1   1      8       4x1      none          -          -"
                                     "      -          - does not run (below)"))
       << outcome.out;
-  EXPECT_TRUE(contains(outcome.out, "needs 176.5 GB per GPU")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "needs 173.3 GB per GPU")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "but the H100-SXM has 80 GB")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;
 }

@@ -24,7 +24,7 @@ TrainingConfig config_of(const std::string& model, ParallelLayout layout, int gl
 GpuSpec h100() { return cluster_preset("dgx-h100").gpu; }
 
 // One layer, d_model = ffn = vocab = 1024 (8 heads, 8 KV heads), 8192 tokens, one GPU, DDP, no
-// recompute. Every matrix is 1M parameters: 2 MiB in bf16 (weights, gradients), 4 MiB per optimizer
+// recompute, torchtitan's eager layer (ten saved activations of d or ffn each). Every matrix is 1M parameters: 2 MiB in bf16 (weights, gradients), 4 MiB per optimizer
 // state; the three norms are 2 KiB (small pool, like the loss: one 2 MiB segment holds all of
 // them, so the small pool reserves 2 MiB). Every activation, the gradient flowing down (dX) and the
 // bf16 logits are 16 MiB (2 x 1024 x 8192), the fp32 logits 32 MiB: from 10 MiB up a new segment is
@@ -55,6 +55,7 @@ TEST(StepMemory, TinyModelWorkedByHand) {
   c.seq_len = 8192;
   c.global_batch = 1;
   c.recompute = Recompute::kNone;
+  c.kernels = KernelStack::kEager;
   const DerivedLayout d = derive(c, 1, 8);
   const StepMemoryResult r = step_memory(c, d, h100(), AllocatorSettings{});
   const uint64_t peak_allocated = 368 * kMiB + 48 * kKiB + 512;
