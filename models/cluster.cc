@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "models/topology_graph.h"
 
 namespace tandem::models {
 
@@ -86,7 +87,7 @@ ClusterSpec hgx_a100() {
   return spec;
 }
 
-constexpr std::array<std::string_view, 3> kPresetNames = {"dgx-h100", "dgx-h200", "hgx-a100"};
+constexpr std::array<std::string_view, 3> kClusterPresetNames = {"dgx-h100", "dgx-h200", "hgx-a100"};
 
 // Lower case, '_' read as '-'.
 std::string normalized(std::string_view text) {
@@ -153,11 +154,11 @@ ClusterSpec cluster_preset(std::string_view preset) {
   if (key == "dgx-h200") return dgx("dgx-h200", h200());
   if (key == "hgx-a100") return hgx_a100();
   std::string known;
-  for (std::string_view name : kPresetNames) known += (known.empty() ? "" : ", ") + std::string(name);
+  for (std::string_view name : kClusterPresetNames) known += (known.empty() ? "" : ", ") + std::string(name);
   fail(ErrorCode::kInvalidArgument, "unknown cluster preset '{}' (expected one of: {})", preset, known);
 }
 
-std::vector<std::string> cluster_preset_names() { return {kPresetNames.begin(), kPresetNames.end()}; }
+std::vector<std::string> cluster_preset_names() { return {kClusterPresetNames.begin(), kClusterPresetNames.end()}; }
 
 void validate(const ClusterSpec& spec) {
   auto bad = [](std::string_view field, auto value, std::string_view rule) {

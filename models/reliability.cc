@@ -65,7 +65,7 @@ constexpr std::array<Llama3Cause, 18> kLlama3Causes = {{
     {"system_memory", "System memory", 2, RateUnit::kPerNodeHour, RecoveryPolicy::kNone, 0.0, true},
 }};
 
-constexpr std::array<const char*, 3> kPresetNames = {"llama3", "rsc1", "rsc2"};
+constexpr std::array<const char*, 3> kReliabilityPresetNames = {"llama3", "rsc1", "rsc2"};
 
 FailureRates llama3_rates() {
   FailureRates rates{
@@ -145,7 +145,7 @@ FailureRates failure_rates(std::string_view preset) {
   fail(ErrorCode::kInvalidArgument, "unknown failure-rate preset '{}' (known: llama3, rsc1, rsc2)", preset);
 }
 
-std::vector<std::string> failure_rate_preset_names() { return {kPresetNames.begin(), kPresetNames.end()}; }
+std::vector<std::string> failure_rate_preset_names() { return {kReliabilityPresetNames.begin(), kReliabilityPresetNames.end()}; }
 
 void scale_rates(FailureRates& rates, double factor) {
   require_non_negative(factor, "the rate scale");

@@ -1,4 +1,5 @@
 #include "models/topology.h"
+#include "models/topology_graph.h"
 
 #include <algorithm>
 #include <cmath>
@@ -105,11 +106,12 @@ struct Topology::RouteScratch {
 };
 
 Topology::Topology(Graph graph, int gpus_per_node, std::string description)
-    : Topology([&graph](Graph& g) { g = graph; }, gpus_per_node, std::move(description)) {}
+    : Topology([&graph](Graph& g) { g = std::move(graph); }, gpus_per_node, std::move(description)) {}
 
 Topology::Topology(const std::function<void(Graph&)>& build, int gpus_per_node, std::string description)
     : state_(std::make_shared<State>()) {
-  build(state_->graph);
+  state_->graph = std::make_unique<Graph>();
+  build(*state_->graph);
   state_->gpus_per_node = gpus_per_node;
   state_->description = std::move(description);
   index();
@@ -122,18 +124,20 @@ void Topology::index() {
   index_neighbors();
   std::lock_guard lock(state_->cache_mutex);
   state_->distance_cache.clear();
-  state_->distance_index.assign(boost::num_vertices(state_->graph), -1);
+  state_->distance_index.assign(vertex_count(), -1);
 }
 
 // Vertex names, and the GPU of each rank, checking that the ranks fill whole nodes.
 void Topology::index_vertices() {
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   if (state_->gpus_per_node < 1)
     fail(ErrorCode::kInvalidArgument, "gpus_per_node must be at least 1 (got {})", state_->gpus_per_node);
   if (vertex_count >= kNoVertex) fail(ErrorCode::kInvalidArgument, "too many vertices ({})", vertex_count);
 
+  state_->vertices.resize(vertex_count);
+  for (VertexId v = 0; v < vertex_count; ++v) state_->vertices[v] = &(*state_->graph)[v];
   size_t gpu_count = 0;
-  for (VertexId v = 0; v < vertex_count; ++v) gpu_count += state_->graph[v].kind == VertexKind::kGpu ? 1 : 0;
+  for (VertexId v = 0; v < vertex_count; ++v) gpu_count += vertex(v).kind == VertexKind::kGpu ? 1 : 0;
   if (gpu_count == 0) fail(ErrorCode::kInvalidArgument, "the topology has no GPU");
   if (gpu_count % static_cast<size_t>(state_->gpus_per_node) != 0) {
     fail(ErrorCode::kInvalidArgument, "{} GPUs do not fill nodes of {} GPUs", gpu_count, state_->gpus_per_node);
@@ -143,7 +147,7 @@ void Topology::index_vertices() {
   state_->vertex_by_name.reserve(vertex_count);
   state_->gpu_vertex.assign(gpu_count, static_cast<VertexId>(kNoVertex));
   for (VertexId v = 0; v < vertex_count; ++v) {
-    const Vertex& vertex = state_->graph[v];
+    const Vertex& vertex = (*state_->graph)[v];
     if (!state_->vertex_by_name.emplace(vertex.name, static_cast<uint32_t>(v)).second) {
       fail(ErrorCode::kInvalidArgument, "two vertices are named '{}'", vertex.name);
     }
@@ -153,7 +157,7 @@ void Topology::index_vertices() {
     }
     VertexId& slot = state_->gpu_vertex[static_cast<size_t>(vertex.rank)];
     if (slot != static_cast<VertexId>(kNoVertex)) {
-      fail(ErrorCode::kInvalidArgument, "GPUs '{}' and '{}' both have rank {}", state_->graph[slot].name, vertex.name,
+      fail(ErrorCode::kInvalidArgument, "GPUs '{}' and '{}' both have rank {}", (*state_->graph)[slot].name, vertex.name,
            vertex.rank);
     }
     slot = v;
@@ -168,15 +172,15 @@ void Topology::index_vertices() {
 
 // Links by id and by name, with their endpoints, checking ids, names, bandwidths and latencies.
 void Topology::index_links() {
-  const size_t edge_count = boost::num_edges(state_->graph);
+  const size_t edge_count = boost::num_edges(*state_->graph);
   state_->links.assign(edge_count, nullptr);
   state_->endpoints.assign(edge_count, {});
   state_->link_by_name.clear();
   state_->link_by_name.reserve(edge_count);
-  for (auto [it, end] = boost::edges(state_->graph); it != end; ++it) {
-    const Link& link = state_->graph[*it];
-    const VertexId a = boost::source(*it, state_->graph);
-    const VertexId b = boost::target(*it, state_->graph);
+  for (auto [it, end] = boost::edges(*state_->graph); it != end; ++it) {
+    const Link& link = (*state_->graph)[*it];
+    const VertexId a = boost::source(*it, *state_->graph);
+    const VertexId b = boost::target(*it, *state_->graph);
     if (link.id >= edge_count || state_->links[link.id] != nullptr) {
       fail(ErrorCode::kInvalidArgument, "link '{}' has id {}: ids must be 0..{}, each once", link.name, link.id,
            edge_count - 1);
@@ -189,7 +193,7 @@ void Topology::index_links() {
       fail(ErrorCode::kInvalidArgument, "link '{}' has latency {} s; it must not be negative", link.name,
            link.latency_s);
     }
-    if (a == b) fail(ErrorCode::kInvalidArgument, "link '{}' joins '{}' to itself", link.name, state_->graph[a].name);
+    if (a == b) fail(ErrorCode::kInvalidArgument, "link '{}' joins '{}' to itself", link.name, vertex(a).name);
     if (!state_->link_by_name.emplace(link.name, link.id).second) {
       fail(ErrorCode::kInvalidArgument, "two links are named '{}'", link.name);
     }
@@ -200,7 +204,7 @@ void Topology::index_links() {
 
 // CSR adjacency in out-edge order, so that ECMP candidates come in the same order every run.
 void Topology::index_neighbors() {
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   std::vector<uint32_t> degree(vertex_count + 1, 0);
   for (const auto& [a, b] : state_->endpoints) {
     ++degree[a];
@@ -211,8 +215,8 @@ void Topology::index_neighbors() {
   state_->neighbors.assign(state_->neighbor_offset[vertex_count], {});
   for (VertexId v = 0; v < vertex_count; ++v) {
     uint32_t next = state_->neighbor_offset[v];
-    for (auto [it, end] = boost::out_edges(v, state_->graph); it != end; ++it) {
-      state_->neighbors[next++] = {static_cast<uint32_t>(boost::target(*it, state_->graph)), state_->graph[*it].id};
+    for (auto [it, end] = boost::out_edges(v, *state_->graph); it != end; ++it) {
+      state_->neighbors[next++] = {static_cast<uint32_t>(boost::target(*it, *state_->graph)), (*state_->graph)[*it].id};
     }
   }
 }
@@ -222,7 +226,7 @@ void Topology::index_neighbors() {
 // fabric with every NIC). The usual case, one component that every GPU touches, is checked in
 // O(V + E); only odd hand-made graphs fall back to comparing pairs.
 void Topology::check_reachability() const {
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   std::vector<uint32_t> parent(vertex_count);
   for (uint32_t v = 0; v < vertex_count; ++v) parent[v] = v;
   auto find = [&parent](uint32_t v) {
@@ -266,7 +270,7 @@ void Topology::check_reachability() const {
       if (!direct) {
         fail(ErrorCode::kInvalidArgument,
              "GPU '{}' (rank {}) cannot reach GPU '{}' (rank {}) without passing through a GPU",
-             state_->graph[gpu_vertex(a)].name, a, state_->graph[gpu_vertex(b)].name, b);
+             vertex(gpu_vertex(a)).name, a, vertex(gpu_vertex(b)).name, b);
       }
     }
   }
@@ -296,7 +300,7 @@ const uint16_t* Topology::distances_from(uint32_t fabric_vertex) const {
   const int slot = state_->distance_index[fabric_vertex];
   if (slot >= 0) return state_->distance_cache[static_cast<size_t>(slot)].get();
 
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   auto distance = std::make_unique<uint16_t[]>(vertex_count);
   std::fill(distance.get(), distance.get() + vertex_count, kUnreachable);
   std::vector<uint32_t> queue;
@@ -305,7 +309,7 @@ const uint16_t* Topology::distances_from(uint32_t fabric_vertex) const {
   queue.push_back(fabric_vertex);
   for (size_t head = 0; head < queue.size(); ++head) {
     const uint32_t v = queue[head];
-    if (state_->graph[v].kind == VertexKind::kGpu) continue;
+    if (vertex(v).kind == VertexKind::kGpu) continue;
     if (distance[v] + 1 >= kUnreachable) {
       fail(ErrorCode::kUnsupported, "the topology's diameter exceeds {} hops", kUnreachable - 1);
     }
@@ -346,7 +350,7 @@ Route Topology::walk(int src, int dst, uint32_t hops, std::string_view caller, C
       if (bandwidth == widest) candidates.push_back(nb);
     }
     if (candidates.empty()) {
-      fail(ErrorCode::kUnsupported, "{} {} -> {}: lost the path at '{}'", caller, src, dst, state_->graph[v].name);
+      fail(ErrorCode::kUnsupported, "{} {} -> {}: lost the path at '{}'", caller, src, dst, vertex(v).name);
     }
     const Neighbor& chosen = candidates[ecmp_hash(src, dst, v) % candidates.size()];
     const Link& link = *state_->links[chosen.link];
@@ -381,7 +385,7 @@ Route Topology::route(int src, int dst) const {
   const uint32_t target = static_cast<uint32_t>(gpu_vertex(dst));
 
   thread_local RouteScratch scratch;
-  scratch.begin(boost::num_vertices(state_->graph));
+  scratch.begin(vertex_count());
   const uint32_t generation = scratch.generation;
   const std::vector<std::pair<uint32_t, uint32_t>> attachments = local_region(target, scratch);
   std::vector<std::pair<const uint16_t*, uint32_t>> maps;
@@ -419,7 +423,7 @@ std::vector<std::pair<uint32_t, uint32_t>> Topology::local_region(uint32_t targe
     if (v != target && is_gpu(v)) continue;
     const uint32_t next = scratch.distance[v] + 1;
     for (const Neighbor& nb : neighbors(v)) {
-      if (is_fabric(state_->graph[nb.vertex].kind)) {
+      if (is_fabric(vertex(nb.vertex).kind)) {
         auto it = std::find_if(attachments.begin(), attachments.end(),
                                [&nb](const auto& entry) { return entry.first == nb.vertex; });
         if (it == attachments.end()) {
@@ -469,11 +473,11 @@ Route Topology::route_avoiding(int src, int dst, const std::vector<uint32_t>& de
 
   const uint32_t source = static_cast<uint32_t>(gpu_vertex(src));
   const uint32_t target = static_cast<uint32_t>(gpu_vertex(dst));
-  std::vector<DetourLabel> label(boost::num_vertices(state_->graph));
+  std::vector<DetourLabel> label(vertex_count());
   const bool relays = !label_detours(source, target, dead, /*relays=*/false, label);
   if (relays && !label_detours(source, target, dead, /*relays=*/true, label)) {
     fail(ErrorCode::kUnsupported, "no route from {} (rank {}) to {} (rank {}) around the failed links",
-         state_->graph[source].name, src, state_->graph[target].name, dst);
+         vertex(source).name, src, vertex(target).name, dst);
   }
 
   // Latencies are sums in different orders: equal within rounding counts as equal.
@@ -522,9 +526,9 @@ bool Topology::crosses(const Route& route, uint32_t link) {
 }
 
 std::vector<uint32_t> Topology::nic_links(int node, int nic) const {
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   for (uint32_t v = 0; v < vertex_count; ++v) {
-    const Vertex& vertex = state_->graph[v];
+    const Vertex& vertex = (*state_->graph)[v];
     if (vertex.kind != VertexKind::kNic || vertex.node != node || vertex.local != nic) continue;
     std::vector<uint32_t> links;
     for (const Neighbor& nb : neighbors(v)) links.push_back(nb.link);
@@ -542,12 +546,12 @@ RankLayout Topology::layout(bool rail_aligned) const {
 }
 
 std::string Topology::to_dot() const {
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   std::string out = "graph tandem {\n";
   out += fmt::format("  label=\"{}\";\n", state_->description);
   out += "  node [fontname=\"Helvetica\"];\n";
   auto vertex_line = [this](VertexId v, std::string_view indent) {
-    const Vertex& vertex = state_->graph[v];
+    const Vertex& vertex = (*state_->graph)[v];
     std::string label = vertex.name;
     if (vertex.kind == VertexKind::kGpu) label += fmt::format("\\nrank {}", vertex.rank);
     std::string_view shape = vertex.kind == VertexKind::kGpu   ? "box"
@@ -558,7 +562,7 @@ std::string Topology::to_dot() const {
   };
   // Vertices of one node together in a cluster subgraph; fabric switches (node -1) at the top level.
   std::map<int, std::vector<VertexId>> by_node;
-  for (VertexId v = 0; v < vertex_count; ++v) by_node[state_->graph[v].node].push_back(v);
+  for (VertexId v = 0; v < vertex_count; ++v) by_node[vertex(v).node].push_back(v);
   for (const auto& [node, vertices] : by_node) {
     if (node < 0) continue;
     out += fmt::format("  subgraph cluster_n{} {{\n    label=\"node {}\";\n", node, node);
@@ -572,7 +576,7 @@ std::string Topology::to_dot() const {
     const Link& link = *state_->links[id];
     const auto [a, b] = state_->endpoints[id];
     out += fmt::format("  \"{}\" -- \"{}\" [id={}, name=\"{}\", kind={}, label=\"{}\", latency_us={:g}];\n",
-                       state_->graph[a].name, state_->graph[b].name, id, link.name, name(link.kind),
+                       vertex(a).name, vertex(b).name, id, link.name, name(link.kind),
                        format_bandwidth(link.bandwidth_Bps), link.latency_s * 1e6);
   }
   out += "}\n";
@@ -580,11 +584,11 @@ std::string Topology::to_dot() const {
 }
 
 std::string Topology::to_text() const {
-  const size_t vertex_count = boost::num_vertices(state_->graph);
+  const size_t vertex_count = boost::num_vertices(*state_->graph);
   std::string out = state_->description + "\n";
 
   std::map<VertexKind, size_t> vertices_by_kind;
-  for (VertexId v = 0; v < vertex_count; ++v) ++vertices_by_kind[state_->graph[v].kind];
+  for (VertexId v = 0; v < vertex_count; ++v) ++vertices_by_kind[vertex(v).kind];
   std::string kinds;
   for (const auto& [kind, count] : vertices_by_kind)
     kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", count, name(kind));
@@ -605,14 +609,14 @@ std::string Topology::to_text() const {
     for (const Neighbor& nb : neighbors(v)) {
       const Link& link = *state_->links[nb.link];
       text += fmt::format("{}{} {} to {} [{}]", text.empty() ? "" : "; ", name(link.kind),
-                          format_bandwidth(link.bandwidth_Bps), state_->graph[nb.vertex].name, link.name);
+                          format_bandwidth(link.bandwidth_Bps), vertex(nb.vertex).name, link.name);
     }
     return text;
   };
   out += fmt::format("node 0 of {}:\n", node_count());
   for (VertexId v = 0; v < vertex_count; ++v) {
-    if (state_->graph[v].node != 0 || state_->graph[v].kind == VertexKind::kNvSwitch) continue;
-    out += fmt::format("  {:<12} {}\n", state_->graph[v].name, describe_links(static_cast<uint32_t>(v)));
+    if (vertex(v).node != 0 || vertex(v).kind == VertexKind::kNvSwitch) continue;
+    out += fmt::format("  {:<12} {}\n", vertex(v).name, describe_links(static_cast<uint32_t>(v)));
   }
 
   // Fabric switches: how many links of each (neighbour kind, bandwidth).
@@ -622,18 +626,18 @@ std::string Topology::to_text() const {
     if (total == 0) continue;
     out += fmt::format("{}:\n", kind == VertexKind::kLeaf ? "leaves" : "spines");
     for (VertexId v = 0; v < vertex_count && shown < kTextMaxSwitches; ++v) {
-      if (state_->graph[v].kind != kind) continue;
+      if (vertex(v).kind != kind) continue;
       ++shown;
       std::map<std::pair<VertexKind, double>, size_t> ports;
       for (const Neighbor& nb : neighbors(static_cast<uint32_t>(v))) {
-        ++ports[{state_->graph[nb.vertex].kind, state_->links[nb.link]->bandwidth_Bps}];
+        ++ports[{vertex(nb.vertex).kind, state_->links[nb.link]->bandwidth_Bps}];
       }
       std::string text;
       for (const auto& [key, count] : ports) {
         text += fmt::format("{}{} x {} to {}", text.empty() ? "" : ", ", count, format_bandwidth(key.second),
                             plural(key.first));
       }
-      out += fmt::format("  {:<16} {}\n", state_->graph[v].name, text);
+      out += fmt::format("  {:<16} {}\n", vertex(v).name, text);
     }
     if (total > shown) out += fmt::format("  ... and {} more\n", total - shown);
   }
@@ -649,10 +653,10 @@ std::string Topology::to_text() const {
   if (!examples.empty()) out += "routes:\n";
   for (int dst : examples) {
     const Route r = route(0, dst);
-    std::string path = state_->graph[gpu_vertex(0)].name;
+    std::string path = vertex(gpu_vertex(0)).name;
     for (const Hop& hop : r.hops) {
       const auto [a, b] = state_->endpoints[hop.link];
-      path += " > " + state_->graph[hop.forward ? b : a].name;
+      path += " > " + vertex(hop.forward ? b : a).name;
     }
     out += fmt::format("  0 -> {}: {}  ({} hops, {}, {})\n", dst, path, r.hops.size(), format_latency(r.latency_s),
                        format_bandwidth(r.bottleneck_Bps));

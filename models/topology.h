@@ -1,4 +1,4 @@
-// models::Topology: a GPU cluster as a Boost.Graph graph of GPUs, NVSwitches, NICs and switches
+// models::Topology: a GPU cluster as a graph of GPUs, NVSwitches, NICs and switches
 // joined by full-duplex links, with static ECMP routing between GPUs and the rank layout the
 // algorithms consume (ranks per node, rail-aligned ring order).
 //
@@ -15,8 +15,6 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <boost/graph/adjacency_list.hpp>
 
 #include "core/schedule.h"
 
@@ -46,8 +44,10 @@ struct Link {
   uint32_t id = 0;  // dense index 0..link_count()-1 (SimGrid links and faults use it)
 };
 
-using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::undirectedS, Vertex, Link>;
-using VertexId = Graph::vertex_descriptor;
+// The Boost.Graph graph a Topology is built from (models/topology_graph.h defines it; only the code
+// that builds or indexes a graph includes Boost's headers, see docs/architecture.md "Build time").
+class Graph;
+using VertexId = std::size_t;  // Graph's vertex_descriptor (topology_graph.h checks it)
 
 // One link of a route, in the direction travelled: `forward` is true when going from the link's
 // lower-numbered endpoint vertex to the higher-numbered one.
@@ -77,7 +77,8 @@ class Topology {
   Topology(const std::function<void(Graph&)>& build, int gpus_per_node, std::string description);
 
   // Copies share the (immutable) graph and the routing cache: copying a Topology is cheap.
-  const Graph& graph() const { return state_->graph; }
+  size_t vertex_count() const { return state_->vertices.size(); }
+  const Vertex& vertex(VertexId v) const { return *state_->vertices[v]; }
   const std::string& description() const { return state_->description; }
   int gpu_count() const { return static_cast<int>(state_->gpu_vertex.size()); }
   int gpus_per_node() const { return state_->gpus_per_node; }
@@ -140,7 +141,8 @@ class Topology {
   // routing cache: hop distances from fabric switches (leaf, spine) to every vertex, filled lazily
   // under cache_mutex (topology.cc says why per switch and not per destination GPU).
   struct State {
-    Graph graph;
+    std::unique_ptr<Graph> graph;  // complete in topology.cc only
+    std::vector<const Vertex*> vertices;  // into graph's vertex properties
     int gpus_per_node = 1;
     std::string description;
     std::vector<VertexId> gpu_vertex;
@@ -162,7 +164,7 @@ class Topology {
   void index_neighbors();
   void check_reachability() const;
   std::span<const Neighbor> neighbors(uint32_t vertex) const;
-  bool is_gpu(uint32_t vertex) const { return state_->graph[vertex].kind == VertexKind::kGpu; }
+  bool is_gpu(uint32_t vertex) const { return state_->vertices[vertex]->kind == VertexKind::kGpu; }
   const uint16_t* distances_from(uint32_t fabric_vertex) const;
   std::vector<std::pair<uint32_t, uint32_t>> local_region(uint32_t target, RouteScratch& scratch) const;
   bool label_detours(uint32_t source, uint32_t target, const std::vector<char>& dead, bool relays,

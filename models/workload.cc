@@ -58,7 +58,7 @@ int64_t TransformerSpec::active_parameters() const {
 namespace {
 
 // The Llama 3 Herd of Models, Table 3; vocabulary 128,256 (the released config.json).
-constexpr std::array<std::string_view, 6> kPresetNames{"llama3-8b",    "llama3-70b",    "llama3-405b",
+constexpr std::array<std::string_view, 6> kModelPresetNames{"llama3-8b",    "llama3-70b",    "llama3-405b",
                                                        "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"};
 
 std::string lower(std::string_view text) {
@@ -82,10 +82,10 @@ TransformerSpec transformer_preset(std::string_view name) {
   // attention of d_model 7,168 (205 M parameters a layer against MLA's 187 M).
   if (key == "deepseek-v3") return {"deepseek-v3", 61, 7168, 18432, 128, 128, 129280, false, 256, 8, 2048, 1, 3};
   fail(ErrorCode::kInvalidArgument, "unknown model '{}' (expected one of: {}, or a custom model's dimensions)", name,
-       fmt::join(kPresetNames, ", "));
+       fmt::join(kModelPresetNames, ", "));
 }
 
-std::vector<std::string> transformer_preset_names() { return {kPresetNames.begin(), kPresetNames.end()}; }
+std::vector<std::string> transformer_preset_names() { return {kModelPresetNames.begin(), kModelPresetNames.end()}; }
 
 void validate(const TransformerSpec& model) {
   auto bad = [&](std::string_view field, int64_t value, std::string_view rule) {

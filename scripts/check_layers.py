@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The layering check: every #include in a library's sources names a header of its own layer or
-of a layer below it (docs/architecture.md draws the stack).
+of a layer below it (docs/architecture.md draws the stack), and the heavy third-party headers
+(nlohmann/json.hpp, Boost, yaml-cpp, CLI11, SimGrid) stay out of headers except the few listed in
+HEAVY_HOMES: each costs one to seven seconds of every file that parses it (docs/architecture.md,
+"Build time").
 
     core  <-  models  <-  sim
     core  <-  backend/host, backend/launch, backend/kernels
@@ -40,7 +43,19 @@ LAYERS = {
 # Folders whose sources are not checked (they sit on top of everything).
 UNCHECKED = ("bench", "tests", "fuzz", "build", "notebooks", "out", ".git")
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh")
+HEADER_SUFFIXES = (".h", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+HEAVY_INCLUDE = re.compile(r'^\s*#\s*include\s+<(nlohmann/json\.hpp|boost/|yaml-cpp/|CLI/|simgrid/)')
+# The headers that may include a heavy third-party header, and why. Any other header declares with
+# <nlohmann/json_fwd.hpp>, forward declarations or models::Graph's opaque name.
+HEAVY_HOMES = {
+    "models/topology_graph.h": "Boost.Graph, for the few files that build or index a graph",
+    "sim/simulator_internal.h": "SimGrid, shared by the simulator's own .cc files only",
+    "sim/isolated.h": "nlohmann/json: its templates serialize any request type",
+    "app/common/yaml_reader.h": "yaml-cpp, for the YAML readers",
+    "app/scenario/workload_kind.h": "nlohmann/json: WorkloadOutput holds a trace document",
+    "app/cli/cli_paths.h": "CLI11: validators for the command line, included by app/cli only",
+}
 
 
 def layer_of(path):
@@ -70,8 +85,14 @@ def violations(root):
             layer = layer_of(path)
             if layer is None:
                 continue
+            is_header = file.endswith(HEADER_SUFFIXES)
             with open(os.path.join(directory, file), encoding="utf-8", errors="replace") as source:
                 for number, line in enumerate(source, 1):
+                    heavy = HEAVY_INCLUDE.match(line)
+                    if heavy and is_header and path not in HEAVY_HOMES:
+                        found.append(f"{path}:{number}: a header may not include <{heavy.group(1)}...> (it "
+                                     "costs every file that includes this header; declare with json_fwd.hpp or "
+                                     "a forward declaration, or list the header in HEAVY_HOMES with its reason)")
                     match = INCLUDE.match(line)
                     if not match:
                         continue
@@ -100,12 +121,16 @@ def self_test():
         write("core/bad.h", '#include "sim/simulator.h"\n')
         write("backend/nccl/bad.cc", '#include "backend/cuda/cuda_executor.h"\n')
         write("app/scenario/bad.cc", '#include "app/report/report_page.h"\n')  # a back-edge between rooms
+        write("app/replay/heavy.h", '#include <nlohmann/json.hpp>\n')  # a heavy header in a header
+        write("app/replay/heavy.cc", '#include <nlohmann/json.hpp>\n')  # fine in a .cc
         found = violations(root)
-        if len(found) != 3 or not any(f.startswith("core/bad.h:1") for f in found) or \
-                not any(f.startswith("app/scenario/bad.cc:1") for f in found):
+        if len(found) != 4 or not any(f.startswith("core/bad.h:1") for f in found) or \
+                not any(f.startswith("app/scenario/bad.cc:1") for f in found) or \
+                not any(f.startswith("app/replay/heavy.h:1") for f in found):
             print("self-test: the wrong includes were not all caught:", found)
             return 1
-    print("self-test: ok (a correct tree passes; two upward includes and a back-edge between app rooms are caught)")
+    print("self-test: ok (a correct tree passes; two upward includes, a back-edge between app rooms and "
+          "a heavy header in a header are caught)")
     return 0
 
 
@@ -119,9 +144,9 @@ def main():
     for line in found:
         print(line)
     if found:
-        print(f"{len(found)} include(s) cross a layer upward")
+        print(f"{len(found)} include(s) cross a layer upward or put a heavy header in a header")
         return 1
-    print("layers: every include stays in its layer or below")
+    print("layers: every include stays in its layer or below; heavy headers stay out of headers")
     return 0
 
 

@@ -52,7 +52,7 @@ CollnetHeads collnet_heads(const models::Topology& topology, const CollnetGroup&
   CollnetHeads heads;
   for (int i = 0; i < group.per_node; ++i) {
     const int g = group.gpu(node, i);
-    const int rail = topology.graph()[topology.gpu_vertex(g)].rail;
+    const int rail = topology.vertex(topology.gpu_vertex(g)).rail;
     if (std::find(heads.rails.begin(), heads.rails.end(), rail) == heads.rails.end()) {
       heads.rails.push_back(rail);
       heads.gpus.push_back(g);
@@ -86,19 +86,18 @@ void add_collnet_nvlink_loads(LinkLoads& load, const models::Topology& topology,
 // its routes to and from the GPU on its rail of the next node that lie on its NIC's links.
 void add_collnet_nic_loads(LinkLoads& load, const models::Topology& topology, const CollnetGroup& group, int node,
                            const CollnetHeads& heads, double slice) {
-  const auto& graph = topology.graph();
   const int other_node = (node + 1) % group.nodes;
   for (size_t k = 0; k < heads.gpus.size(); ++k) {
     const int head = heads.gpus[k];
     int peer = group.gpu(other_node, 0);
     for (int i = 0; i < group.per_node; ++i) {
       const int g = group.gpu(other_node, i);
-      if (graph[topology.gpu_vertex(g)].rail == heads.rails[k]) {
+      if (topology.vertex(topology.gpu_vertex(g)).rail == heads.rails[k]) {
         peer = g;
         break;
       }
     }
-    const std::vector<uint32_t> nic = topology.nic_links(graph[topology.gpu_vertex(head)].node, heads.rails[k]);
+    const std::vector<uint32_t> nic = topology.nic_links(topology.vertex(topology.gpu_vertex(head)).node, heads.rails[k]);
     auto on_nic = [&](uint32_t link) { return std::find(nic.begin(), nic.end(), link) != nic.end(); };
     for (const models::Hop& hop : topology.route(head, peer).hops) {
       if (on_nic(hop.link)) add_load(load, hop.link, hop.forward, slice);
@@ -118,9 +117,9 @@ SimResult Simulator::run_nvls_all_reduce(int64_t bytes, const std::vector<int>& 
   }
   if (gpus.size() < 2) fail(ErrorCode::kUnsupported, "nvls needs at least 2 GPUs");
   if (s.zone == nullptr) fail(ErrorCode::kUnsupported, "nvls is a fluid-model simulation; the packet model has no NVSwitch reduction");
-  const int node = s.topology.graph()[s.topology.gpu_vertex(gpus[0])].node;
+  const int node = s.topology.vertex(s.topology.gpu_vertex(gpus[0])).node;
   for (int g : gpus) {
-    if (s.topology.graph()[s.topology.gpu_vertex(g)].node != node) {
+    if (s.topology.vertex(s.topology.gpu_vertex(g)).node != node) {
       fail(ErrorCode::kUnsupported, "nvls models all_reduce inside one node; these GPUs span nodes");
     }
   }

@@ -180,7 +180,7 @@ struct Simulator::Impl {
   double packet_extra_network_s = 0;
 
   bool network_hop(int a, int b) const {
-    return topology.graph()[topology.gpu_vertex(a)].node != topology.graph()[topology.gpu_vertex(b)].node;
+    return topology.vertex(topology.gpu_vertex(a)).node != topology.vertex(topology.gpu_vertex(b)).node;
   }
 
   bool faults_active() const {

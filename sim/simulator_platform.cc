@@ -5,7 +5,6 @@
 #include <simgrid/kernel/routing/NetZoneImpl.hpp>
 #include <simgrid/s4u.hpp>
 
-#include <boost/graph/adjacency_list.hpp>
 
 #include <atomic>
 #include <cerrno>
@@ -33,10 +32,6 @@ constexpr int kHeapActorStacksMaxGpus = 1024;
 // routes in SimGrid, the route cache and the replayed tree's state (measured: an all_reduce of 1 MiB
 // on 8,192 nodes, 65,536 GPUs, peaked at 2.3 GB; on 16,384 nodes, 131,072 GPUs, at 5.75 GB).
 constexpr double kPlatformBytesPerGpu = 48 * 1024;
-// What an actor of the op-by-op simulation keeps resident with an mmapped stack: the stack pages it
-// touches, its SimGrid actor and context, and its connection's semaphores and queues (measured:
-// a 128-GPU direct all_to_all, 16,512 actors, 284 MB).
-constexpr double kOpByOpActorBytes = 16 * 1024;
 
 // ns-3 models TCP; the fabrics tandem simulates run RDMA over lossless links (no slow start, no
 // window limit, PFC instead of drops). SimGrid's binding exposes no TCP settings, so the defaults
@@ -136,10 +131,9 @@ void Simulator::Impl::build_fluid_platform() {
   });
   sg4::NetZone* zone_iface = zone->get_iface();
   const double hbm = hbm_Bps();
-  const auto& graph = topology.graph();
   // Hosts compute in "bytes of HBM traffic" per second: a local copy or reduce is memory-bound.
   for (int g = 0; g < topology.gpu_count(); ++g) {
-    sg4::Host* host = zone_iface->create_host(graph[topology.gpu_vertex(g)].name, hbm);
+    sg4::Host* host = zone_iface->create_host(topology.vertex(topology.gpu_vertex(g)).name, hbm);
     zone->register_host(host->get_netpoint(), g);
     host_index[host] = g;
     gpu_hosts.push_back(host);
@@ -161,7 +155,8 @@ void Simulator::Impl::build_fluid_platform() {
     if (link.kind == models::LinkKind::kNvLink) {
       const auto [a, b] = topology.endpoints(id);
       for (models::VertexId v : {a, b}) {
-        if (graph[v].kind == models::VertexKind::kGpu) nvlink_of_gpu[static_cast<size_t>(graph[v].rank)] = id;
+        const models::Vertex& vertex = topology.vertex(v);
+        if (vertex.kind == models::VertexKind::kGpu) nvlink_of_gpu[static_cast<size_t>(vertex.rank)] = id;
       }
     }
   }
@@ -210,18 +205,17 @@ void Simulator::Impl::route(int a, int b, std::vector<simgrid::kernel::resource:
 // ECMP spreading). Small clusters only (kMaxPacketGpus), so Floyd's O(V^3) is nothing.
 void Simulator::Impl::build_packet_platform() {
   sg4::NetZone* zone_iface = sg4::create_floyd_zone("tandem-packet");
-  const auto& graph = topology.graph();
-  std::vector<routing::NetPoint*> point(boost::num_vertices(graph), nullptr);
+  std::vector<routing::NetPoint*> point(topology.vertex_count(), nullptr);
   gpu_hosts.assign(static_cast<size_t>(topology.gpu_count()), nullptr);
-  for (auto [it, end] = boost::vertices(graph); it != end; ++it) {
-    const models::Vertex& v = graph[*it];
+  for (models::VertexId id = 0; id < topology.vertex_count(); ++id) {
+    const models::Vertex& v = topology.vertex(id);
     if (v.kind == models::VertexKind::kGpu) {
       sg4::Host* host = zone_iface->create_host(v.name, hbm_Bps());
       host_index[host] = v.rank;
       gpu_hosts[static_cast<size_t>(v.rank)] = host;
-      point[*it] = host->get_netpoint();
+      point[id] = host->get_netpoint();
     } else {
-      point[*it] = zone_iface->create_router(v.name);
+      point[id] = zone_iface->create_router(v.name);
     }
   }
   for (uint32_t id = 0; id < topology.link_count(); ++id) {

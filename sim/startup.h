@@ -36,7 +36,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "models/cluster.h"
 #include "models/workload.h"

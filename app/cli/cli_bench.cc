@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "app/calibrate/calibration.h"
 #include "app/cli/cli_cluster.h"

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "app/common/common.h"
 #include "app/cli/cli_paths.h"

@@ -124,7 +124,7 @@ std::string percent(double share) { return fmt::format("{:.2f}%", share * 100); 
 
 // The job as the command line describes it: the model's inputs, its cluster and the simulated
 // communicator start-up.
-struct Scenario {
+struct ReliabilityJob {
   models::ClusterSpec spec;
   models::JobReliabilityInputs job;
   double checkpoint_load_s = 0;
@@ -196,7 +196,7 @@ models::FailureRates parse_rates(const ReliabilityOptions& options) {
 }
 
 // The checkpoint's write, blocking and load times from the --checkpoint-* options.
-void parse_checkpoint(const ReliabilityOptions& options, Scenario& s) {
+void parse_checkpoint(const ReliabilityOptions& options, ReliabilityJob& s) {
   models::JobReliabilityInputs& job = s.job;
   if (options.checkpoint_GBps) {
     const int64_t bytes = parse_size_bytes(*options.checkpoint_bytes_per_gpu, "--checkpoint-bytes-per-gpu");
@@ -214,8 +214,8 @@ void parse_checkpoint(const ReliabilityOptions& options, Scenario& s) {
 }
 
 // Reads and checks the options, then simulates the communicator start-up for the restart cost.
-Scenario build_scenario(const ReliabilityOptions& options) {
-  Scenario s;
+ReliabilityJob build_job(const ReliabilityOptions& options) {
+  ReliabilityJob s;
   models::JobReliabilityInputs& job = s.job;
   s.spec = cluster_spec(options.cluster);
   job.gpus = options.gpus;
@@ -240,7 +240,7 @@ Scenario build_scenario(const ReliabilityOptions& options) {
 }
 
 // 8, 32, 128, ... (one node, then x kStartupTableFactor) and --gpus itself.
-std::vector<sim::StartupResult> startup_rows(const Scenario& s) {
+std::vector<sim::StartupResult> startup_rows(const ReliabilityJob& s) {
   std::vector<sim::StartupResult> rows;
   for (int gpus = s.job.gpus_per_node; gpus < s.job.gpus; gpus *= kStartupTableFactor) {
     rows.push_back(sim::simulate_startup(s.spec, gpus));
@@ -262,7 +262,7 @@ json column_json(const models::GoodputAtInterval& c) {
 }
 
 // --json: the whole assessment as one JSON object.
-void print_json(const ReliabilityOptions& options, const Scenario& s, const models::JobReliability& r,
+void print_json(const ReliabilityOptions& options, const ReliabilityJob& s, const models::JobReliability& r,
                 const std::vector<sim::StartupResult>& table) {
   const models::JobReliabilityInputs& job = s.job;
   json causes = json::array();
@@ -315,7 +315,7 @@ void print_json(const ReliabilityOptions& options, const Scenario& s, const mode
 }
 
 // The causes' table, the job MTBF, the checkpoint's times and intervals.
-void print_failures(const Scenario& s, const models::JobReliability& r) {
+void print_failures(const ReliabilityJob& s, const models::JobReliability& r) {
   const models::JobReliabilityInputs& job = s.job;
   std::cout << fmt::format("{} GPUs on {}\n", job.gpus, models::describe(s.spec));
   std::cout << fmt::format("failure rates '{}': {}\n\n", job.rates.preset, job.rates.source);
@@ -356,7 +356,7 @@ void print_restart(const ReliabilityOptions& options, const models::RestartCost&
 }
 
 // Goodput restarting on every interruption beside goodput with recovery in place, and the target.
-void print_goodput(const ReliabilityOptions& options, const Scenario& s, const models::JobReliability& r) {
+void print_goodput(const ReliabilityOptions& options, const ReliabilityJob& s, const models::JobReliability& r) {
   const std::string policies = policies_text(s.job.policies);
   std::cout << fmt::format("in-place recovery ({}): {} of interruptions, {} each\n", policies,
                            percent(r.in_place_fraction), duration(options.in_place_recovery_s));
@@ -393,7 +393,7 @@ void print_startup(const std::vector<sim::StartupResult>& table) {
 }
 
 void run_reliability(const ReliabilityOptions& options) {
-  const Scenario s = build_scenario(options);
+  const ReliabilityJob s = build_job(options);
   const models::JobReliability r = models::assess_job_reliability(s.job);
   const std::vector<sim::StartupResult> table = startup_rows(s);
   if (options.json) {

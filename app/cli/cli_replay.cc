@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app/calibrate/calibration.h"
 #include "app/cli/cli_cluster.h"

@@ -13,6 +13,10 @@ struct CommandStatus {
   int exit_code = 0;
 };
 
+// The whole command line: registers every subcommand, parses argv, runs the command and turns what
+// it throws into one line on stderr and an exit status. main() is this call.
+int run_command_line(int argc, char** argv);
+
 // tandem schedule: build, print, export (--json) or check (--check FILE) a schedule.
 void add_schedule_command(CLI::App& app, CommandStatus& status);
 

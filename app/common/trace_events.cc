@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 namespace tandem::app::trace_events {
 
 using nlohmann::json;

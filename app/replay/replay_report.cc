@@ -3,6 +3,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app/replay/replay.h"
 #include "app/scenario/scenario_report.h"

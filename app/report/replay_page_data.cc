@@ -7,6 +7,7 @@
 #include <span>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app/replay/replay.h"
 #include "app/report/report_html.h"

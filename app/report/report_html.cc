@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app/report/report_page.h"
 #include "core/error.h"

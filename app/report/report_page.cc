@@ -13,6 +13,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app/report/report_html.h"
 #include "app/report/report_pages.h"

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "app/scenario/scenario_report.h"
 #include "app/scenario/startup_run.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "app/scenario/scenario_report.h"
 #include "app/scenario/startup_text.h"

@@ -7,7 +7,7 @@
 // and a measurement open side by side with the same structure. docs/traces.md has the format.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "app/common/nccl_tests_table.h"
 #include "app/scenario/loop_run.h"

@@ -7,9 +7,6 @@
 namespace tandem::algorithms {
 namespace {
 
-constexpr auto kIn = BufferKind::kInput;
-constexpr auto kOut = BufferKind::kOutput;
-
 // Slot j of a buffer (every direct schedule has one chunk per block).
 SlotRange slot(BufferKind buffer, int j) { return SlotRange{buffer, static_cast<uint32_t>(j), 1}; }
 

@@ -28,8 +28,6 @@
 namespace tandem::algorithms {
 namespace {
 
-constexpr int kLane = 0;
-
 // The fold of n ranks onto p = 2^k virtual ranks (see the top of this file).
 class Fold {
  public:

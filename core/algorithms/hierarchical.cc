@@ -32,8 +32,6 @@ Schedule build_hierarchical(const CollectiveSpec& spec, const RankLayout& layout
   const auto C = static_cast<uint32_t>(params.channels);
   constexpr int kIntraLane = 0;
   constexpr int kInterLane = 1;
-  constexpr auto kIn = BufferKind::kInput;
-  constexpr auto kOut = BufferKind::kOutput;
 
   auto node_members = [&](int node) {
     std::vector<int> members(static_cast<size_t>(m));

@@ -10,6 +10,11 @@
 
 namespace tandem::algorithms {
 
+// The two buffers, and the lane of the builders that use only one (shorthands every builder shares).
+constexpr auto kIn = BufferKind::kInput;
+constexpr auto kOut = BufferKind::kOutput;
+constexpr int kLane = 0;
+
 // A range of chunk slots (shorthand used by every builder).
 inline SlotRange slots(BufferKind buffer, uint32_t first, uint32_t count = 1) { return {buffer, first, count}; }
 

@@ -72,7 +72,6 @@
 namespace tandem::algorithms {
 namespace {
 
-constexpr int kLane = 0;
 constexpr uint32_t kChunks = 1;  // one chunk per block: PAT moves whole blocks
 
 uint32_t u32(int64_t value) { return static_cast<uint32_t>(value); }

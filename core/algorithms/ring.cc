@@ -43,9 +43,6 @@ std::vector<int> rotated(std::vector<int> members, int first) {
   return members;
 }
 
-constexpr auto kIn = BufferKind::kInput;
-constexpr auto kOut = BufferKind::kOutput;
-
 // Channel rings: rings[c] is channel c's member order.
 using Rings = std::vector<std::vector<int>>;
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "models/cluster.h"
 #include "models/topology.h"
+#include "models/topology_graph.h"
 
 namespace tandem::models {
 namespace {
@@ -42,7 +43,7 @@ std::vector<std::string> relays(const Topology& topo, int src, int dst, const Ro
   const std::vector<VertexId> path = walk(topo, src, dst, route);
   std::vector<std::string> names;
   for (size_t i = 1; i + 1 < path.size(); ++i) {
-    if (topo.graph()[path[i]].kind == VertexKind::kGpu) names.push_back(topo.graph()[path[i]].name);
+    if (topo.vertex(path[i]).kind == VertexKind::kGpu) names.push_back(topo.vertex(path[i]).name);
   }
   return names;
 }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "models/cluster.h"
 #include "models/topology.h"
+#include "models/topology_graph.h"
 
 namespace tandem::models {
 namespace {
@@ -26,7 +27,7 @@ ClusterSpec spec_of(std::string_view preset, int nodes, Fabric fabric = Fabric::
 
 std::map<VertexKind, int> vertex_counts(const Topology& topo) {
   std::map<VertexKind, int> counts;
-  for (VertexId v = 0; v < boost::num_vertices(topo.graph()); ++v) ++counts[topo.graph()[v].kind];
+  for (VertexId v = 0; v < topo.vertex_count(); ++v) ++counts[topo.vertex(v).kind];
   return counts;
 }
 
@@ -69,7 +70,7 @@ std::map<size_t, int> check_all_routes(const Topology& topo) {
       EXPECT_DOUBLE_EQ(route.latency_s, latency);
       EXPECT_DOUBLE_EQ(route.bottleneck_Bps, bottleneck);
       for (size_t i = 1; i + 1 < path.size(); ++i) {
-        EXPECT_NE(topo.graph()[path[i]].kind, VertexKind::kGpu) << src << " -> " << dst << " passes a GPU";
+        EXPECT_NE(topo.vertex(path[i]).kind, VertexKind::kGpu) << src << " -> " << dst << " passes a GPU";
       }
       ++hop_counts[route.hops.size()];
     }
@@ -121,7 +122,7 @@ TEST(BuildCluster, RailOptimizedDgxH100EightNodes) {
   const Topology topo = build_cluster(spec_of("dgx-h100", 8));
   EXPECT_EQ(topo.gpu_count(), 64);
   EXPECT_EQ(topo.node_count(), 8);
-  EXPECT_EQ(boost::num_vertices(topo.graph()), 152u);
+  EXPECT_EQ(topo.vertex_count(), 152u);
   EXPECT_EQ(vertex_counts(topo), (std::map<VertexKind, int>{{VertexKind::kGpu, 64},
                                                             {VertexKind::kNvSwitch, 8},
                                                             {VertexKind::kNic, 64},
@@ -148,22 +149,27 @@ TEST(BuildCluster, RailOptimizedDgxH100EightNodes) {
   }
   // Names and the vertex fields the simulator reads.
   const VertexId gpu = topo.gpu_vertex(13);
-  EXPECT_EQ(topo.graph()[gpu].name, "n1-gpu5");
-  EXPECT_EQ(topo.graph()[gpu].node, 1);
-  EXPECT_EQ(topo.graph()[gpu].local, 5);
-  EXPECT_EQ(topo.graph()[gpu].rail, 5);
+  EXPECT_EQ(topo.vertex(gpu).name, "n1-gpu5");
+  EXPECT_EQ(topo.vertex(gpu).node, 1);
+  EXPECT_EQ(topo.vertex(gpu).local, 5);
+  EXPECT_EQ(topo.vertex(gpu).rail, 5);
   const std::optional<VertexId> leaf = topo.find_vertex("leaf-rail5");
   ASSERT_TRUE(leaf.has_value());
-  EXPECT_EQ(topo.graph()[*leaf].kind, VertexKind::kLeaf);
-  EXPECT_EQ(topo.graph()[*leaf].rail, 5);
-  EXPECT_EQ(boost::degree(*leaf, topo.graph()), 16u);  // 8 NICs + 8 spines
+  EXPECT_EQ(topo.vertex(*leaf).kind, VertexKind::kLeaf);
+  EXPECT_EQ(topo.vertex(*leaf).rail, 5);
+  size_t degree = 0;
+  for (uint32_t id = 0; id < topo.link_count(); ++id) {
+    const auto [a, b] = topo.endpoints(id);
+    degree += a == *leaf || b == *leaf ? 1 : 0;
+  }
+  EXPECT_EQ(degree, 16u);  // 8 NICs + 8 spines
   const std::optional<uint32_t> uplink = topo.find_link("n1-nic5-uplink");
   ASSERT_TRUE(uplink.has_value());
   EXPECT_EQ(topo.link(*uplink).name, "n1-nic5-uplink");
   const auto [a, b] = topo.endpoints(*uplink);
   EXPECT_LT(a, b);
-  EXPECT_EQ(topo.graph()[a].name, "n1-nic5");
-  EXPECT_EQ(topo.graph()[b].name, "leaf-rail5");
+  EXPECT_EQ(topo.vertex(a).name, "n1-nic5");
+  EXPECT_EQ(topo.vertex(b).name, "leaf-rail5");
   EXPECT_FALSE(topo.find_link("n9-nic0-uplink").has_value());
   EXPECT_FALSE(topo.find_vertex("spine8").has_value());
 }
@@ -173,7 +179,7 @@ TEST(BuildCluster, FabricsAndOverrides) {
     const Topology topo = build_cluster(spec_of("dgx-h100", 8, Fabric::kFatTree));
     EXPECT_EQ(vertex_counts(topo)[VertexKind::kLeaf], 2);
     EXPECT_EQ(vertex_counts(topo)[VertexKind::kSpine], 32);
-    EXPECT_EQ(boost::num_vertices(topo.graph()), 64u + 8 + 64 + 2 + 32);
+    EXPECT_EQ(topo.vertex_count(), 64u + 8 + 64 + 2 + 32);
     EXPECT_EQ(topo.link_count(), 64u * 3 + 2 * 32);
     EXPECT_DOUBLE_EQ(topo.link(*topo.find_link("leaf1-spine31")).bandwidth_Bps, 50e9);
   }
@@ -208,12 +214,12 @@ TEST(BuildCluster, FabricsAndOverrides) {
     EXPECT_EQ(vertex_counts(topo)[VertexKind::kLeaf], 4);
     EXPECT_DOUBLE_EQ(topo.link(*topo.find_link("n1-nic3-uplink")).bandwidth_Bps, 100e9);
     const auto [gpu, nic] = topo.endpoints(*topo.find_link("n1-gpu7-pcie"));
-    EXPECT_EQ(topo.graph()[nic].name, "n1-nic3");
-    EXPECT_EQ(topo.graph()[topo.gpu_vertex(15)].rail, 3);
+    EXPECT_EQ(topo.vertex(nic).name, "n1-nic3");
+    EXPECT_EQ(topo.vertex(topo.gpu_vertex(15)).rail, 3);
   }
   {  // HGX A100, 2 nodes.
     const Topology topo = build_cluster(spec_of("hgx-a100", 2));
-    EXPECT_EQ(boost::num_vertices(topo.graph()), 16u + 2 + 16 + 8 + 2);
+    EXPECT_EQ(topo.vertex_count(), 16u + 2 + 16 + 8 + 2);
     EXPECT_DOUBLE_EQ(topo.link(*topo.find_link("n0-gpu0-nvlink")).bandwidth_Bps, 300e9);
     EXPECT_DOUBLE_EQ(topo.link(*topo.find_link("n0-gpu0-pcie")).bandwidth_Bps, 32e9);
     EXPECT_DOUBLE_EQ(topo.link(*topo.find_link("n0-nic0-uplink")).bandwidth_Bps, 25e9);
@@ -278,11 +284,11 @@ TEST(Route, EveryRouteIsAConnectedShortestPath) {
     EXPECT_DOUBLE_EQ(cross.latency_s, 2.6e-6);
     // The inter-node route leaves through the source's own NIC (no PXN) and ends at dst's.
     const std::vector<VertexId> path = walk(topo, 0, 9, cross);
-    EXPECT_EQ(topo.graph()[path[1]].name, "n0-nic0");
-    EXPECT_EQ(topo.graph()[path[2]].name, "leaf-rail0");
-    EXPECT_EQ(topo.graph()[path[3]].kind, VertexKind::kSpine);
-    EXPECT_EQ(topo.graph()[path[4]].name, "leaf-rail1");
-    EXPECT_EQ(topo.graph()[path[5]].name, "n1-nic1");
+    EXPECT_EQ(topo.vertex(path[1]).name, "n0-nic0");
+    EXPECT_EQ(topo.vertex(path[2]).name, "leaf-rail0");
+    EXPECT_EQ(topo.vertex(path[3]).kind, VertexKind::kSpine);
+    EXPECT_EQ(topo.vertex(path[4]).name, "leaf-rail1");
+    EXPECT_EQ(topo.vertex(path[5]).name, "n1-nic1");
   }
   {
     const std::map<size_t, int> hops = check_all_routes(build_cluster(spec_of("hgx-a100", 8, Fabric::kFatTree)));
@@ -360,7 +366,7 @@ TEST(Route, EcmpSpreadsCrossRailFlowsOverSpines) {
         const Route r = topo.route(src, node * 8 + local);
         const std::vector<VertexId> path = walk(topo, src, node * 8 + local, r);
         ASSERT_EQ(path.size(), 7u);
-        ++per_spine[topo.graph()[path[3]].name];
+        ++per_spine[topo.vertex(path[3]).name];
       }
     }
   }
@@ -411,8 +417,8 @@ TEST(Route, WorksOnAHandMadeGraph) {
   std::set<std::string> leaves;
   for (int src : {0, 1}) {
     for (int dst : {2, 3}) {
-      leaves.insert(topo.graph()[walk(topo, src, dst, topo.route(src, dst))[2]].name);
-      leaves.insert(topo.graph()[walk(topo, dst, src, topo.route(dst, src))[2]].name);
+      leaves.insert(topo.vertex(walk(topo, src, dst, topo.route(src, dst))[2]).name);
+      leaves.insert(topo.vertex(walk(topo, dst, src, topo.route(dst, src))[2]).name);
     }
   }
   EXPECT_EQ(leaves, (std::set<std::string>{"L0", "L1"}));
@@ -577,14 +583,14 @@ TEST(Topology, DotHasOneLinePerVertexAndLink) {
       const uint32_t id = static_cast<uint32_t>(std::stoul(match[3].str()));
       ids.insert(id);
       const auto [a, b] = topo.endpoints(id);
-      EXPECT_EQ(match[1].str(), topo.graph()[a].name);
-      EXPECT_EQ(match[2].str(), topo.graph()[b].name);
+      EXPECT_EQ(match[1].str(), topo.vertex(a).name);
+      EXPECT_EQ(match[2].str(), topo.vertex(b).name);
       EXPECT_EQ(match[4].str(), topo.link(id).name);
     } else if (line.rfind("  subgraph cluster_n", 0) == 0) {
       ++clusters;
     }
   }
-  EXPECT_EQ(vertices, boost::num_vertices(topo.graph()));
+  EXPECT_EQ(vertices, topo.vertex_count());
   EXPECT_EQ(edges, topo.link_count());
   EXPECT_EQ(ids.size(), topo.link_count());
   EXPECT_EQ(clusters, 2u);

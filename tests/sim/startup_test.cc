@@ -4,6 +4,7 @@
 #include "sim/startup.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <vector>
