@@ -51,6 +51,35 @@ KernelStack parse_kernel_stack(std::string_view text) {
   fail(ErrorCode::kInvalidArgument, "unknown kernels '{}' (expected: fused, eager)", text);
 }
 
+std::string_view name(AttentionImpl impl) {
+  switch (impl) {
+    case AttentionImpl::kAuto:
+      return "auto";
+    case AttentionImpl::kFlash2:
+      return "flash2";
+    case AttentionImpl::kFlash3:
+      return "flash3";
+    case AttentionImpl::kCudnn:
+      return "cudnn";
+    case AttentionImpl::kUnfused:
+      return "unfused";
+  }
+  return "?";
+}
+
+AttentionImpl parse_attention_impl(std::string_view text) {
+  for (AttentionImpl impl : {AttentionImpl::kAuto, AttentionImpl::kFlash2, AttentionImpl::kFlash3,
+                             AttentionImpl::kCudnn, AttentionImpl::kUnfused}) {
+    if (lower(text) == name(impl)) return impl;
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown attention '{}' (expected: auto, flash2, flash3, cudnn, unfused)", text);
+}
+
+AttentionImpl resolved(AttentionImpl impl, KernelStack stack) {
+  if (impl != AttentionImpl::kAuto) return impl;
+  return stack == KernelStack::kEager ? AttentionImpl::kFlash2 : AttentionImpl::kCudnn;
+}
+
 const GpuKernelTable& kernel_table(const GpuSpec& gpu) {
   if (gpu.name == "H200-SXM") return kH200;
   if (gpu.name == "H100-SXM") return kH100;
@@ -99,7 +128,9 @@ KernelCost gemm(const KernelEnv& env, const GemmShape& shape) {
 
 KernelCost flash_attention(const KernelEnv& env, double flops, bool backward) {
   const GpuKernelTable& table = kernel_table(env.gpu);
-  const bool fused = env.stack == KernelStack::kFused;
+  const AttentionImpl impl = resolved(env.attention, env.stack);
+  if (impl == AttentionImpl::kUnfused) fail(ErrorCode::kInvalidArgument, "unfused attention is not a flash kernel");
+  const bool fused = impl != AttentionImpl::kFlash2;  // cuDNN and FlashAttention-3: the fused row
   const double share = backward ? (fused ? table.attention_bwd_fused : table.attention_bwd_eager)
                                  : (fused ? table.attention_fwd_fused : table.attention_fwd_eager);
   KernelCost cost;

@@ -31,11 +31,24 @@ enum class KernelStack : uint8_t {
 std::string_view name(KernelStack stack);
 KernelStack parse_kernel_stack(std::string_view text);  // "fused", "eager"
 
+// How the core attention (softmax(Q K^T) V) runs. kAuto: what the stack ships (fused: cuDNN, eager:
+// SDPA's FlashAttention-2). The flash kinds never hold the score matrix: their time is their FLOPs
+// (causal: half of them) at a measured share of the peak, their memory the softmax statistics.
+// kUnfused is attention before FlashAttention (Megatron-LM and Megatron-DeepSpeed before 2023,
+// BLOOM, GPT-3-era runs): two batched GEMMs over the whole score matrix (causal masking saves no
+// FLOPs), a softmax through HBM between them, and the probabilities kept for backward, O(s^2).
+enum class AttentionImpl : uint8_t { kAuto, kFlash2, kFlash3, kCudnn, kUnfused };
+std::string_view name(AttentionImpl impl);
+AttentionImpl parse_attention_impl(std::string_view text);  // "auto", "flash2", "flash3", "cudnn", "unfused"
+// kAuto resolved for a stack; the other kinds as they are.
+AttentionImpl resolved(AttentionImpl impl, KernelStack stack);
+
 // What the kernels run on and in.
 struct KernelEnv {
   GpuSpec gpu;
   Precision precision = Precision::kBF16;
   KernelStack stack = KernelStack::kFused;
+  AttentionImpl attention = AttentionImpl::kAuto;
 };
 
 // A GPU's measured ceilings (kernels.cc has the table, by GPU name then by architecture).
@@ -94,7 +107,9 @@ double sustained_clock_share(const GpuSpec& gpu);
 // grid at less than full occupancy when there are fewer tiles than SMs (beyond that, Hopper's
 // persistent stream-K kernels split the tail).
 KernelCost gemm(const KernelEnv& env, const GemmShape& shape);
-// Flash attention over `flops` (already causal-halved by the caller), forward or backward.
+// Flash attention over `flops` (already causal-halved by the caller), forward or backward, at the
+// measured share of the env's attention kind: FlashAttention-2 (the table's eager row), cuDNN or
+// FlashAttention-3 (its fused row). Throws Error(kInvalidArgument) for kUnfused (not a flash kernel).
 KernelCost flash_attention(const KernelEnv& env, double flops, bool backward);
 // A memory-bound kernel moving `bytes` through HBM.
 KernelCost memory_bound(const KernelEnv& env, double bytes);

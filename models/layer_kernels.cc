@@ -46,6 +46,13 @@ constexpr double kElementwiseBackwardFactor = 2.0;
 constexpr double kAttentionBackwardFlopsFactor = 2.5;
 // fp8 GEMMs (Transformer Engine): each input is cast from bf16 to fp8 by its own kernel.
 constexpr double kFp8CastBytesPerElement = 3;
+// Unfused attention's softmax, HBM bytes per score, forward. Fused stack: Megatron's
+// FusedScaleMaskSoftmax (megatron/core/fusions/fused_softmax.py; BLOOM's Megatron-DeepSpeed has the
+// same kernel) reads the bf16 scores and writes the bf16 probabilities in one kernel (2 + 2).
+// Eager: the scale, the causal mask (masked_fill) and the softmax each read and write the
+// scores (3 x (2 + 2)). Attention dropout (0 in the runs tandem models) is not counted.
+constexpr double kUnfusedSoftmaxBytesFused = 4;
+constexpr double kUnfusedSoftmaxBytesEager = 12;
 
 // One layer's shapes on one rank: t tokens of width h, its share of the q and kv widths, of the
 // FFN and of the vocabulary under tensor parallelism.
@@ -55,7 +62,8 @@ struct LayerShapes {
     const double tp = config.layout.tp;
     t = tokens_per_rank(config);
     h = static_cast<double>(m.d_model);
-    const double head_dim = h / m.heads;
+    head_dim = h / m.heads;
+    seq = config.seq_len;
     q = h / tp;
     // Grouped-query attention under TP: each rank keeps its share of the KV heads, or one when
     // there are fewer KV heads than TP ranks (replicated, as Megatron does).
@@ -71,7 +79,7 @@ struct LayerShapes {
     attention_flops = 4.0 * t * (config.seq_len / 2.0) * q;
   }
   const ElementwiseBytes& e;
-  double t, h, q, kv, f, vocab, norm, residual, embedding, attention_flops;
+  double t, h, head_dim, seq, q, kv, f, vocab, norm, residual, embedding, attention_flops;
 };
 
 // The kernels of one pass, forward or backward: each GEMM (a backward's data and weight gradients,
@@ -79,7 +87,7 @@ struct LayerShapes {
 class Pass {
  public:
   Pass(const TrainingConfig& config, const GpuSpec& gpu, bool backward)
-      : config_(config), env_{gpu, config.precision, config.kernels}, backward_(backward) {}
+      : config_(config), env_{gpu, config.precision, config.kernels, config.attention}, backward_(backward) {}
 
   KernelCost gemm_of(GemmShape s) {
     const bool fp8 = config_.precision == Precision::kFP8;
@@ -103,6 +111,15 @@ class Pass {
   KernelCost flash(double flops) const {
     return flash_attention(env_, backward_ ? kAttentionBackwardFlopsFactor * flops : flops, backward_);
   }
+  // A batched GEMM of the core attention (scores or context), in bf16 even in fp8 runs (Transformer
+  // Engine runs only the linear layers in fp8), with its backward's two GEMMs; counted in `core`.
+  KernelCost attention_bmm(GemmShape s) const {
+    const KernelEnv bf16{env_.gpu, Precision::kBF16, env_.stack, env_.attention};
+    if (!backward_) return gemm(bf16, s);
+    KernelCost cost = gemm(bf16, {s.m, s.k, s.n});
+    cost += gemm(bf16, {s.k, s.n, s.m});
+    return cost;
+  }
   bool backward() const { return backward_; }
 
   KernelCost gemms, elementwise_ops;
@@ -113,12 +130,28 @@ class Pass {
   const bool backward_;
 };
 
-// Attention: norm, qkv, rotary, flash attention (`core`), the output projection, the residual.
-KernelCost attention_kernels(Pass& pass, const LayerShapes& s, KernelCost& core) {
+// Unfused core attention on the rank's heads (h_r = q / head_dim), as Megatron ran it before flash:
+// scores S = Q K^T, one [s, s] GEMM of depth head_dim per sequence and head (the batch folded into
+// the rows: m = tokens x h_r); the softmax through HBM; the context P V, [s, head_dim] of depth s.
+// Causal masking saves no FLOPs here. Backward: each GEMM's two gradients and the softmax's.
+KernelCost unfused_attention(Pass& pass, const LayerShapes& s, KernelStack stack) {
+  const double rows = s.t * s.q / s.head_dim;  // tokens x heads on the rank
+  const double scores = rows * s.seq;
+  KernelCost core = pass.attention_bmm({rows, s.seq, s.head_dim});
+  core += pass.elementwise((stack == KernelStack::kEager ? kUnfusedSoftmaxBytesEager : kUnfusedSoftmaxBytesFused) *
+                           scores);
+  core += pass.attention_bmm({rows, s.head_dim, s.seq});
+  return core;
+}
+
+// Attention: norm, qkv, rotary, the core attention (`core`: flash, or unfused), the output
+// projection, the residual.
+KernelCost attention_kernels(Pass& pass, const LayerShapes& s, const TrainingConfig& config, KernelCost& core) {
   KernelCost attention = pass.elementwise(s.norm);
   attention += pass.gemm_of({s.t, s.q + 2 * s.kv, s.h});
   attention += pass.elementwise(s.e.rotary * s.t * (s.q + s.kv));
-  core = pass.flash(s.attention_flops);
+  const bool unfused = resolved(config.attention, config.kernels) == AttentionImpl::kUnfused;
+  core = unfused ? unfused_attention(pass, s, config.kernels) : pass.flash(s.attention_flops);
   attention += core;
   attention += pass.gemm_of({s.t, s.h, s.q});
   attention += pass.elementwise(s.residual);
@@ -182,7 +215,7 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
   for (bool is_backward : {false, true}) {
     Pass pass(config, gpu, is_backward);
     KernelCost core;
-    const KernelCost attention = attention_kernels(pass, s, core);
+    const KernelCost attention = attention_kernels(pass, s, config, core);
     const KernelCost mlp = mlp_kernels(pass, s, eager);
     if (!is_backward && config.recompute == Recompute::kSelective && eager) {
       // Half the layer's forward GEMMs and all of its elementwise ops, again.
@@ -190,6 +223,11 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
       k.selective_recompute.flops = pass.gemms.flops / 2;
       k.selective_recompute.bytes = pass.elementwise_ops.bytes;
       k.selective_recompute.kernels = pass.gemms.kernels / 2 + pass.elementwise_ops.kernels;
+    } else if (!is_backward && config.recompute == Recompute::kSelective &&
+               resolved(config.attention, config.kernels) == AttentionImpl::kUnfused) {
+      // Megatron's selective recompute: the core attention again before its backward (free with
+      // flash, whose backward recomputes the scores anyway; here its GEMMs and softmax).
+      k.selective_recompute = core;
     }
     if (config.model.moe()) (is_backward ? k.moe_bwd : k.moe_fwd) = moe_kernels(pass, config, s, k.moe_dispatch_bytes);
     KernelCost head = pass.elementwise(s.norm);

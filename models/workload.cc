@@ -181,6 +181,10 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
   }
   if (layout.vp > 1 && layout.pp < 2) bad("vp = {} needs pipeline parallelism (pp of at least 2)", layout.vp);
   if (config.seq_len < 1 || config.seq_len > kMaxSeqLen) bad("seq_len must be 1..{}", kMaxSeqLen);
+  if (layout.cp > 1 && resolved(config.attention, config.kernels) == AttentionImpl::kUnfused) {
+    bad("cp = {}: context parallelism runs ring attention on flash kernels; attention 'unfused' needs cp = 1",
+        layout.cp);
+  }
   if (layout.cp > 1 && config.seq_len % (2 * layout.cp) != 0) {
     bad("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}", layout.cp,
         config.seq_len, 2 * layout.cp);
@@ -320,20 +324,30 @@ std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool mo
   const TransformerSpec& m = config.model;
   const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
   const double kv = static_cast<double>(m.d_model / m.heads * m.kv_heads);
+  std::vector<SavedTensor> out;
   if (moe_layer) {
     const double routed = m.top_k * config.capacity_factor;
     const double experts = (routed + m.shared_experts) * static_cast<double>(m.moe_ffn);
-    return {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
-            {"MLP norm input", h, 2, true}, {"routed tokens before the experts", routed * h},
-            {"routed tokens after the experts", routed * h}, {"expert gate", experts}, {"expert up", experts},
-            {"expert SiLU", experts}, {"expert product", experts}};
+    out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+           {"MLP norm input", h, 2, true}, {"routed tokens before the experts", routed * h},
+           {"routed tokens after the experts", routed * h}, {"expert gate", experts}, {"expert up", experts},
+           {"expert SiLU", experts}, {"expert product", experts}};
+  } else if (config.kernels == KernelStack::kFused) {
+    out = megatron_te_layer(config, h, kv, f);
+  } else if (config.recompute == Recompute::kSelective) {
+    out = {{"qkv output", h + 2 * kv, 2, true}, {"w1 output", f}, {"w2 output", h}, {"attention output", h}};
+  } else {
+    out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+           {"MLP norm input", h, 2, true}, {"gate", f}, {"up", f}, {"SiLU", f}, {"product", f}};
   }
-  if (config.kernels == KernelStack::kFused) return megatron_te_layer(config, h, kv, f);
-  if (config.recompute == Recompute::kSelective) {
-    return {{"qkv output", h + 2 * kv, 2, true}, {"w1 output", f}, {"w2 output", h}, {"attention output", h}};
+  // Unfused attention keeps its softmax output for backward (P V's and the softmax's gradients):
+  // a row of seq_len scores per token and head, bf16 (Korthikanti et al. 2022, Table 2: 2 a s^2 b,
+  // without dropout). Selective recompute recomputes it instead (what the policy was made for).
+  if (resolved(config.attention, config.kernels) == AttentionImpl::kUnfused &&
+      config.recompute != Recompute::kSelective) {
+    out.push_back({"attention probabilities (unfused)", static_cast<double>(m.heads) * config.seq_len, 2});
   }
-  return {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
-          {"MLP norm input", h, 2, true}, {"gate", f}, {"up", f}, {"SiLU", f}, {"product", f}};
+  return out;
 }
 
 StateBytes state_bytes_per_parameter(const TrainingConfig& config) {

@@ -115,6 +115,7 @@ struct TrainingConfig {
   Precision precision = Precision::kBF16;
   Recompute recompute = Recompute::kNone;
   KernelStack kernels = KernelStack::kFused;  // which kernels the training stack launches
+  AttentionImpl attention = AttentionImpl::kAuto;  // the core attention's kernels (models/kernels.h)
   // Unset: every compute task is timed from its kernels (models/kernels.h). Set: the share of the
   // GPU's dense peak the compute reaches while it runs, applied to the task's hardware FLOPs (the
   // old one-knob model, kept as an override). The step's achieved MFU is lower either way: exposed

@@ -19,9 +19,9 @@ namespace tandem::app {
 namespace {
 
 // The keys each section accepts, in the order docs/scenarios.md lists them.
-constexpr std::array<std::string_view, 14> kTrainingKeys{
-    "type", "model",   "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",     "precision",
-    "mfu",  "kernels", "recompute", "grad_reduce_dtype", "algorithm",     "capacity_factor", "layouts"};
+constexpr std::array<std::string_view, 15> kTrainingKeys{
+    "type",    "model",     "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",     "precision", "mfu",
+    "kernels", "attention", "recompute", "grad_reduce_dtype", "algorithm",     "capacity_factor", "layouts"};
 constexpr std::array<std::string_view, 13> kModelKeys{
     "name",  "layers",  "d_model",        "ffn",         "heads", "kv_heads", "vocab", "tied_embeddings", "experts",
     "top_k", "moe_ffn", "shared_experts", "dense_layers"};
@@ -167,6 +167,10 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
   if (const YAML::Node* v = workload.find("kernels")) {
     const std::string text = reader.scalar(*v, workload.path("kernels"));
     base.kernels = reader.at(*v, workload.path("kernels"), [&] { return models::parse_kernel_stack(text); });
+  }
+  if (const YAML::Node* v = workload.find("attention")) {
+    const std::string text = reader.scalar(*v, workload.path("attention"));
+    base.attention = reader.at(*v, workload.path("attention"), [&] { return models::parse_attention_impl(text); });
   }
   if (const YAML::Node* v = workload.find("recompute"))
     base.recompute = read_recompute(reader, *v, workload.path("recompute"));

@@ -538,6 +538,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
             {"seq_len", base.seq_len},
             {"precision", std::string(models::name(base.precision))},
             {"kernels", std::string(models::name(base.kernels))},
+            {"attention", std::string(models::name(models::resolved(base.attention, base.kernels)))},
             {"mfu", base.mfu ? nlohmann::json(*base.mfu) : nlohmann::json(nullptr)},
             {"algorithm", base.algorithm}}},
           {"variants", variants},

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "core/error.h"
 #include "models/workload.h"
@@ -110,6 +111,65 @@ TEST(LayerKernels, AddUpFromTheLayersShapes) {
   EXPECT_GT(eager.mlp_fwd.bytes, 1.5 * fused.mlp_fwd.bytes);
   EXPECT_GT(eager.selective_recompute.seconds, 0);
   EXPECT_DOUBLE_EQ(fused.selective_recompute.seconds, 0);  // Megatron's: flash attention recomputes anyway
+}
+
+TEST(LayerKernels, UnfusedAttentionComputesTheWholeScoreMatrixAndKeepsIt) {
+  TrainingConfig c;
+  c.model = transformer_preset("llama3-8b");
+  c.seq_len = 2048;
+  c.layout.tp = 8;
+  const GpuSpec gpu = cluster_preset("dgx-h100").gpu;
+  const LayerKernels flash = layer_kernels(c, gpu);
+  c.attention = AttentionImpl::kUnfused;
+  const LayerKernels unfused = layer_kernels(c, gpu);
+  // The causal mask saves nothing: twice flash's forward FLOPs (QK^T and PV over all s x s scores).
+  EXPECT_NEAR(unfused.core_fwd.flops, 2 * flash.core_fwd.flops, 1e-9 * flash.core_fwd.flops);
+  // Backward: the two GEMMs' two gradients each (4 GEMMs to the forward's 2), not flash's 2.5x.
+  EXPECT_NEAR(unfused.core_bwd.flops, 2 * unfused.core_fwd.flops, 1e-9 * unfused.core_fwd.flops);
+  // The scores go through HBM: bytes flash never moves, and a slower core for more than the FLOPs.
+  EXPECT_GT(unfused.core_fwd.bytes, 0);
+  EXPECT_DOUBLE_EQ(flash.core_fwd.bytes, 0);
+  EXPECT_GT(unfused.core_fwd.seconds, 2 * flash.core_fwd.seconds);
+  // The same math everywhere else.
+  EXPECT_DOUBLE_EQ(unfused.mlp_fwd.seconds, flash.mlp_fwd.seconds);
+  // Megatron's selective recompute is free with flash and costs the core's forward here.
+  c.recompute = Recompute::kSelective;
+  EXPECT_DOUBLE_EQ(layer_kernels(c, gpu).selective_recompute.seconds, unfused.core_fwd.seconds);
+
+  // What the layer keeps: the probabilities, heads x seq_len bf16 elements a token (before the
+  // division by tp), unless selective recompute drops them.
+  c.recompute = Recompute::kNone;
+  double probabilities = 0;
+  for (const SavedTensor& t : saved_activations(c, false)) {
+    if (t.what == std::string("attention probabilities (unfused)")) probabilities = t.bytes_per_token();
+  }
+  EXPECT_DOUBLE_EQ(probabilities, 2.0 * 32 * 2048);
+  c.recompute = Recompute::kSelective;
+  for (const SavedTensor& t : saved_activations(c, false)) EXPECT_NE(t.what, std::string("attention probabilities (unfused)"));
+}
+
+TEST(Kernels, AttentionKindsByName) {
+  EXPECT_EQ(resolved(AttentionImpl::kAuto, KernelStack::kFused), AttentionImpl::kCudnn);
+  EXPECT_EQ(resolved(AttentionImpl::kAuto, KernelStack::kEager), AttentionImpl::kFlash2);
+  EXPECT_EQ(resolved(AttentionImpl::kUnfused, KernelStack::kEager), AttentionImpl::kUnfused);
+  for (AttentionImpl impl : {AttentionImpl::kAuto, AttentionImpl::kFlash2, AttentionImpl::kFlash3,
+                             AttentionImpl::kCudnn, AttentionImpl::kUnfused}) {
+    EXPECT_EQ(parse_attention_impl(name(impl)), impl);
+  }
+  try {
+    parse_attention_impl("flash4");
+    ADD_FAILURE() << "flash4 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown attention 'flash4' (expected: auto, flash2"), std::string::npos);
+  }
+  // FlashAttention-2 runs at the eager row's share, cuDNN and FlashAttention-3 at the fused row's.
+  KernelEnv env = h100();
+  env.attention = AttentionImpl::kFlash2;
+  const double flash2 = flash_attention(env, 1e15, false).seconds;
+  env.attention = AttentionImpl::kFlash3;
+  EXPECT_LT(flash_attention(env, 1e15, false).seconds, flash2);
+  env.attention = AttentionImpl::kUnfused;
+  EXPECT_THROW(flash_attention(env, 1e15, false), Error);
 }
 
 }  // namespace

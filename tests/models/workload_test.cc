@@ -144,6 +144,10 @@ TEST(Layout, BadLayoutsAreOneClearError) {
             std::string::npos);
   EXPECT_NE(message(config_of("llama3-70b", {"x", 1, 1, Sharding::kHsdp, 3}), 64).find("shard_group 3"),
             std::string::npos);
+  TrainingConfig unfused_cp = config_of("llama3-70b", {"x", 8, 1, Sharding::kFsdp, 0});
+  unfused_cp.layout.cp = 2;
+  unfused_cp.attention = AttentionImpl::kUnfused;
+  EXPECT_NE(message(unfused_cp, 64).find("attention 'unfused' needs cp = 1"), std::string::npos);
 }
 
 // The timeline with simulated-looking durations: every second of the reported stage is compute,
