@@ -28,17 +28,19 @@ struct ElementwiseBytes {
   double rotary;    // per element of q and k
   double residual;  // per element of d_model
   double swiglu;    // per element of ffn
+  double gelu;      // per element of ffn (a non-gated MLP)
   double loss;      // per logit: softmax cross-entropy
 };
 // Fused: norm reads x, writes y (2 + 2); rotary reads and writes q, k (2 + 2); residual add reads
-// two, writes one (6); SwiGLU reads gate and up, writes the product (6); vocab-parallel
-// cross-entropy reads the bf16 logits and writes the fp32 softmax it keeps for backward (2 + 4).
-constexpr ElementwiseBytes kFusedBytes{4, 4, 6, 6, 6};
+// two, writes one (6); SwiGLU reads gate and up, writes the product (6); bias-GELU reads fc1's
+// output, writes the activation (2 + 2; Megatron's fused bias_gelu); vocab-parallel cross-entropy
+// reads the bf16 logits and writes the fp32 softmax it keeps for backward (2 + 4).
+constexpr ElementwiseBytes kFusedBytes{4, 4, 6, 6, 4, 6};
 // Eager: RMSNorm = x.float() (2 + 4), pow (4 + 4), mean (4), rsqrt-multiply (4 + 4), type_as
 // (4 + 2), weight multiply (2 + 2) = 36; rotary = float (2 + 4), complex multiply (4 + 4), type_as
-// (4 + 2) = 20; SiLU (2 + 2) and multiply (4 + 2) = 10; cross-entropy on fp32 logits: float (2 + 4),
-// log_softmax (4 + 4) = 14.
-constexpr ElementwiseBytes kEagerBytes{36, 20, 6, 10, 14};
+// (4 + 2) = 20; SiLU (2 + 2) and multiply (4 + 2) = 10; GELU (2 + 2) = 4; cross-entropy on fp32
+// logits: float (2 + 4), log_softmax (4 + 4) = 14.
+constexpr ElementwiseBytes kEagerBytes{36, 20, 6, 10, 4, 14};
 // Backward of a memory-bound op: reads the saved input and the incoming gradient, writes the
 // outgoing one: twice the forward's traffic.
 constexpr double kElementwiseBackwardFactor = 2.0;
@@ -159,16 +161,19 @@ KernelCost attention_kernels(Pass& pass, const LayerShapes& s, const TrainingCon
 }
 
 // The gated MLP: eager runs two GEMMs for gate and up (torchtitan's w1, w3), fused one of twice
-// the width.
-KernelCost mlp_kernels(Pass& pass, const LayerShapes& s, bool eager) {
+// the width. Not gated: fc1, GELU, fc2.
+KernelCost mlp_kernels(Pass& pass, const LayerShapes& s, bool eager, bool gated) {
   KernelCost mlp = pass.elementwise(s.norm);
-  if (eager) {
+  if (!gated) {
+    mlp += pass.gemm_of({s.t, s.f, s.h});
+    mlp += pass.elementwise(s.e.gelu * s.t * s.f);
+  } else if (eager) {
     mlp += pass.gemm_of({s.t, s.f, s.h});
     mlp += pass.gemm_of({s.t, s.f, s.h});
   } else {
     mlp += pass.gemm_of({s.t, 2 * s.f, s.h});
   }
-  mlp += pass.elementwise(s.e.swiglu * s.t * s.f);
+  if (gated) mlp += pass.elementwise(s.e.swiglu * s.t * s.f);
   mlp += pass.gemm_of({s.t, s.h, s.f});
   mlp += pass.elementwise(s.residual);
   return mlp;
@@ -216,7 +221,7 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
     Pass pass(config, gpu, is_backward);
     KernelCost core;
     const KernelCost attention = attention_kernels(pass, s, config, core);
-    const KernelCost mlp = mlp_kernels(pass, s, eager);
+    const KernelCost mlp = mlp_kernels(pass, s, eager, config.model.gated());
     if (!is_backward && config.recompute == Recompute::kSelective && eager) {
       // Half the layer's forward GEMMs and all of its elementwise ops, again.
       k.selective_recompute.seconds = pass.gemms.seconds / 2 + pass.elementwise_ops.seconds;

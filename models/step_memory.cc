@@ -168,7 +168,7 @@ class StepProgramMemory {
           for (int k = 0; k < 3; ++k) add(h * static_cast<double>(m_.moe_ffn), true);
         }
       } else {
-        for (int k = 0; k < 3; ++k) add(h * f / tp);  // gate, up, down
+        for (int k = 0; k < m_.mlp_matrices(); ++k) add(h * f / tp);  // (gate,) up, down
       }
       units.push_back(std::move(unit));
     }

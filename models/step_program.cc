@@ -334,7 +334,8 @@ class StepBuilder {
     return tokens_per_rank(config_) * 4.0 * static_cast<double>(m_.d_model) * config_.seq_len / tp_;
   }
   double mlp_flops() const {
-    return tokens_per_rank(config_) * 2.0 * 3.0 * static_cast<double>(m_.d_model) * static_cast<double>(m_.ffn) / tp_;
+    return tokens_per_rank(config_) * 2.0 * m_.mlp_matrices() * static_cast<double>(m_.d_model) *
+           static_cast<double>(m_.ffn) / tp_;
   }
 
   // The forward (or recomputed forward) of one layer.

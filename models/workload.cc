@@ -25,7 +25,16 @@ int64_t TransformerSpec::attention_parameters() const {
 int64_t TransformerSpec::expert_parameters() const { return 3 * d_model * moe_ffn; }
 
 int64_t TransformerSpec::layer_parameters() const {
-  return attention_parameters() + 3 * d_model * ffn + 2 * d_model;  // + gate, up, down; two RMSNorms
+  // + (gate,) up, down; two norms
+  return attention_parameters() + mlp_matrices() * d_model * ffn + 2 * d_model;
+}
+
+std::string_view name(MlpKind kind) { return kind == MlpKind::kGelu ? "gelu" : "swiglu"; }
+
+MlpKind parse_mlp_kind(std::string_view text) {
+  if (text == "swiglu") return MlpKind::kSwiGlu;
+  if (text == "gelu") return MlpKind::kGelu;
+  fail(ErrorCode::kInvalidArgument, "unknown mlp '{}' (expected: swiglu, gelu)", text);
 }
 
 int64_t TransformerSpec::layer_dense_parameters(int layer) const {
@@ -290,7 +299,8 @@ double te_gemm_input_bytes(Precision precision) { return precision == Precision:
 // (docs/memory.md). FP8 with delayed scaling (NeMo's bf16_with_fp8_mixed recipe): the output
 // projection's TE Linear keeps its own FP8 copy of the attention output (megatron/core/transformer/
 // attention.py drops it only for non-delayed recipes): 11h + 4kv + 5f. Selective recompute drops
-// only what flash never keeps (the softmax and its dropout), so it saves the same set.
+// only what flash never keeps (the softmax and its dropout), so it saves the same set. A non-gated
+// MLP keeps its GELU's input (fc1's output, f: Megatron's bias_gelu saves only its input) instead.
 std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double h, double kv, double f) {
   const double gemm = te_gemm_input_bytes(config.precision);
   std::vector<SavedTensor> out = {
@@ -305,8 +315,9 @@ std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double 
   out.insert(out.end(), {
                             {"MLP norm input", h, 2},
                             {"fc1 input (MLP norm output)", h, gemm, true},
-                            {"SwiGLU input (fc1 output)", 2 * f, 2},
-                            {"fc2 input (SwiGLU output)", f, gemm},
+                            config.model.gated() ? SavedTensor{"SwiGLU input (fc1 output)", 2 * f, 2}
+                                                 : SavedTensor{"GELU input (fc1 output)", f, 2},
+                            {"fc2 input (activation output)", f, gemm},
                         });
   return out;
 }
@@ -336,9 +347,12 @@ std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool mo
     out = megatron_te_layer(config, h, kv, f);
   } else if (config.recompute == Recompute::kSelective) {
     out = {{"qkv output", h + 2 * kv, 2, true}, {"w1 output", f}, {"w2 output", h}, {"attention output", h}};
-  } else {
+  } else if (m.gated()) {
     out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
            {"MLP norm input", h, 2, true}, {"gate", f}, {"up", f}, {"SiLU", f}, {"product", f}};
+  } else {
+    out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+           {"MLP norm input", h, 2, true}, {"fc1 output", f}, {"GELU output", f}};
   }
   // Unfused attention keeps its softmax output for backward (P V's and the softmax's gradients):
   // a row of seq_len scores per token and head, bf16 (Korthikanti et al. 2022, Table 2: 2 a s^2 b,

@@ -29,6 +29,12 @@
 
 namespace tandem::models {
 
+// The dense MLP: gated (SwiGLU, Llama and most models since 2023: gate, up and down matrices) or
+// not (GELU, GPT-3, BLOOM, MPT: up and down). Experts are always gated.
+enum class MlpKind : uint8_t { kSwiGlu, kGelu };
+std::string_view name(MlpKind kind);
+MlpKind parse_mlp_kind(std::string_view text);  // "swiglu", "gelu"
+
 // A decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP; with experts > 0
 // a mixture of experts: after the first dense_layers layers, each layer's MLP is `experts` routed
 // experts of width moe_ffn (each token to top_k of them) plus shared_experts always-on ones.
@@ -46,8 +52,11 @@ struct TransformerSpec {
   int64_t moe_ffn = 0;           // one expert's hidden size
   int shared_experts = 0;        // experts every token goes through
   int dense_layers = 0;          // MoE models: the first layers keep a dense MLP of width ffn
+  MlpKind mlp = MlpKind::kSwiGlu;  // the dense MLP's kind
 
   bool moe() const { return experts > 0; }
+  bool gated() const { return mlp == MlpKind::kSwiGlu; }
+  int mlp_matrices() const { return gated() ? 3 : 2; }  // of d_model x ffn in a dense MLP
   bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
   int64_t attention_parameters() const;  // q, k, v, o
   int64_t expert_parameters() const;     // one expert: gate, up, down

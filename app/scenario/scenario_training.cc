@@ -22,9 +22,9 @@ namespace {
 constexpr std::array<std::string_view, 15> kTrainingKeys{
     "type",    "model",     "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",     "precision", "mfu",
     "kernels", "attention", "recompute", "grad_reduce_dtype", "algorithm",     "capacity_factor", "layouts"};
-constexpr std::array<std::string_view, 13> kModelKeys{
-    "name",  "layers",  "d_model",        "ffn",         "heads", "kv_heads", "vocab", "tied_embeddings", "experts",
-    "top_k", "moe_ffn", "shared_experts", "dense_layers"};
+constexpr std::array<std::string_view, 14> kModelKeys{
+    "name",    "layers", "d_model", "ffn",     "mlp",            "heads",       "kv_heads",
+    "vocab",   "tied_embeddings",   "experts", "top_k",          "moe_ffn",     "shared_experts", "dense_layers"};
 constexpr std::array<std::string_view, 11> kTrainingLayoutKeys{
     "name", "tp", "pp", "vp", "cp", "ep", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
 constexpr std::array<std::string_view, 13> kTrainingExpectKeys{
@@ -54,6 +54,10 @@ models::TransformerSpec read_model(const Reader& reader, const YAML::Node& model
   out.layers = static_cast<int>(reader.integer(m.require("layers"), m.path("layers"), 1, 100000));
   out.d_model = reader.integer(m.require("d_model"), m.path("d_model"), 1, int64_t{1} << 20);
   out.ffn = reader.integer(m.require("ffn"), m.path("ffn"), 1, int64_t{1} << 24);
+  if (const YAML::Node* v = m.find("mlp")) {
+    const std::string text = reader.scalar(*v, m.path("mlp"));
+    out.mlp = reader.at(*v, m.path("mlp"), [&] { return models::parse_mlp_kind(text); });
+  }
   out.heads = static_cast<int>(reader.integer(m.require("heads"), m.path("heads"), 1, 1 << 16));
   out.kv_heads = out.heads;
   if (const YAML::Node* v = m.find("kv_heads")) {

@@ -172,5 +172,35 @@ TEST(Kernels, AttentionKindsByName) {
   EXPECT_THROW(flash_attention(env, 1e15, false), Error);
 }
 
+TEST(LayerKernels, ANonGatedMlpRunsUpGeluDown) {
+  // BLOOM-176B: 70 layers of d 14,336 with a GELU MLP of 4d, tied embeddings of 250,880 tokens.
+  TransformerSpec bloom{"bloom-176b", 70, 14336, 57344, 112, 112, 250880, true};
+  bloom.mlp = MlpKind::kGelu;
+  // 12 d^2 a layer + the embedding: 176.236 B (BLOOM's 176.247 B adds the biases and the embedding
+  // norm, not modelled).
+  EXPECT_NEAR(static_cast<double>(bloom.parameters()), 176.236e9, 0.001e9);
+  TrainingConfig c;
+  c.model = bloom;
+  c.seq_len = 2048;
+  c.layout.tp = 4;
+  const LayerKernels gelu = layer_kernels(c, cluster_preset("dgx-h100").gpu);
+  const double t = 2048, h = 14336, f = 57344;
+  EXPECT_NEAR(gelu.mlp_fwd.flops, 2 * t * 2 * h * f / 4, 1e-6 * gelu.mlp_fwd.flops);  // up and down only
+  c.model.mlp = MlpKind::kSwiGlu;
+  const LayerKernels swiglu = layer_kernels(c, cluster_preset("dgx-h100").gpu);
+  EXPECT_NEAR(swiglu.mlp_fwd.flops, 1.5 * gelu.mlp_fwd.flops, 1e-6 * gelu.mlp_fwd.flops);
+  // What the MLP keeps for backward (Megatron + TE): GELU's input f instead of SwiGLU's 2f.
+  auto mlp_bytes = [](const TrainingConfig& config) {
+    double bytes = 0;
+    for (const SavedTensor& saved : saved_activations(config, false)) bytes += saved.bytes_per_token();
+    return bytes;
+  };
+  const double gated = mlp_bytes(c);
+  c.model.mlp = MlpKind::kGelu;
+  EXPECT_DOUBLE_EQ(gated - mlp_bytes(c), 2.0 * f);
+  EXPECT_EQ(parse_mlp_kind("gelu"), MlpKind::kGelu);
+  EXPECT_THROW(parse_mlp_kind("relu"), Error);
+}
+
 }  // namespace
 }  // namespace tandem::models
