@@ -1,7 +1,7 @@
 // Prediction accuracy: simulates every row of the published nccl-tests measurements in
 //
-//   bench/data/h100_calibration.csv        one H100 / H200 node, and a pair of one-GPU nodes per NIC
-//   bench/data/multinode_calibration.csv   several nodes (RoCE, InfiniBand), and a few single-node points
+//   ../shared/reference/h100_calibration.csv        one H100 / H200 node, and a pair of one-GPU nodes per NIC
+//   ../shared/reference/multinode_calibration.csv   several nodes (RoCE, InfiniBand), and a few single-node points
 //
 // (copied from the project's reference data; sources in docs/simulator.md and in the files) with the
 // default network model, on the cluster preset a row's system names, its NIC count and speed
@@ -45,7 +45,7 @@ namespace {
 constexpr double kBandwidthAim = 0.10;
 constexpr double kLatencyAim = 0.25;
 
-constexpr const char* kDefaultFiles[] = {"bench/data/h100_calibration.csv", "bench/data/multinode_calibration.csv"};
+constexpr const char* kDefaultFiles[] = {"../shared/reference/h100_calibration.csv", "../shared/reference/multinode_calibration.csv"};
 
 // The two headers: the single-node file (11 columns) and the multi-node file (17 columns).
 constexpr std::string_view kSingleNodeHeader =

@@ -41,7 +41,7 @@ commands+=(
   "replay|TANDEM replay WORK/rank-hang-64xh100/fr --algorithm ring --watchdog 100ms"
   "replay-70b|TANDEM replay WORK/llama3-70b-hang-64xh100/fr --recovery shrink --out WORK/hang70b-replay"
   "memory|TANDEM memory tests/fixtures/memory/sixteens_then_thirty_twos.pickle --alloc-conf expandable_segments:True"
-  "calibrate|TANDEM calibrate bench/data/h100_calibration.csv --cluster dgx-h100 -o WORK/h100.yaml"
+  "calibrate|TANDEM calibrate ../shared/reference/h100_calibration.csv --cluster dgx-h100 -o WORK/h100.yaml"
   "trace|TANDEM run scenarios/faults/rank-hang-64xh100.yaml --trace WORK/hang.json"
 )
 

@@ -1,7 +1,7 @@
 // Training-step accuracy: simulates every row of the published step times and throughputs in
 //
-//   bench/data/training_steps.csv   H100 training runs with their layouts (copied from the project's
-//                                   reference data; each row names its source)
+//   ../shared/reference/training_steps.csv   H100 training runs with their layouts (the project's
+//                                            reference data beside the repository; each row names its source)
 //
 // as a training scenario would: the row's model preset, batch, sequence, precision and layout on
 // dgx-h100 nodes (400G rail-optimized InfiniBand), the compute timed from the kernels, the
@@ -39,7 +39,7 @@ namespace tandem {
 namespace {
 
 constexpr double kAim = 0.15;
-constexpr const char* kDefaultFile = "bench/data/training_steps.csv";
+constexpr const char* kDefaultFile = "../shared/reference/training_steps.csv";
 constexpr std::string_view kHeader =
     "id,model,precision,gpus,global_batch,seq_len,micro_batch,tp,pp,vp,cp,sharding,recompute,metric,value,source,notes";
 constexpr size_t kFields = 17;

@@ -67,7 +67,7 @@ const GpuKernelTable& kernel_table(const GpuSpec& gpu);
 // the flash-attention figures are measured in seconds-long loops that run at the boost clock (H100
 // SXM: 1,980 MHz), while hours of 700 W draw hold it at about 1,650-1,750 MHz (0.83-0.88). Applied
 // to the compute-bound kernels (tensor cores) only: HBM's clock does not throttle. Checked against
-// the NeMo rows of bench/data/training_steps.csv (compute-only R2 and R1 land within 6% with it,
+// the NeMo rows of ../shared/reference/training_steps.csv (compute-only R2 and R1 land within 6% with it,
 // 19% and 14% fast without), not fitted to them.
 inline constexpr double kSustainedClockShare = 0.85;
 // Streaming kernels reach this share of the HBM datasheet bandwidth (elementwise, norms, Adam).

@@ -31,7 +31,7 @@ accuracy="$(dirname "$tandem")/../bench/tandem_accuracy"
 "$accuracy" --csv "$out/accuracy.csv" > "$out/accuracy.txt" || [[ $? -eq 1 ]]
 
 export TANDEM_NOTEBOOK_DATA="$out" TANDEM_NOTEBOOK_FIGURES="$out/figures"
-export TANDEM_REFERENCE="$PWD/bench/data/h100_calibration.csv" MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1
+export TANDEM_REFERENCE="$PWD/../shared/reference/h100_calibration.csv" MPLBACKEND=Agg PYDEVD_DISABLE_FILE_VALIDATION=1
 for notebook in notebooks/*.ipynb; do
   echo "run_notebooks: $notebook"
   (cd notebooks && jupyter-nbconvert --to notebook --execute --ExecutePreprocessor.timeout=120 \

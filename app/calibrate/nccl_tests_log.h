@@ -1,7 +1,7 @@
 // Measurements for `tandem calibrate`: nccl-tests 2.x logs (all_reduce_perf, all_gather_perf,
 // reduce_scatter_perf, alltoall_perf, sendrecv_perf, as NVIDIA/nccl-tests prints them, and the
 // tables `tandem bench` prints on every backend) and the project's published-rows CSV
-// (bench/data/h100_calibration.csv), read into one list of timed rows.
+// (../shared/reference/h100_calibration.csv), read into one list of timed rows.
 //
 // Lines of `mpirun --tag-output` ("[1,0]<stdout>:") and `srun --label` ("0: ") are read without
 // their tag, and a UTF-8 byte-order mark at the start is dropped. A log is read strictly: every
@@ -84,7 +84,7 @@ struct MeasurementFile {
 MeasurementFile parse_nccl_tests_log(std::string_view text, const std::string& path,
                                      std::optional<Collective> collective = std::nullopt);
 
-// Reads a published-rows CSV: bench/data/h100_calibration.csv's format (header "id,system,gpus,
+// Reads a published-rows CSV: ../shared/reference/h100_calibration.csv's format (header "id,system,gpus,
 // nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source") or
 // multinode_calibration.csv's (with gpus_per_node, nics_per_node, nic_gbps, fabric, protocol and
 // notes). Metric time_us, algbw_GBps, busbw_GBps or busbw_per_nic_GBps; the value is the middle of

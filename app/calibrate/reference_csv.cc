@@ -1,6 +1,6 @@
 #include "app/calibrate/nccl_tests_log.h"
 
-// The published-rows CSV (bench/data/h100_calibration.csv, multinode_calibration.csv) read into
+// The published-rows CSV (../shared/reference/h100_calibration.csv, multinode_calibration.csv) read into
 // measured rows; the nccl-tests logs are nccl_tests_log.cc.
 
 #include <cmath>
@@ -17,7 +17,7 @@ namespace tandem::app {
 
 namespace {
 
-// The two published-rows formats: bench/data/h100_calibration.csv and multinode_calibration.csv.
+// The two published-rows formats: ../shared/reference/h100_calibration.csv and multinode_calibration.csv.
 constexpr std::string_view kSingleNodeHeader =
     "id,system,gpus,nodes,collective,algorithm,size_bytes,metric,value_low,value_high,source";
 constexpr std::string_view kMultiNodeHeader =

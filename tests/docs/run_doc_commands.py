@@ -5,7 +5,8 @@ Usage: run_doc_commands.py REPO TANDEM [--list] [FILE ...]
 
 Reads README.md, notebooks/README.md and docs/**/*.md (or the FILEs given) and runs every fenced
 block whose language is `sh`, `bash` or `shell`, in a scratch folder that looks like the
-repository (scenarios/, bench/, tests/, notebooks/, scripts/, build/ linked in), with TANDEM first
+repository (scenarios/, bench/, tests/, notebooks/, scripts/, build/ linked in, and ../shared
+beside it), with TANDEM first
 on PATH as `tandem`. Outputs (`--out out/...`) land in the scratch folder. The rules, which
 docs/README.md repeats for writers:
 
@@ -152,7 +153,14 @@ def main():
                 print("    " + c)
         return 0
 
-    scratch = tempfile.mkdtemp(prefix="tandem-docs-")
+    # The scratch repository sits in a folder of its own beside a link to the project's reference
+    # data, so that `../shared/reference/...` reads as it does from the repository.
+    outer = tempfile.mkdtemp(prefix="tandem-docs-")
+    scratch = os.path.join(outer, "repo")
+    os.makedirs(scratch)
+    shared = os.path.join(os.path.dirname(os.path.abspath(repo)), "shared")
+    if os.path.isdir(shared):
+        os.symlink(shared, os.path.join(outer, "shared"))
     for name in LINKED:
         if os.path.exists(os.path.join(repo, name)):
             os.symlink(os.path.join(repo, name), os.path.join(scratch, name))
@@ -200,7 +208,7 @@ def main():
     failed += UNRUN
     for f in failed:
         print("  FAILED " + f)
-    subprocess.run(["rm", "-rf", scratch])
+    subprocess.run(["rm", "-rf", outer])
     return 1 if failed else 0
 
 

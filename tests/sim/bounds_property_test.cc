@@ -234,7 +234,7 @@ TEST_P(BoundsProperty, NeverBeatsThePhysicalBoundAndFollowsNcclsModelOnLargeSize
     //    crosses the network once each way, so tree busbw reaches up to ~2x the NICs' (sjeaugey,
     //    NVIDIA/nccl#946), which the tuner's bandwidth table only partly credits (bwIntra for
     //    nNodes <= 2); the simulator follows the links there, and the measured 2-node row M5 of
-    //    bench/data/multinode_calibration.csv checks it instead.
+    //    ../shared/reference/multinode_calibration.csv checks it instead.
     if (point.bytes < kLargeBytes) continue;
     if (spec.nodes == 2 && (ran == "tree" || ran == "nvls_tree")) continue;
     // CollNet on partly populated SHARP nodes (4 of 8 GPUs): NCCL's model gives 2x (chain) to 4.6x
