@@ -64,9 +64,9 @@ struct LayerShapes {
     const double tp = config.layout.tp;
     t = tokens_per_rank(config);
     h = static_cast<double>(m.d_model);
-    head_dim = h / m.heads;
+    head_dim = static_cast<double>(m.head_size());
     seq = config.seq_len;
-    q = h / tp;
+    q = static_cast<double>(m.q_dim()) / tp;
     // Grouped-query attention under TP: each rank keeps its share of the KV heads, or one when
     // there are fewer KV heads than TP ranks (replicated, as Megatron does).
     kv = head_dim * std::max(1.0, static_cast<double>(m.kv_heads) / tp);

@@ -146,7 +146,7 @@ class StepProgramMemory {
     const ParallelLayout& layout = config_.layout;
     const double tp = layout.tp, ep = layout.ep;
     const double h = static_cast<double>(m_.d_model), f = static_cast<double>(m_.ffn);
-    const double kv = static_cast<double>(m_.d_model / m_.heads * m_.kv_heads);
+    const double kv = static_cast<double>(m_.kv_dim()), q = static_cast<double>(m_.q_dim());
     const double vocab = static_cast<double>(m_.vocab);
     std::vector<Unit> units;
     const int last = layout.pp * layout.vp - 1;
@@ -157,7 +157,7 @@ class StepProgramMemory {
       Unit unit{l, {}};
       auto add = [&](double elements, bool expert = false) { unit.tensors.push_back({elements, expert}); };
       add(h / tp);                                          // attention norm
-      for (double out : {h, kv, kv, h}) add(h * out / tp);  // q, k, v, o
+      for (double out : {q, kv, kv, q}) add(h * out / tp);  // q, k, v, o
       add(h / tp);                                          // MLP norm
       if (m_.moe_layer(l)) {
         add(h * m_.experts / tp);  // router

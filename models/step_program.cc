@@ -261,7 +261,7 @@ class StepBuilder {
   // does). The backward passes the KV blocks and their gradients.
   void ring_attention(int stage, const KernelCost& core, double flops, bool backward, std::string_view what) {
     const double kv_dim =
-        static_cast<double>(m_.d_model / m_.heads) * std::max(1.0, static_cast<double>(m_.kv_heads) / tp_);
+        static_cast<double>(m_.head_size()) * std::max(1.0, static_cast<double>(m_.kv_heads) / tp_);
     const double block_bytes = (backward ? 2.0 : 1.0) * 2.0 * kv_dim * tokens_per_rank(config_) * 2.0;
     KernelCost step = core;
     step.seconds /= cp_;
@@ -326,12 +326,12 @@ class StepBuilder {
   // FLOPs of one layer's attention and MLP forward for the mfu override: 6N + 12 L d s style
   // (non-causal attention), this rank's share.
   double attention_flops() const {
-    const double kv_dim = static_cast<double>(m_.d_model / m_.heads * m_.kv_heads);
+    const double kv_dim = static_cast<double>(m_.kv_dim()), q_dim = static_cast<double>(m_.q_dim());
     const double h = static_cast<double>(m_.d_model);
-    return tokens_per_rank(config_) * (2.0 * (2.0 * h * h + 2.0 * h * kv_dim) + 4.0 * h * config_.seq_len) / tp_;
+    return tokens_per_rank(config_) * (2.0 * (2.0 * h * q_dim + 2.0 * h * kv_dim) + 4.0 * q_dim * config_.seq_len) / tp_;
   }
   double core_flops() const {
-    return tokens_per_rank(config_) * 4.0 * static_cast<double>(m_.d_model) * config_.seq_len / tp_;
+    return tokens_per_rank(config_) * 4.0 * static_cast<double>(m_.q_dim()) * config_.seq_len / tp_;
   }
   double mlp_flops() const {
     return tokens_per_rank(config_) * 2.0 * m_.mlp_matrices() * static_cast<double>(m_.d_model) *

@@ -18,8 +18,7 @@ namespace tandem::models {
 // ---- the model -----------------------------------------------------------------------------------
 
 int64_t TransformerSpec::attention_parameters() const {
-  const int64_t kv_dim = d_model / heads * kv_heads;
-  return 2 * d_model * d_model + 2 * d_model * kv_dim;  // q, o; k, v
+  return 2 * d_model * q_dim() + 2 * d_model * kv_dim();  // q, o; k, v
 }
 
 int64_t TransformerSpec::expert_parameters() const { return 3 * d_model * moe_ffn; }
@@ -103,7 +102,9 @@ void validate(const TransformerSpec& model) {
   if (model.layers < 1 || model.layers > 100000) bad("layers", model.layers, "must be 1..100000");
   if (model.d_model < 1 || model.d_model > (int64_t{1} << 20)) bad("d_model", model.d_model, "must be 1..1048576");
   if (model.ffn < 1 || model.ffn > (int64_t{1} << 24)) bad("ffn", model.ffn, "must be 1..16777216");
-  if (model.heads < 1 || model.d_model % model.heads != 0) bad("heads", model.heads, "must divide d_model");
+  if (model.heads < 1 || (model.head_dim == 0 && model.d_model % model.heads != 0))
+    bad("heads", model.heads, "must divide d_model (or give head_dim)");
+  if (model.head_dim < 0 || model.head_dim > (int64_t{1} << 16)) bad("head_dim", model.head_dim, "must be 1..65536");
   if (model.kv_heads < 1 || model.heads % model.kv_heads != 0) bad("kv_heads", model.kv_heads, "must divide heads");
   if (model.vocab < 1 || model.vocab > (int64_t{1} << 24)) bad("vocab", model.vocab, "must be 1..16777216");
   if (model.experts < 0 || model.experts > 4096) bad("experts", model.experts, "must be 0..4096");
@@ -301,17 +302,17 @@ double te_gemm_input_bytes(Precision precision) { return precision == Precision:
 // attention.py drops it only for non-delayed recipes): 11h + 4kv + 5f. Selective recompute drops
 // only what flash never keeps (the softmax and its dropout), so it saves the same set. A non-gated
 // MLP keeps its GELU's input (fc1's output, f: Megatron's bias_gelu saves only its input) instead.
-std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double h, double kv, double f) {
+std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double h, double q, double kv, double f) {
   const double gemm = te_gemm_input_bytes(config.precision);
   std::vector<SavedTensor> out = {
       {"attention norm input", h, 2},
       {"qkv input (attention norm output)", h, gemm, true},
-      {"q", h, 2},
+      {"q", q, 2},
       {"k", kv, 2},
       {"v", kv, 2},
-      {"attention output", h, 2},
+      {"attention output", q, 2},
   };
-  if (config.precision == Precision::kFP8) out.push_back({"output projection input (FP8 copy)", h, 1});
+  if (config.precision == Precision::kFP8) out.push_back({"output projection input (FP8 copy)", q, 1});
   out.insert(out.end(), {
                             {"MLP norm input", h, 2},
                             {"fc1 input (MLP norm output)", h, gemm, true},
@@ -334,24 +335,24 @@ std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double 
 std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool moe_layer) {
   const TransformerSpec& m = config.model;
   const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
-  const double kv = static_cast<double>(m.d_model / m.heads * m.kv_heads);
+  const double kv = static_cast<double>(m.kv_dim()), q = static_cast<double>(m.q_dim());
   std::vector<SavedTensor> out;
   if (moe_layer) {
     const double routed = m.top_k * config.capacity_factor;
     const double experts = (routed + m.shared_experts) * static_cast<double>(m.moe_ffn);
-    out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+    out = {{"attention norm input", h, 2, true}, {"q", q}, {"k", kv}, {"v", kv}, {"attention output", q},
            {"MLP norm input", h, 2, true}, {"routed tokens before the experts", routed * h},
            {"routed tokens after the experts", routed * h}, {"expert gate", experts}, {"expert up", experts},
            {"expert SiLU", experts}, {"expert product", experts}};
   } else if (config.kernels == KernelStack::kFused) {
-    out = megatron_te_layer(config, h, kv, f);
+    out = megatron_te_layer(config, h, q, kv, f);
   } else if (config.recompute == Recompute::kSelective) {
-    out = {{"qkv output", h + 2 * kv, 2, true}, {"w1 output", f}, {"w2 output", h}, {"attention output", h}};
+    out = {{"qkv output", q + 2 * kv, 2, true}, {"w1 output", f}, {"w2 output", h}, {"attention output", q}};
   } else if (m.gated()) {
-    out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+    out = {{"attention norm input", h, 2, true}, {"q", q}, {"k", kv}, {"v", kv}, {"attention output", q},
            {"MLP norm input", h, 2, true}, {"gate", f}, {"up", f}, {"SiLU", f}, {"product", f}};
   } else {
-    out = {{"attention norm input", h, 2, true}, {"q", h}, {"k", kv}, {"v", kv}, {"attention output", h},
+    out = {{"attention norm input", h, 2, true}, {"q", q}, {"k", kv}, {"v", kv}, {"attention output", q},
            {"MLP norm input", h, 2, true}, {"fc1 output", f}, {"GELU output", f}};
   }
   // Unfused attention keeps its softmax output for backward (P V's and the softmax's gradients):

@@ -53,9 +53,13 @@ struct TransformerSpec {
   int shared_experts = 0;        // experts every token goes through
   int dense_layers = 0;          // MoE models: the first layers keep a dense MLP of width ffn
   MlpKind mlp = MlpKind::kSwiGlu;  // the dense MLP's kind
+  int64_t head_dim = 0;            // 0: d_model / heads; Qwen3 and others set it apart (q is heads x head_dim wide)
 
   bool moe() const { return experts > 0; }
   bool gated() const { return mlp == MlpKind::kSwiGlu; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / heads; }
+  int64_t q_dim() const { return heads * head_size(); }       // q's width, and the attention output's
+  int64_t kv_dim() const { return kv_heads * head_size(); }   // k's and v's
   int mlp_matrices() const { return gated() ? 3 : 2; }  // of d_model x ffn in a dense MLP
   bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
   int64_t attention_parameters() const;  // q, k, v, o

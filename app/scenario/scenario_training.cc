@@ -22,9 +22,9 @@ namespace {
 constexpr std::array<std::string_view, 15> kTrainingKeys{
     "type",    "model",     "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",     "precision", "mfu",
     "kernels", "attention", "recompute", "grad_reduce_dtype", "algorithm",     "capacity_factor", "layouts"};
-constexpr std::array<std::string_view, 14> kModelKeys{
-    "name",    "layers", "d_model", "ffn",     "mlp",            "heads",       "kv_heads",
-    "vocab",   "tied_embeddings",   "experts", "top_k",          "moe_ffn",     "shared_experts", "dense_layers"};
+constexpr std::array<std::string_view, 15> kModelKeys{
+    "name",  "layers",          "d_model", "ffn",   "mlp",     "heads",          "kv_heads",    "head_dim",
+    "vocab", "tied_embeddings", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers"};
 constexpr std::array<std::string_view, 11> kTrainingLayoutKeys{
     "name", "tp", "pp", "vp", "cp", "ep", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
 constexpr std::array<std::string_view, 13> kTrainingExpectKeys{
@@ -60,6 +60,7 @@ models::TransformerSpec read_model(const Reader& reader, const YAML::Node& model
   }
   out.heads = static_cast<int>(reader.integer(m.require("heads"), m.path("heads"), 1, 1 << 16));
   out.kv_heads = out.heads;
+  if (const YAML::Node* v = m.find("head_dim")) out.head_dim = reader.integer(*v, m.path("head_dim"), 1, 1 << 16);
   if (const YAML::Node* v = m.find("kv_heads")) {
     out.kv_heads = static_cast<int>(reader.integer(*v, m.path("kv_heads"), 1, 1 << 16));
   }

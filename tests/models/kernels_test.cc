@@ -202,5 +202,23 @@ TEST(LayerKernels, ANonGatedMlpRunsUpGeluDown) {
   EXPECT_THROW(parse_mlp_kind("relu"), Error);
 }
 
+TEST(LayerKernels, AHeadDimensionApartFromTheHiddenSize) {
+  // Qwen3-32B: d 5,120 but 64 heads of 128 (q 8,192 wide), 8 KV heads: 32.8 B parameters.
+  TransformerSpec qwen{"qwen3-32b", 64, 5120, 25600, 64, 8, 151936, false};
+  qwen.head_dim = 128;
+  EXPECT_EQ(qwen.q_dim(), 8192);
+  EXPECT_EQ(qwen.kv_dim(), 1024);
+  EXPECT_NEAR(static_cast<double>(qwen.parameters()), 32.76e9, 0.01e9);
+  TrainingConfig c;
+  c.model = qwen;
+  c.seq_len = 4096;
+  const GpuSpec gpu = cluster_preset("dgx-h100").gpu;
+  const LayerKernels wide = layer_kernels(c, gpu);
+  // The core attention runs on q's width: causal 4 x tokens x (seq / 2) x q_dim.
+  EXPECT_NEAR(wide.core_fwd.flops, 4.0 * 4096 * 2048 * 8192, 1e-6 * wide.core_fwd.flops);
+  c.model.head_dim = 0;  // d_model / heads = 80: q as wide as d
+  EXPECT_NEAR(layer_kernels(c, gpu).core_fwd.flops, wide.core_fwd.flops * 5120 / 8192, 1e-6 * wide.core_fwd.flops);
+}
+
 }  // namespace
 }  // namespace tandem::models
