@@ -30,6 +30,7 @@ struct RunOptions {
   std::string trace;    // empty: no trace
   bool quiet = false;
   bool dump_on_exit = false;
+  bool explain = false;
   std::string calibration;  // a profile that replaces the scenario's `calibration:`
   ClusterOptions cluster;   // the flags given replace the scenario's cluster values
 };
@@ -64,6 +65,10 @@ void run_command(const RunOptions& options, CommandStatus& status) {
          "scenarios write dumps",
          workload_kind_of(scenario).type());
   }
+  if (options.explain && workload_kind_of(scenario).type() != "training") {
+    fail(ErrorCode::kInvalidArgument, "--explain breaks down a training step's memory; {} is a {} scenario",
+         scenario.file, workload_kind_of(scenario).type());
+  }
   if (!options.out_dir.empty()) {
     // A run owns its output folder's results: an earlier run's are removed, not mixed with these
     // (its dumps in fr/ go when this run's session starts).
@@ -79,6 +84,7 @@ void run_command(const RunOptions& options, CommandStatus& status) {
   run_options.backend = backend;
   run_options.out_dir = options.out_dir;
   run_options.quiet = options.quiet;
+  run_options.explain = options.explain;
   run_options.trace = !options.trace.empty();
   run_options.dump_on_exit = options.dump_on_exit;
   run_options.progress = [&](const std::string& text) {
@@ -122,6 +128,9 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
       ->check(output_folder_path())
       ->type_name("DIR");
   command->add_flag("--quiet", options->quiet, "print only the expectations and the verdict");
+  command->add_flag("--explain", options->explain,
+                    "training: each layout's activations tensor by tensor (what a layer keeps for backward, per "
+                    "token on a rank, and its share on the busiest stage)");
   command->add_option("--trace", options->trace,
                       "write a Chrome / Perfetto trace (JSON) of the run to this file: collective loops a track per "
                       "rank with faults and recovery actions as instant events, sweeps a track per collective and "

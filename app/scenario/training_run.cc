@@ -296,6 +296,41 @@ std::string layout_table(const std::vector<sim::TrainingStepResult>& steps,
   return out;
 }
 
+// --explain: each layout's activations on its busiest stage, tensor by tensor (saved_activations,
+// the list the analytic sum and the timeline both use). Without full recompute every layer in flight
+// keeps the whole set, so each tensor's share of the activations is its share of a layer's bytes;
+// with it, each layer keeps its input and the set below lives once, for the layer being rebuilt.
+std::string activations_explained(const std::vector<sim::TrainingStepResult>& steps,
+                                  const std::vector<models::TrainingConfig>& configs) {
+  std::string out = "activations tensor by tensor (--explain; docs/memory.md lists the sources), per token of a "
+                    "microbatch on one rank, and their share on the busiest stage:\n";
+  for (size_t l = 0; l < steps.size(); ++l) {
+    const sim::TrainingStepResult& s = steps[l];
+    const models::TrainingConfig& c = configs[l];
+    if (s.memory.activations_bytes <= 0) continue;  // a layout that fits or not: both are worth explaining
+    const double tp = c.layout.tp;
+    const bool full = c.recompute == models::Recompute::kFull;
+    out += fmt::format("  {}: {:.2f} GB of activations on stage {} ({}, tp {}{})\n", s.layout,
+                       s.memory.activations_bytes / 1e9, s.stage, models::name(c.recompute), c.layout.tp,
+                       full ? "; each layer in flight keeps its input, the set below lives once" : "");
+    for (bool moe : {false, true}) {
+      if (moe && !c.model.moe()) continue;
+      const std::vector<models::SavedTensor> tensors = models::saved_activations(c, moe);
+      double layer = 0;
+      for (const models::SavedTensor& t : tensors) layer += t.bytes_per_token() / tp;
+      if (c.model.moe()) out += fmt::format("    {} layers: {:.0f} B a token\n", moe ? "MoE" : "dense", layer);
+      for (const models::SavedTensor& t : tensors) {
+        const double bytes = t.bytes_per_token() / tp;
+        const std::string share =
+            full || c.model.moe() ? "" : fmt::format("  {:>8.2f} GB", s.memory.activations_bytes * bytes / layer / 1e9);
+        const std::string shape = fmt::format("({:g} elements x {:g} B)", t.elements_per_token / tp, t.bytes_per_element);
+        out += fmt::format("    {:<42} {:>9.0f} B a token {:<28}{}\n", t.what, bytes, shape, share);
+      }
+    }
+  }
+  return out;
+}
+
 std::string top_collectives(const std::vector<sim::TrainingStepResult>& steps) {
   std::string out = "collectives with the most exposed time (on the stage the breakdown is of):\n";
   for (const sim::TrainingStepResult& s : steps) {
@@ -356,7 +391,7 @@ std::string rehearsal_text(const TrainingWorkload& training, const std::vector<T
 }  // namespace
 
 std::string format_training_report(const Scenario& scenario, const TrainingResults& results,
-                                   const std::vector<TrainingExpectationOutcome>& outcomes, bool quiet) {
+                                   const std::vector<TrainingExpectationOutcome>& outcomes, bool quiet, bool explain) {
   const TrainingWorkload& training = training_of(scenario);
   const models::TrainingConfig& base = training.base;
   std::string out;
@@ -386,6 +421,7 @@ std::string format_training_report(const Scenario& scenario, const TrainingResul
       out += fmt::format("\n== {}: {}\n", variant.name, models::describe(variant.cluster));
       out += layout_table(results.steps[v], results.configs[v]);
       out += top_collectives(results.steps[v]);
+      if (explain) out += activations_explained(results.steps[v], results.configs[v]);
       if (v < results.rehearsals.size()) out += rehearsal_text(training, results.rehearsals[v]);
     }
     if (scenario.variants.size() > 1) {

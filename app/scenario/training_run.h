@@ -60,7 +60,8 @@ std::vector<TrainingExpectationOutcome> evaluate_training_expectations(const Sce
 bool training_passed(const TrainingResults& results, const std::vector<TrainingExpectationOutcome>& outcomes);
 
 std::string format_training_report(const Scenario& scenario, const TrainingResults& results,
-                                   const std::vector<TrainingExpectationOutcome>& outcomes, bool quiet);
+                                   const std::vector<TrainingExpectationOutcome>& outcomes, bool quiet,
+                                   bool explain = false);
 // One row per variant and layout.
 std::vector<std::string> training_csv_columns();
 std::string training_results_csv(const Scenario& scenario, const TrainingResults& results);

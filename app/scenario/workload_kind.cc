@@ -64,7 +64,7 @@ class TrainingKind : public WorkloadKind {
     rehearse_training(scenario, results, options.out_dir, /*keep_timeline=*/options.trace);
     const std::vector<TrainingExpectationOutcome> outcomes = evaluate_training_expectations(scenario, results);
     WorkloadOutput out;
-    out.report = format_training_report(scenario, results, outcomes, options.quiet);
+    out.report = format_training_report(scenario, results, outcomes, options.quiet, options.explain);
     out.results_json = training_results_json(scenario, results, outcomes).dump(2) + "\n";
     out.results_csv = training_results_csv(scenario, results);
     if (options.trace) out.trace = training_trace(scenario, results);

@@ -21,6 +21,7 @@ struct WorkloadRunOptions {
   bool quiet = false;         // the report keeps only the expectations and the verdict
   bool trace = false;         // fill WorkloadOutput::trace
   bool dump_on_exit = false;  // collective loops: every rank's flight-recorder dump at the end
+  bool explain = false;       // training: each layout's activations tensor by tensor
   ProgressFn progress;        // long runs report here (may be empty)
 };
 

@@ -463,6 +463,22 @@ TEST(RunCli, Llama8bOnOneNodeShowsWhatFits) {
   EXPECT_TRUE(contains(outcome.out, "needs 173.3 GB per GPU")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "but the H100-SXM has 80 GB")) << outcome.out;
   EXPECT_TRUE(contains(outcome.out, "verdict: PASS (4 of 4 expectations hold)")) << outcome.out;
+  EXPECT_FALSE(contains(outcome.out, "activations tensor by tensor")) << outcome.out;
+}
+
+// --explain: each layout's activations tensor by tensor, the refused DDP layout included (why it
+// does not fit is what a user asks); the shares add up to the activations of the analytic sum.
+TEST(RunCli, ExplainBreaksTheActivationsDownTensorByTensor) {
+  const Outcome outcome = run_tandem("run scenarios/llama3-8b-8xh100.yaml --explain");
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "  ddp: 36.51 GB of activations on stage 0 (none, tp 1)")) << outcome.out;
+  // Llama-3 8B, fused stack: SwiGLU's input is fc1's output, 2 x 14,336 wide; under TP8 an eighth.
+  EXPECT_TRUE(contains(outcome.out, "SwiGLU input (fc1 output)                      57344 B a token")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "SwiGLU input (fc1 output)                       7168 B a token")) << outcome.out;
+  EXPECT_TRUE(contains(outcome.out, "15.03 GB")) << outcome.out;
+  expect_one_line_error(run_tandem("run scenarios/what-if-64xh100.yaml --explain"), 2,
+                        "--explain breaks down a training step's memory; scenarios/what-if-64xh100.yaml is a "
+                        "collective-sweep scenario");
 }
 
 // Every rank crashes: no survivor can dump, and the run still reports the aborted iteration and
