@@ -136,7 +136,7 @@ class Pass {
 // scores S = Q K^T, one [s, s] GEMM of depth head_dim per sequence and head (the batch folded into
 // the rows: m = tokens x h_r); the softmax through HBM; the context P V, [s, head_dim] of depth s.
 // Causal masking saves no FLOPs here. Backward: each GEMM's two gradients and the softmax's.
-KernelCost unfused_attention(Pass& pass, const LayerShapes& s, KernelStack stack) {
+KernelCost unfused_core(Pass& pass, const LayerShapes& s, KernelStack stack) {
   const double rows = s.t * s.q / s.head_dim;  // tokens x heads on the rank
   const double scores = rows * s.seq;
   KernelCost core = pass.attention_bmm({rows, s.seq, s.head_dim});
@@ -152,8 +152,7 @@ KernelCost attention_kernels(Pass& pass, const LayerShapes& s, const TrainingCon
   KernelCost attention = pass.elementwise(s.norm);
   attention += pass.gemm_of({s.t, s.q + 2 * s.kv, s.h});
   attention += pass.elementwise(s.e.rotary * s.t * (s.q + s.kv));
-  const bool unfused = resolved(config.attention, config.kernels) == AttentionImpl::kUnfused;
-  core = unfused ? unfused_attention(pass, s, config.kernels) : pass.flash(s.attention_flops);
+  core = unfused_attention(config) ? unfused_core(pass, s, config.kernels) : pass.flash(s.attention_flops);
   attention += core;
   attention += pass.gemm_of({s.t, s.h, s.q});
   attention += pass.elementwise(s.residual);
@@ -228,8 +227,7 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
       k.selective_recompute.flops = pass.gemms.flops / 2;
       k.selective_recompute.bytes = pass.elementwise_ops.bytes;
       k.selective_recompute.kernels = pass.gemms.kernels / 2 + pass.elementwise_ops.kernels;
-    } else if (!is_backward && config.recompute == Recompute::kSelective &&
-               resolved(config.attention, config.kernels) == AttentionImpl::kUnfused) {
+    } else if (!is_backward && config.recompute == Recompute::kSelective && unfused_attention(config)) {
       // Megatron's selective recompute: the core attention again before its backward (free with
       // flash, whose backward recomputes the scores anyway; here its GEMMs and softmax).
       k.selective_recompute = core;

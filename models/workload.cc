@@ -191,7 +191,7 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
   }
   if (layout.vp > 1 && layout.pp < 2) bad("vp = {} needs pipeline parallelism (pp of at least 2)", layout.vp);
   if (config.seq_len < 1 || config.seq_len > kMaxSeqLen) bad("seq_len must be 1..{}", kMaxSeqLen);
-  if (layout.cp > 1 && resolved(config.attention, config.kernels) == AttentionImpl::kUnfused) {
+  if (layout.cp > 1 && unfused_attention(config)) {
     bad("cp = {}: context parallelism runs ring attention on flash kernels; attention 'unfused' needs cp = 1",
         layout.cp);
   }
@@ -358,8 +358,7 @@ std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool mo
   // Unfused attention keeps its softmax output for backward (P V's and the softmax's gradients):
   // a row of seq_len scores per token and head, bf16 (Korthikanti et al. 2022, Table 2: 2 a s^2 b,
   // without dropout). Selective recompute recomputes it instead (what the policy was made for).
-  if (resolved(config.attention, config.kernels) == AttentionImpl::kUnfused &&
-      config.recompute != Recompute::kSelective) {
+  if (unfused_attention(config) && config.recompute != Recompute::kSelective) {
     out.push_back({"attention probabilities (unfused)", static_cast<double>(m.heads) * config.seq_len, 2});
   }
   return out;

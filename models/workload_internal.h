@@ -20,6 +20,11 @@ inline double tokens_per_rank(const TrainingConfig& config) {
   return static_cast<double>(config.micro_batch) * config.seq_len / config.layout.cp;
 }
 
+// Whether the core attention runs unfused (the score matrix through HBM, kept for backward).
+inline bool unfused_attention(const TrainingConfig& config) {
+  return resolved(config.attention, config.kernels) == AttentionImpl::kUnfused;
+}
+
 // Bytes of one gradient element as it is reduced.
 inline double grad_bytes(const TrainingConfig& config) { return static_cast<double>(size_bytes(config.grad_reduce_dtype)); }
 
