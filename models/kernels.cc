@@ -29,9 +29,13 @@ std::string lower(std::string_view text) {
 // - Attention on Ampere: FlashAttention-2 reaches 50-73% of the A100's peak forward and up to 63%
 //   backward (arXiv 2307.08691); head dim 128 at 8K with the causal mask: 68% / 55%. Both stacks run
 //   it on Ampere.
-constexpr GpuKernelTable kH100{132, 0.803, 0.709, 0.62, 0.47, 0.35, 0.30};
-constexpr GpuKernelTable kH200{132, 0.803, 0.734, 0.62, 0.47, 0.35, 0.30};
-constexpr GpuKernelTable kA100{108, 0.869, 0.0, 0.68, 0.55, 0.68, 0.55};
+// - The last wave: Hopper's cuBLAS 12 GEMMs are persistent kernels whose stream-K scheduler shares
+//   the partial last wave among all SMs; Ampere's cuBLAS 11 launches one CTA per output tile, so
+//   the last wave runs with empty SMs (NVIDIA, Matrix Multiplication Background User's Guide,
+//   DU-09799-001, section 3.2 "Wave Quantization", measured on an A100 with 108 SMs).
+constexpr GpuKernelTable kH100{132, 0.803, 0.709, 0.62, 0.47, 0.35, 0.30, true};
+constexpr GpuKernelTable kH200{132, 0.803, 0.734, 0.62, 0.47, 0.35, 0.30, true};
+constexpr GpuKernelTable kA100{108, 0.869, 0.0, 0.68, 0.55, 0.68, 0.55, false};
 
 }  // namespace
 
@@ -114,9 +118,7 @@ KernelCost gemm(const KernelEnv& env, const GemmShape& shape) {
   cost.flops = shape.flops();
   cost.kernels = 1;
   if (cost.flops <= 0) return cost;
-  const double tiles = std::ceil(shape.m / kGemmTileM) * std::ceil(shape.n / kGemmTileN);
-  const double occupancy = std::min(1.0, tiles / table.sms);
-  const double compute_s = cost.flops / (peak * occupancy);
+  const double compute_s = cost.flops / (peak * gemm_occupancy(table, shape));
   // Operands in (fp8: one byte) and the bf16 result out, each once: the floor when a dimension is
   // too small to reuse tiles.
   const double in_bytes = fp8 ? 1.0 : 2.0;
@@ -124,6 +126,13 @@ KernelCost gemm(const KernelEnv& env, const GemmShape& shape) {
   const double memory_s = bytes / (env.gpu.hbm_Bps * kHbmEfficiency);
   cost.seconds = std::max(compute_s, memory_s) + kKernelGapSeconds;
   return cost;
+}
+
+double gemm_occupancy(const GpuKernelTable& table, const GemmShape& shape) {
+  const double tiles = std::ceil(shape.m / kGemmTileM) * std::ceil(shape.n / kGemmTileN);
+  if (!(tiles > 0)) return 1.0;
+  if (table.splits_last_wave) return std::min(1.0, tiles / table.sms);
+  return tiles / (std::ceil(tiles / table.sms) * table.sms);
 }
 
 KernelCost flash_attention(const KernelEnv& env, double flops, bool backward) {

@@ -53,13 +53,18 @@ struct KernelEnv {
 
 // A GPU's measured ceilings (kernels.cc has the table, by GPU name then by architecture).
 struct GpuKernelTable {
-  int sms = 0;                   // streaming multiprocessors: one output tile each per wave
-  double gemm_bf16 = 0;          // best achievable bf16 GEMM as a share of the dense peak
-  double gemm_fp8 = 0;           // the same for fp8 (0: none)
+  int sms = 0;                     // streaming multiprocessors: one output tile each per wave
+  double gemm_bf16 = 0;            // best achievable bf16 GEMM as a share of the dense peak
+  double gemm_fp8 = 0;             // the same for fp8 (0: none)
   double attention_fwd_fused = 0;  // flash attention forward, share of the bf16 peak (fused stack)
   double attention_bwd_fused = 0;
   double attention_fwd_eager = 0;  // FlashAttention-2 through SDPA (eager stack)
   double attention_bwd_eager = 0;
+  // Whether the GEMM library splits the last partial wave of output tiles over all SMs (Hopper:
+  // cuBLAS 12's persistent sm90 kernels with a stream-K tile scheduler) or runs it as a wave of
+  // its own, part-empty (Ampere: cuBLAS 11's data-parallel tiles, the wave quantization of
+  // NVIDIA's Matrix Multiplication Background guide, section 3.2).
+  bool splits_last_wave = false;
 };
 const GpuKernelTable& kernel_table(const GpuSpec& gpu);
 
@@ -103,10 +108,14 @@ struct KernelCost {
 double sustained_clock_share(const GpuSpec& gpu);
 
 // A GEMM in the env's precision (fp8 with Transformer Engine: the cast of its input is a separate
-// memory-bound kernel, counted by the caller). The last partial wave of output tiles runs the
-// grid at less than full occupancy when there are fewer tiles than SMs (beyond that, Hopper's
-// persistent stream-K kernels split the tail).
+// memory-bound kernel, counted by the caller). A grid of fewer tiles than SMs runs part-empty;
+// beyond one wave, the last partial wave costs a whole wave where the table says the library does
+// not split it (gemm_occupancy).
 KernelCost gemm(const KernelEnv& env, const GemmShape& shape);
+// The share of the SMs a GEMM's grid keeps busy over its run: tiles / (waves x SMs), waves rounded
+// up unless the table's library splits the last one (then min(1, tiles / SMs)). It is what makes
+// a GEMM's speed depend on its token count, and so on the micro-batch.
+double gemm_occupancy(const GpuKernelTable& table, const GemmShape& shape);
 // Flash attention over `flops` (already causal-halved by the caller), forward or backward, at the
 // measured share of the env's attention kind: FlashAttention-2 (the table's eager row), cuDNN or
 // FlashAttention-3 (its fused row). Throws Error(kInvalidArgument) for kUnfused (not a flash kernel).

@@ -526,6 +526,16 @@ class StepBuilder {
             comm(s, "data", Collective::kAllReduce, grads, data_group_, "DP all_reduce (grads)", {last_compute_}));
       }
     }
+    // A stack that does not accumulate in the GEMMs adds this microbatch's gradients into the main
+    // ones in a pass of its own, before the gradients go to the previous stage.
+    if (const double per_param = grad_accumulation_bytes_per_parameter(config_); per_param > 0) {
+      double params = 0;
+      for (const Unit& unit : u) params += unit.params / tp_ + unit.expert_params / config_.layout.ep;
+      const KernelCost pass =
+          memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, per_param * params);
+      const int task = compute(s, 0, pass, "gradient accumulation", {});
+      program_.tasks[static_cast<size_t>(task)].fixed_s = per_param * params / cluster_.gpu.hbm_Bps;
+    }
     // The first compute of this microbatch's backward waits for the next virtual stage's gradients.
     if (v + 1 < pp_ * vp_) pending_.push_back({first_task, false, v + 1, mb});
     if (v > 0) {

@@ -159,6 +159,25 @@ Recompute parse_recompute(std::string_view text) {
   fail(ErrorCode::kInvalidArgument, "unknown recompute '{}' (expected: none, selective, full)", text);
 }
 
+std::string_view name(GradAccumulation mode) {
+  switch (mode) {
+    case GradAccumulation::kFused:
+      return "fused";
+    case GradAccumulation::kHook:
+      return "hook";
+    case GradAccumulation::kDeepSpeed:
+      return "deepspeed";
+  }
+  return "?";
+}
+
+GradAccumulation parse_grad_accumulation(std::string_view text) {
+  for (GradAccumulation mode : {GradAccumulation::kFused, GradAccumulation::kHook, GradAccumulation::kDeepSpeed}) {
+    if (lower(text) == name(mode)) return mode;
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown grad_accumulation '{}' (expected: fused, hook, deepspeed)", text);
+}
+
 // ---- layout --------------------------------------------------------------------------------------
 
 DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) {
@@ -200,6 +219,10 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
         config.seq_len, 2 * layout.cp);
   }
   if (config.micro_batch < 1) bad("micro_batch must be at least 1");
+  if (config.grad_accumulation != GradAccumulation::kFused &&
+      (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
+    bad("grad_accumulation '{}' is a Megatron / DeepSpeed path; FSDP accumulates its own way (use fused)",
+        name(config.grad_accumulation));
   if (config.mfu && !(*config.mfu > 0 && *config.mfu <= 1)) bad("mfu must be in (0, 1] (got {})", *config.mfu);
   DerivedLayout d;
   d.gpus = gpus;
@@ -369,7 +392,26 @@ StateBytes state_bytes_per_parameter(const TrainingConfig& config) {
   if (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) {
     return {kMasterWeightBytes, kMasterWeightBytes, kAdamMomentBytes};
   }
-  return {2, grad_bytes(config), kMasterWeightBytes + kAdamMomentBytes};
+  // DeepSpeed's BF16_Optimizer keeps the bf16 gradients autograd writes beside the main ones.
+  const double bf16_copy = config.grad_accumulation == GradAccumulation::kDeepSpeed ? 2 : 0;
+  return {2, grad_bytes(config) + bf16_copy, kMasterWeightBytes + kAdamMomentBytes};
+}
+
+double grad_accumulation_bytes_per_parameter(const TrainingConfig& config) {
+  const double main = grad_bytes(config);
+  // main += bf16 gradient: read both, write the main one.
+  const double add_into_main = 2 + 2 * main;
+  switch (config.grad_accumulation) {
+    case GradAccumulation::kFused:
+      return 0;
+    case GradAccumulation::kHook:
+      return add_into_main;
+    case GradAccumulation::kDeepSpeed:
+      // zero_() of the bf16 gradient (write), autograd's in-place accumulate into it (read the
+      // new gradient and the old, write), then update_hp_grads.
+      return 2 + 6 + add_into_main;
+  }
+  return 0;
 }
 
 namespace {

@@ -107,6 +107,22 @@ enum class Recompute : uint8_t { kNone, kSelective, kFull };
 std::string_view name(Recompute recompute);
 Recompute parse_recompute(std::string_view text);  // "none", "selective", "full" (true: full, false: none)
 
+// How each microbatch's weight gradients reach the gradients the step reduces (the main
+// gradients, in grad_reduce_dtype), as the training stack does it:
+//   kFused     the weight-gradient GEMMs add into them (Megatron's --gradient-accumulation-fusion
+//              and Transformer Engine's fuse_wgrad_accumulation, on by default in Megatron-Core and
+//              NeMo; FSDP reduce-scatters each microbatch's gradients itself): no pass of its own.
+//   kHook      Megatron without that fusion: a backward hook per parameter adds the bf16 gradient
+//              into the main one (main_grad.add_(grad)) and frees it, every microbatch.
+//   kDeepSpeed DeepSpeed's BF16_Optimizer (Megatron-DeepSpeed: BLOOM and its era): the bf16
+//              gradients are zeroed before each microbatch's backward, autograd accumulates into
+//              them, then update_hp_grads adds them into fp32 gradients, over the stage's every
+//              parameter (deepspeed/runtime/pipe/engine.py, _exec_backward_pass); both copies stay
+//              allocated through the step.
+enum class GradAccumulation : uint8_t { kFused, kHook, kDeepSpeed };
+std::string_view name(GradAccumulation mode);
+GradAccumulation parse_grad_accumulation(std::string_view text);  // "fused", "hook", "deepspeed"
+
 struct ParallelLayout {
   std::string name;  // for reports: "fsdp", "tp8-pp4"
   int tp = 1;        // tensor-parallel ranks (with sequence parallelism)
@@ -135,6 +151,7 @@ struct TrainingConfig {
   // communication and the pipeline bubble come on top.
   std::optional<double> mfu;
   DataType grad_reduce_dtype = DataType::kBF16;  // gradients reduced in bf16 or f32
+  GradAccumulation grad_accumulation = GradAccumulation::kFused;  // docs/workloads.md
   std::string algorithm = "auto";                // collective algorithm: auto (NCCL's tuner), ring, tree
   // MoE: expert capacity as a multiple of the balanced load (tokens x top_k / experts); the
   // dispatcher pads every expert to it (Megatron's drop-and-pad), so compute and all_to_all bytes

@@ -51,6 +51,10 @@ struct StateBytes {
 // _cast_grad_to_param_dtype), and Adam's moments: 16 bytes.
 StateBytes state_bytes_per_parameter(const TrainingConfig& config);
 
+// HBM bytes per local parameter that config.grad_accumulation's pass moves after each microbatch's
+// backward (0 for kFused: the GEMMs accumulate).
+double grad_accumulation_bytes_per_parameter(const TrainingConfig& config);
+
 // Bytes an Adam update moves per local parameter (reads master weight, gradient, both moments;
 // writes them back and the bf16 copy): what bounds the optimizer step, HBM-bound.
 inline constexpr double kOptimizerTrafficBytesPerParam = 30;

@@ -19,9 +19,10 @@ namespace tandem::app {
 namespace {
 
 // The keys each section accepts, in the order docs/scenarios.md lists them.
-constexpr std::array<std::string_view, 15> kTrainingKeys{
-    "type",    "model",     "seq_len",   "global_batch",      "batch_per_gpu", "micro_batch",     "precision", "mfu",
-    "kernels", "attention", "recompute", "grad_reduce_dtype", "algorithm",     "capacity_factor", "layouts"};
+constexpr std::array<std::string_view, 16> kTrainingKeys{
+    "type",      "model",   "seq_len",   "global_batch",      "batch_per_gpu",     "micro_batch",
+    "precision", "mfu",     "kernels",   "attention",         "recompute",         "grad_reduce_dtype",
+    "grad_accumulation",    "algorithm", "capacity_factor",   "layouts"};
 constexpr std::array<std::string_view, 15> kModelKeys{
     "name",  "layers",          "d_model", "ffn",   "mlp",     "heads",          "kv_heads",    "head_dim",
     "vocab", "tied_embeddings", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers"};
@@ -185,6 +186,11 @@ TrainingWorkload read_training_workload(const Reader& reader, const YAML::Node& 
     if (base.grad_reduce_dtype != DataType::kBF16 && base.grad_reduce_dtype != DataType::kF32) {
       reader.fail_at(*v, "{} must be bf16 or f32", workload.path("grad_reduce_dtype"));
     }
+  }
+  if (const YAML::Node* v = workload.find("grad_accumulation")) {
+    const std::string text = reader.scalar(*v, workload.path("grad_accumulation"));
+    base.grad_accumulation =
+        reader.at(*v, workload.path("grad_accumulation"), [&] { return models::parse_grad_accumulation(text); });
   }
   if (const YAML::Node* v = workload.find("algorithm")) {
     const std::string text = reader.scalar(*v, workload.path("algorithm"));

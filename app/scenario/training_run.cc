@@ -575,6 +575,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
             {"precision", std::string(models::name(base.precision))},
             {"kernels", std::string(models::name(base.kernels))},
             {"attention", std::string(models::name(models::resolved(base.attention, base.kernels)))},
+            {"grad_accumulation", std::string(models::name(base.grad_accumulation))},
             {"mfu", base.mfu ? nlohmann::json(*base.mfu) : nlohmann::json(nullptr)},
             {"algorithm", base.algorithm}}},
           {"variants", variants},

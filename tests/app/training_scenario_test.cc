@@ -139,6 +139,8 @@ TEST(TrainingScenario, MistakesAreFileLineColumnErrors) {
       {"  model: llama3-8b\n", "  model: llama3-8b\n  kernels: compiled\n", "t.yaml:7:12",
        "unknown kernels 'compiled'"},
       {"  model: llama3-8b\n", "  model: llama3-8b\n  grad_reduce_dtype: i32\n", "t.yaml:7:22", "bf16 or f32"},
+      {"  model: llama3-8b\n", "  model: llama3-8b\n  grad_accumulation: apex\n", "t.yaml:7:22",
+       "unknown grad_accumulation 'apex' (expected: fused, hook, deepspeed)"},
       {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp9, step_time_s: {max: 1}}", "t.yaml:12:14",
        "no layout named 'tp9'"},
       {"micro_batch: 2}", "micro_batch: 2}\nexpect:\n  - {layout: tp8}", "t.yaml:12:5", "checks nothing"},

@@ -435,3 +435,74 @@ TEST(Layout, Llama405bNeedsThousandsOfGpus) {
 
 }  // namespace
 }  // namespace tandem::models
+
+namespace tandem::models {
+namespace {
+
+TEST(StepProgram, DeepSpeedAddsEveryMicrobatchsGradientsIntoFp32Ones) {
+  TrainingConfig c = config_of("llama3-8b", {"tp2-pp2", 2, 2, Sharding::kZero1, 0}, 16);
+  c.model = {"small", 12, 2048, 8192, 16, 8, 32000, true};
+  c.seq_len = 2048;
+  c.grad_reduce_dtype = DataType::kF32;
+  const ClusterSpec cluster = h100s(1);
+  const DerivedLayout d = derive(c, 8, 8);
+  ASSERT_EQ(d.microbatches, 8);
+  auto passes = [&](const StepProgram& p, int stage) {
+    std::vector<double> seconds;
+    for (const StepTask& t : p.tasks) {
+      if (t.kind == TaskKind::kCompute && t.stage == stage && p.labels[static_cast<size_t>(t.label)] == "gradient accumulation")
+        seconds.push_back(t.kernel_s);
+    }
+    return seconds;
+  };
+  EXPECT_TRUE(passes(build_step(c, cluster), 0).empty());  // fused: the GEMMs accumulate
+  const MemoryBreakdown fused = memory_per_gpu(c, d);
+
+  c.grad_accumulation = GradAccumulation::kDeepSpeed;
+  const MemoryBreakdown deepspeed = memory_per_gpu(c, d);
+  // bf16 weights: 2 B a local parameter; the gradients gain a bf16 copy beside the fp32 ones.
+  const double local = deepspeed.weights_bytes / 2;
+  EXPECT_DOUBLE_EQ(fused.gradients_bytes, 4 * local);
+  EXPECT_DOUBLE_EQ(deepspeed.gradients_bytes, 6 * local);
+  // One pass per microbatch over the stage's parameters: zero (2) + autograd's add (6) + fp32 add (10).
+  const KernelEnv env{cluster.gpu, c.precision, c.kernels};
+  const std::vector<double> ds = passes(build_step(c, cluster), 0);
+  ASSERT_EQ(ds.size(), 8u);
+  // (The step's units and the memory's stage count a norm apart: 1e-5 of the parameters.)
+  for (double s : ds) EXPECT_NEAR(s / memory_bound(env, 18 * local).seconds, 1.0, 1e-4);
+  // Megatron's hook: the fp32 add only, and no bf16 copy kept.
+  c.grad_accumulation = GradAccumulation::kHook;
+  EXPECT_DOUBLE_EQ(memory_per_gpu(c, d).gradients_bytes, 4 * local);
+  for (double s : passes(build_step(c, cluster), 0)) EXPECT_NEAR(s / memory_bound(env, 10 * local).seconds, 1.0, 1e-4);
+  // Names, and FSDP refuses it.
+  EXPECT_EQ(parse_grad_accumulation("DeepSpeed"), GradAccumulation::kDeepSpeed);
+  EXPECT_THROW(parse_grad_accumulation("apex"), Error);
+  c.layout = {"fsdp", 1, 1, Sharding::kFsdp, 0};
+  EXPECT_THROW(derive(c, 8, 8), Error);
+}
+
+TEST(Timeline, OnAnA100MoreTokensPerMicrobatchRunTheGemmsFaster) {
+  // BLOOM-176B's layer widths at TP4 on A100s: the compute of a step falls from micro-batch 1 to 2
+  // (the last wave of GEMM tiles is a smaller share), while the H100's split tail keeps it flat.
+  TrainingConfig c = config_of("llama3-8b", {"tp4-pp2", 4, 2, Sharding::kZero1, 0}, 64);
+  c.model = {"bloom-like", 4, 14336, 57344, 112, 112, 250880, true};
+  c.model.mlp = MlpKind::kGelu;
+  c.seq_len = 2048;
+  auto compute_of = [&](const ClusterSpec& cluster, int micro_batch) {
+    c.micro_batch = micro_batch;
+    const StepProgram p = build_step(c, cluster);
+    std::vector<double> kernels;  // the kernels' own times, communication free
+    for (const StepTask& t : p.tasks) kernels.push_back(t.kind == TaskKind::kCompute ? t.kernel_s : 0.0);
+    return run_timeline(p, kernels).compute_s;
+  };
+  ClusterSpec a100 = cluster_preset("hgx-a100");
+  a100.nodes = 1;
+  const double a1 = compute_of(a100, 1), a2 = compute_of(a100, 2), a4 = compute_of(a100, 4);
+  EXPECT_GT(a1 / a2, 1.03);
+  EXPECT_GT(a2, a4 * 0.97);
+  const double h1 = compute_of(h100s(1), 1), h2 = compute_of(h100s(1), 2);
+  EXPECT_NEAR(h1 / h2, 1.0, 0.01);
+}
+
+}  // namespace
+}  // namespace tandem::models
