@@ -25,6 +25,10 @@ constexpr double kNvLink4_Bps = 450e9;
 constexpr int kNvLink4Links = 18;
 constexpr double kNvLink3_Bps = 300e9;
 constexpr int kNvLink3Links = 12;
+// NVLink5 (B200, GB200): 18 links x 50 GB/s = 900 GB/s per direction ("1.8 TB/s" per GPU, DGX
+// B200 and GB200 NVL72 datasheets).
+constexpr double kNvLink5_Bps = 900e9;
+constexpr int kNvLink5Links = 18;
 
 // PCIe between a GPU and its NIC (through the node's PCIe switch), raw per direction:
 // Gen5 x16 = 32 GT/s x 16 lanes x 128/130 ~ 63 GB/s; Gen4 x16 ~ 31.5 GB/s.
@@ -59,6 +63,14 @@ GpuSpec h200() {
   return {"H200-SXM", GpuArch::kHopper, 4.8e12, 989e12, 141e9, kNvLink4Links, true, 1978.9e12, 700, 0};
 }
 GpuSpec a100() { return {"A100-SXM-80GB", GpuArch::kAmpere, 2.039e12, 312e12, 80e9, kNvLink3Links, false, 0, 400, 0}; }
+// B200 SXM (DGX / HGX B200): 8 TB/s HBM3e, 180 GB usable, 2,250 TFLOP/s dense bf16 and 4,500 fp8,
+// 1,000 W (DGX B200 datasheet). The B200 of a GB200 superchip (GB200 NVL72): 186 GB (13.4 TB over
+// 72 GPUs), 8 TB/s, 2,500 TFLOP/s dense bf16 and 5,000 fp8 at 1,200 W (GB200 NVL72 datasheet;
+// stas00/ml-engineering's accelerator table).
+GpuSpec b200() {
+  return {"B200-SXM", GpuArch::kBlackwell, 8.0e12, 2250e12, 180e9, kNvLink5Links, true, 4500e12, 1000, 0};
+}
+GpuSpec gb200() { return {"GB200", GpuArch::kBlackwell, 8.0e12, 2500e12, 186e9, kNvLink5Links, true, 5000e12, 1200, 0}; }
 
 ClusterSpec dgx(std::string preset, GpuSpec gpu) {
   ClusterSpec spec;
@@ -87,7 +99,28 @@ ClusterSpec hgx_a100() {
   return spec;
 }
 
-constexpr std::array<std::string_view, 3> kClusterPresetNames = {"dgx-h100", "dgx-h200", "hgx-a100"};
+// DGX B200: eight B200 on NVLink5 switches, eight ConnectX-7 at 400 Gb/s on PCIe Gen5, 2x Xeon
+// Platinum 8570 (DGX B200 user guide).
+ClusterSpec dgx_b200() {
+  ClusterSpec spec = dgx("dgx-b200", b200());
+  spec.nvlink_Bps = kNvLink5_Bps;
+  return spec;
+}
+
+// GB200 NVL72: one NVLink domain of 72 GPUs (18 compute trays of 4 B200 and 2 Grace, 9 NVLink
+// switch trays) is one node here; one ConnectX-7 at 400 Gb/s per GPU to the scale-out fabric. The
+// Grace hosts are ARM: NCCL's tuner treats them as it does Intel hosts (the network overhead and the
+// LL row are x86-AMD-only changes), so the preset keeps kIntel.
+ClusterSpec gb200_nvl72() {
+  ClusterSpec spec = dgx("gb200-nvl72", gb200());
+  spec.gpus_per_node = 72;
+  spec.nics_per_node = 72;
+  spec.nvlink_Bps = kNvLink5_Bps;
+  return spec;
+}
+
+constexpr std::array<std::string_view, 5> kClusterPresetNames = {"dgx-h100", "dgx-h200", "hgx-a100", "dgx-b200",
+                                                                 "gb200-nvl72"};
 
 // Lower case, '_' read as '-'.
 std::string normalized(std::string_view text) {
@@ -153,6 +186,8 @@ ClusterSpec cluster_preset(std::string_view preset) {
   if (key == "dgx-h100") return dgx("dgx-h100", h100());
   if (key == "dgx-h200") return dgx("dgx-h200", h200());
   if (key == "hgx-a100") return hgx_a100();
+  if (key == "dgx-b200") return dgx_b200();
+  if (key == "gb200-nvl72") return gb200_nvl72();
   std::string known;
   for (std::string_view name : kClusterPresetNames) known += (known.empty() ? "" : ", ") + std::string(name);
   fail(ErrorCode::kInvalidArgument, "unknown cluster preset '{}' (expected one of: {})", preset, known);

@@ -36,6 +36,12 @@ std::string lower(std::string_view text) {
 constexpr GpuKernelTable kH100{132, 0.803, 0.709, 0.62, 0.47, 0.35, 0.30, true};
 constexpr GpuKernelTable kH200{132, 0.803, 0.734, 0.62, 0.47, 0.35, 0.30, true};
 constexpr GpuKernelTable kA100{108, 0.869, 0.0, 0.68, 0.55, 0.68, 0.55, false};
+// - Blackwell: MAMF (the same table) B200 bf16 1,745 of 2,250 TFLOP/s (77.6%), fp8 3,432.5 of 4,500
+//   (76.3%); GB200 bf16 1,822 of 2,500 (72.9%), fp8 3,615.6 of 5,000 (72.3%); 148 SMs. Attention:
+//   no published Blackwell measurement at hand, so Hopper's shares stand in (an assumption
+//   docs/kernels.md names). cuBLAS 12.8+ on Blackwell runs persistent kernels like Hopper's.
+constexpr GpuKernelTable kB200{148, 0.776, 0.763, 0.62, 0.47, 0.35, 0.30, true};
+constexpr GpuKernelTable kGB200{148, 0.729, 0.723, 0.62, 0.47, 0.35, 0.30, true};
 
 }  // namespace
 
@@ -88,7 +94,10 @@ const GpuKernelTable& kernel_table(const GpuSpec& gpu) {
   if (gpu.name == "H200-SXM") return kH200;
   if (gpu.name == "H100-SXM") return kH100;
   if (gpu.name == "A100-SXM-80GB") return kA100;
+  if (gpu.name == "B200-SXM") return kB200;
+  if (gpu.name == "GB200") return kGB200;
   // A GPU given by its figures: its architecture's row.
+  if (gpu.arch == GpuArch::kBlackwell) return kB200;
   return gpu.arch == GpuArch::kAmpere || gpu.arch == GpuArch::kVolta ? kA100 : kH100;
 }
 

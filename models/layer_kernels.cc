@@ -67,6 +67,8 @@ struct LayerShapes {
     head_dim = static_cast<double>(m.head_size());
     seq = config.seq_len;
     q = static_cast<double>(m.q_dim()) / tp;
+    o = static_cast<double>(m.o_dim()) / tp;
+    ranks = tp;
     // Grouped-query attention under TP: each rank keeps its share of the KV heads, or one when
     // there are fewer KV heads than TP ranks (replicated, as Megatron does).
     kv = head_dim * std::max(1.0, static_cast<double>(m.kv_heads) / tp);
@@ -76,12 +78,18 @@ struct LayerShapes {
     norm = e.norm * t * h / tp;
     residual = e.residual * t * h / tp;
     embedding = 4.0 * t * h / tp;
+    // A learned position table: its rows added to the token embeddings (read both, write: 6 B).
+    if (m.positions == PositionKind::kLearned) embedding += 6.0 * t * h / tp;
+    // Rotary embeddings rotate q and k; ALiBi and learned positions have no per-layer kernel (ALiBi's
+    // bias is computed inside the attention kernel).
+    rotary = m.positions == PositionKind::kRope ? e.rotary : 0.0;
     // Causal flash attention: QK^T and PV over half the score matrix; with context parallelism
     // the load-balanced chunks give each rank 1/cp of the work.
-    attention_flops = 4.0 * t * (config.seq_len / 2.0) * q;
+    // (QK^T over q's width, PV over the output's: the same without MLA.)
+    attention_flops = 2.0 * t * (config.seq_len / 2.0) * (q + o);
   }
   const ElementwiseBytes& e;
-  double t, h, head_dim, seq, q, kv, f, vocab, norm, residual, embedding, attention_flops;
+  double t, h, head_dim, seq, q, o, kv, f, vocab, norm, residual, embedding, rotary, attention_flops, ranks;
 };
 
 // The kernels of one pass, forward or backward: each GEMM (a backward's data and weight gradients,
@@ -148,13 +156,36 @@ KernelCost unfused_core(Pass& pass, const LayerShapes& s, KernelStack stack) {
 
 // Attention: norm, qkv, rotary, the core attention (`core`: flash, or unfused), the output
 // projection, the residual.
-KernelCost attention_kernels(Pass& pass, const LayerShapes& s, const TrainingConfig& config, KernelCost& core) {
+// Multi-head latent attention (Megatron-Core's MLASelfAttention): the down-projections of q and of
+// k / v (with k's shared rope part) run on the rank's sequence-parallel tokens (duplicated over TP),
+// their latents are normed, then the up-projections give q and k's nope part and v of the rank's
+// heads; rope rotates q's rope part and k's shared one. `up`: the up-projections and the rope, what
+// selective recompute (NeMo's MLA recipes' "mla_up_proj") runs again.
+KernelCost mla_projections(Pass& pass, const LayerShapes& s, const TransformerSpec& m, KernelCost& up) {
+  const double ql = static_cast<double>(m.q_lora_rank), kl = static_cast<double>(m.kv_lora_rank);
+  const double rope = static_cast<double>(m.qk_rope_dim);
+  const double heads = m.heads / s.ranks;
+  KernelCost down = pass.gemm_of({s.t / s.ranks, ql + kl + rope, s.h});
+  down += pass.elementwise(s.e.norm * s.t / s.ranks * (ql + kl));
+  up = pass.gemm_of({s.t, s.q, ql});
+  up += pass.gemm_of({s.t, heads * static_cast<double>(m.qk_nope_dim + m.v_head_dim), kl});
+  if (s.rotary > 0) up += pass.elementwise(s.rotary * s.t * (heads + 1) * rope);
+  down += up;
+  return down;
+}
+
+KernelCost attention_kernels(Pass& pass, const LayerShapes& s, const TrainingConfig& config, KernelCost& core,
+                             KernelCost& mla_up) {
   KernelCost attention = pass.elementwise(s.norm);
-  attention += pass.gemm_of({s.t, s.q + 2 * s.kv, s.h});
-  attention += pass.elementwise(s.e.rotary * s.t * (s.q + s.kv));
+  if (config.model.mla()) {
+    attention += mla_projections(pass, s, config.model, mla_up);
+  } else {
+    attention += pass.gemm_of({s.t, s.q + 2 * s.kv, s.h});
+    if (s.rotary > 0) attention += pass.elementwise(s.rotary * s.t * (s.q + s.kv));
+  }
   core = unfused_attention(config) ? unfused_core(pass, s, config.kernels) : pass.flash(s.attention_flops);
   attention += core;
-  attention += pass.gemm_of({s.t, s.h, s.q});
+  attention += pass.gemm_of({s.t, s.h, s.o});
   attention += pass.elementwise(s.residual);
   return attention;
 }
@@ -186,8 +217,11 @@ KernelCost moe_kernels(Pass& pass, const TrainingConfig& config, const LayerShap
   const double t_moe = s.t / config.layout.tp;
   const double routed = t_moe * m.top_k * config.capacity_factor;
   const double local_experts = static_cast<double>(m.experts) / config.layout.ep;
-  const double per_expert = routed / local_experts;
-  const double e_ffn = static_cast<double>(m.moe_ffn);
+  // Expert tensor parallelism: the rank runs the tokens its etp group gathered on 1/etp of each
+  // local expert's width.
+  const double etp = config.layout.etp;
+  const double per_expert = routed * etp / local_experts;
+  const double e_ffn = static_cast<double>(m.moe_ffn) / etp;
   KernelCost moe = pass.elementwise(s.norm);
   moe += pass.gemm_of({t_moe, static_cast<double>(m.experts), s.h});  // the router
   moe += pass.elementwise(2.0 * routed * s.h * 2.0);                  // permute, unpermute
@@ -200,7 +234,7 @@ KernelCost moe_kernels(Pass& pass, const TrainingConfig& config, const LayerShap
   expert.kernels = static_cast<int>(expert.kernels * local_experts);
   moe += expert;
   if (m.shared_experts > 0) {
-    const double shared = m.shared_experts * e_ffn;
+    const double shared = m.shared_experts * static_cast<double>(m.moe_ffn);
     moe += pass.gemm_of({t_moe, 2 * shared, s.h});
     moe += pass.elementwise(s.e.swiglu * t_moe * shared);
     moe += pass.gemm_of({t_moe, s.h, shared});
@@ -218,8 +252,8 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
   LayerKernels k;
   for (bool is_backward : {false, true}) {
     Pass pass(config, gpu, is_backward);
-    KernelCost core;
-    const KernelCost attention = attention_kernels(pass, s, config, core);
+    KernelCost core, mla_up;
+    const KernelCost attention = attention_kernels(pass, s, config, core, mla_up);
     const KernelCost mlp = mlp_kernels(pass, s, eager, config.model.gated());
     if (!is_backward && config.recompute == Recompute::kSelective && eager) {
       // Half the layer's forward GEMMs and all of its elementwise ops, again.
@@ -231,6 +265,10 @@ LayerKernels layer_kernels(const TrainingConfig& config, const GpuSpec& gpu) {
       // Megatron's selective recompute: the core attention again before its backward (free with
       // flash, whose backward recomputes the scores anyway; here its GEMMs and softmax).
       k.selective_recompute = core;
+    } else if (!is_backward && config.recompute == Recompute::kSelective && config.model.mla()) {
+      // MLA under selective recompute keeps the latents, not q, k and v: the up-projections and the
+      // rope run again before the attention's backward (Megatron's "mla_up_proj" module).
+      k.selective_recompute = mla_up;
     }
     if (config.model.moe()) (is_backward ? k.moe_bwd : k.moe_fwd) = moe_kernels(pass, config, s, k.moe_dispatch_bytes);
     KernelCost head = pass.elementwise(s.norm);

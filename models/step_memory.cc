@@ -147,17 +147,26 @@ class StepProgramMemory {
     const double tp = layout.tp, ep = layout.ep;
     const double h = static_cast<double>(m_.d_model), f = static_cast<double>(m_.ffn);
     const double kv = static_cast<double>(m_.kv_dim()), q = static_cast<double>(m_.q_dim());
+    const double o = static_cast<double>(m_.o_dim());
     const double vocab = static_cast<double>(m_.vocab);
     std::vector<Unit> units;
     const int last = layout.pp * layout.vp - 1;
-    if (v == 0) units.push_back({-1, {{vocab * h / tp, false}}});
+    if (v == 0) units.push_back({-1, {{static_cast<double>(m_.embedding_parameters()) / tp, false}}});
     int first = 0;
     for (int u = 0; u < v; ++u) first += d_.layers_of_stage[static_cast<size_t>(u)];
     for (int l = first; l < first + d_.layers_of_stage[static_cast<size_t>(v)]; ++l) {
       Unit unit{l, {}};
       auto add = [&](double elements, bool expert = false) { unit.tensors.push_back({elements, expert}); };
       add(h / tp);                                          // attention norm
-      for (double out : {q, kv, kv, q}) add(h * out / tp);  // q, k, v, o
+      if (m_.mla()) {
+        const double ql = static_cast<double>(m_.q_lora_rank), kl = static_cast<double>(m_.kv_lora_rank);
+        const double heads = m_.heads;
+        for (double p : {h * ql, ql, ql * q, h * (kl + static_cast<double>(m_.qk_rope_dim)), kl,
+                         kl * heads * static_cast<double>(m_.qk_nope_dim + m_.v_head_dim), o * h})
+          add(p / tp);  // q down, norm, up; kv down, norm, up; o
+      } else {
+        for (double out : {q, kv, kv, o}) add(h * out / tp);  // q, k, v, o
+      }
       add(h / tp);                                          // MLP norm
       if (m_.moe_layer(l)) {
         add(h * m_.experts / tp);  // router
@@ -165,7 +174,7 @@ class StepProgramMemory {
           for (int k = 0; k < 3; ++k) add(h * static_cast<double>(m_.moe_ffn) / tp);
         }
         for (int e = 0; e < static_cast<int>(m_.experts / ep); ++e) {
-          for (int k = 0; k < 3; ++k) add(h * static_cast<double>(m_.moe_ffn), true);
+          for (int k = 0; k < 3; ++k) add(h * static_cast<double>(m_.moe_ffn) / layout.etp, true);
         }
       } else {
         for (int k = 0; k < m_.mlp_matrices(); ++k) add(h * f / tp);  // (gate,) up, down

@@ -132,8 +132,16 @@ class StepBuilder {
       }
       cp_group_ = add_group("cp", std::move(instances));
     }
-    if (config_.layout.ep > 1) make_expert_groups();
     make_data_groups();
+    const Sharding sharding = config_.layout.sharding;
+    if (m_.moe() && sharding != Sharding::kFsdp && sharding != Sharding::kHsdp) {
+      // Without expert parallelism or TP the experts reduce over the data group like the rest.
+      if (config_.layout.expert_shards() == 1 && tp_ == 1) {
+        expert_data_group_ = data_group_;
+      } else {
+        make_expert_groups();
+      }
+    }
     // Point to point between consecutive stages; the interleaved schedule also sends from the last
     // stage back to the first (virtual stage pp - 1 to pp, and so on).
     const int links = vp_ > 1 ? pp_ : pp_ - 1;
@@ -147,32 +155,41 @@ class StepBuilder {
     }
   }
 
-  // Expert parallelism: ep ranks of the data-parallel dimension (Megatron's order tp, cp, ep, dp:
-  // data index (block x ep + e) x cp + c); the expert-data group joins the ranks holding the same
-  // experts across the blocks and the CP ranks.
+  // Megatron-Core's MoE parallel folding: the experts lay their own grid over the tp x cp x dp ranks
+  // of a stage (megatron/core/parallel_state.py, the expert rank generator's order "tp-ep-dp": expert
+  // TP innermost, then EP, then expert DP): rank offset t + etp (e + ep f) within the stage. An EP
+  // group is ep ranks etp apart, an expert-TP group etp consecutive ranks, and the ranks holding the
+  // same expert shard (edp) are etp x ep apart. With ep = etp = 1 every rank of the stage holds
+  // every expert: edp is the whole stage.
   void make_expert_groups() {
-    const int ep = config_.layout.ep;
-    std::vector<std::vector<int>> expert, expert_data;
+    const int ep = config_.layout.ep, etp = config_.layout.etp, stage_ranks = tp_ * d_.data_ranks;
+    const int edp = d_.expert_data_ranks;
+    auto at = [&](int s, int t, int e, int f) { return s * stage_ranks + t + etp * (e + ep * f); };
+    std::vector<std::vector<int>> expert, expert_tensor, expert_data;
     for (int s = 0; s < pp_; ++s) {
-      for (int j = 0; j < tp_; ++j) {
-        for (int c = 0; c < cp_; ++c) {
-          for (int b = 0; b < d_.dp / ep; ++b) {
-            std::vector<int> g;
-            for (int e = 0; e < ep; ++e) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
-            expert.push_back(std::move(g));
-          }
+      for (int f = 0; f < edp; ++f) {
+        for (int t = 0; t < etp; ++t) {
+          std::vector<int> g;
+          for (int e = 0; e < ep; ++e) g.push_back(at(s, t, e, f));
+          expert.push_back(std::move(g));
         }
         for (int e = 0; e < ep; ++e) {
           std::vector<int> g;
-          for (int b = 0; b < d_.dp / ep; ++b) {
-            for (int c = 0; c < cp_; ++c) g.push_back(rank(s, (b * ep + e) * cp_ + c, j));
-          }
+          for (int t = 0; t < etp; ++t) g.push_back(at(s, t, e, f));
+          expert_tensor.push_back(std::move(g));
+        }
+      }
+      for (int e = 0; e < ep; ++e) {
+        for (int t = 0; t < etp; ++t) {
+          std::vector<int> g;
+          for (int f = 0; f < edp; ++f) g.push_back(at(s, t, e, f));
           expert_data.push_back(std::move(g));
         }
       }
     }
-    ep_group_ = add_group("ep", std::move(expert));
-    if (d_.expert_data_ranks > 1) expert_data_group_ = add_group("edp", std::move(expert_data));
+    if (ep > 1) ep_group_ = add_group("ep", std::move(expert));
+    if (etp > 1) etp_group_ = add_group("etp", std::move(expert_tensor));
+    if (edp > 1) expert_data_group_ = add_group("edp", std::move(expert_data));
   }
 
   // The data-parallel ranks (with CP: every rank holding the same parameters) of (stage, tp
@@ -204,9 +221,6 @@ class StepBuilder {
         data_group_ = add_group(sharding == Sharding::kFsdp ? "fsdp" : "dp", data_instances(data, 1, 1, 0));
       }
     }
-    // Without expert parallelism the routed experts reduce over the data group like the rest.
-    if (m_.moe() && config_.layout.ep == 1 && sharding != Sharding::kFsdp && sharding != Sharding::kHsdp)
-      expert_data_group_ = data_group_;
   }
 
   int comm_op(Collective collective, double bytes, int group) {
@@ -260,9 +274,10 @@ class StepBuilder {
   // CP rank, overlapped with the current step's compute, as Transformer Engine's ring attention
   // does). The backward passes the KV blocks and their gradients.
   void ring_attention(int stage, const KernelCost& core, double flops, bool backward, std::string_view what) {
-    const double kv_dim =
-        static_cast<double>(m_.head_size()) * std::max(1.0, static_cast<double>(m_.kv_heads) / tp_);
-    const double block_bytes = (backward ? 2.0 : 1.0) * 2.0 * kv_dim * tokens_per_rank(config_) * 2.0;
+    // K and V of the rank's KV heads (one when there are fewer KV heads than TP ranks), bf16.
+    const double kv_width = std::max(1.0, static_cast<double>(m_.kv_heads) / tp_) *
+                            static_cast<double>(m_.qk_head_size() + m_.v_head_size());
+    const double block_bytes = (backward ? 2.0 : 1.0) * kv_width * tokens_per_rank(config_) * 2.0;
     KernelCost step = core;
     step.seconds /= cp_;
     int exchange = -1;
@@ -326,12 +341,10 @@ class StepBuilder {
   // FLOPs of one layer's attention and MLP forward for the mfu override: 6N + 12 L d s style
   // (non-causal attention), this rank's share.
   double attention_flops() const {
-    const double kv_dim = static_cast<double>(m_.kv_dim()), q_dim = static_cast<double>(m_.q_dim());
-    const double h = static_cast<double>(m_.d_model);
-    return tokens_per_rank(config_) * (2.0 * (2.0 * h * q_dim + 2.0 * h * kv_dim) + 4.0 * q_dim * config_.seq_len) / tp_;
+    return tokens_per_rank(config_) * 2.0 * static_cast<double>(m_.attention_parameters()) / tp_ + core_flops();
   }
   double core_flops() const {
-    return tokens_per_rank(config_) * 4.0 * static_cast<double>(m_.q_dim()) * config_.seq_len / tp_;
+    return tokens_per_rank(config_) * 2.0 * static_cast<double>(m_.q_dim() + m_.o_dim()) * config_.seq_len / tp_;
   }
   double mlp_flops() const {
     return tokens_per_rank(config_) * 2.0 * m_.mlp_matrices() * static_cast<double>(m_.d_model) *
@@ -340,24 +353,39 @@ class StepBuilder {
 
   // The forward (or recomputed forward) of one layer.
   // An MoE layer's MLP: the tokens' hidden states travel to their experts' ranks (all_to_all on the
-  // expert-parallel group), the local experts run, and the results travel back. Tokens stay
-  // sequence-parallel around it (no TP collectives); the next block waits for the second
-  // all_to_all. Backward: the gradients take the same two trips in reverse order.
+  // expert-parallel group), with expert tensor parallelism the expert-TP ranks gather each other's
+  // (all_gather) and run their share of every local expert's width, then reduce-scatter the
+  // results; the results travel back. Tokens stay sequence-parallel around it (no TP collectives);
+  // the next block waits for the last collective. Backward: the gradients take the same trips in
+  // reverse order.
   void moe_block(int stage, double flops, const KernelCost& kernels, bool backward, std::string_view what,
                  std::vector<int> deps) {
     deps.push_back(last_tp_ >= 0 ? last_tp_ : last_compute_);
     std::erase(deps, -1);
-    if (ep_group_ < 0) {
-      compute(stage, flops, kernels, what, deps);
-      last_tp_ = -1;
-      return;
-    }
     const double bytes = kernels_.moe_dispatch_bytes;
-    const int out = comm(stage, "ep", Collective::kAllToAll, bytes, ep_group_,
-                         backward ? "EP all_to_all (combine grad)" : "EP all_to_all (dispatch)", deps);
-    const int work = compute(stage, flops, kernels, what, {out});
-    last_tp_ = comm(stage, "ep", Collective::kAllToAll, bytes, ep_group_,
-                    backward ? "EP all_to_all (dispatch grad)" : "EP all_to_all (combine)", {work});
+    const int etp = config_.layout.etp;
+    int before = -1;
+    if (ep_group_ >= 0) {
+      before = comm(stage, "ep", Collective::kAllToAll, bytes, ep_group_,
+                    backward ? "EP all_to_all (combine grad)" : "EP all_to_all (dispatch)", deps);
+      deps = {before};
+    }
+    if (etp_group_ >= 0) {
+      before = comm(stage, "ep", Collective::kAllGather, bytes * etp, etp_group_,
+                    backward ? "ETP all_gather (grad)" : "ETP all_gather (tokens)", deps);
+      deps = {before};
+    }
+    const int work = compute(stage, flops, kernels, what, deps);
+    int after = -1;
+    if (etp_group_ >= 0) {
+      after = comm(stage, "ep", Collective::kReduceScatter, bytes * etp, etp_group_,
+                   backward ? "ETP reduce_scatter (grad)" : "ETP reduce_scatter (results)", {work});
+    }
+    if (ep_group_ >= 0) {
+      after = comm(stage, "ep", Collective::kAllToAll, bytes, ep_group_,
+                   backward ? "EP all_to_all (dispatch grad)" : "EP all_to_all (combine)", maybe(after >= 0 ? after : work));
+    }
+    last_tp_ = after;
   }
 
   void layer_forward(int stage, int layer, std::vector<int> deps, std::string_view what) {
@@ -400,7 +428,7 @@ class StepBuilder {
     std::vector<Unit> out;
     const int last = pp_ * vp_ - 1;
     const double matrix = static_cast<double>(m_.vocab * m_.d_model);
-    if (v == 0) out.push_back({matrix, 0, false, false, -1});
+    if (v == 0) out.push_back({static_cast<double>(m_.embedding_parameters()), 0, false, false, -1});
     const int first = first_layer(d_, v);
     for (int l = first; l < first + d_.layers_of_stage[static_cast<size_t>(v)]; ++l) {
       out.push_back({static_cast<double>(m_.layer_dense_parameters(l)),
@@ -434,7 +462,7 @@ class StepBuilder {
                             fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
       }
       if (!fsdp && sharding == Sharding::kZero1 && expert_data_group_ >= 0 && mb == 0 && u[i].expert_params > 0) {
-        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * u[i].expert_params / config_.layout.ep,
+        deps.push_back(comm(s, "data", Collective::kAllGather, 2.0 * u[i].expert_params / config_.layout.expert_shards(),
                             expert_data_group_, "EDP all_gather (expert params)", {}));
       }
       // The microbatch's activations gate its first layer's first task (the TP all_gather of
@@ -456,6 +484,20 @@ class StepBuilder {
           comm(s, "pp-fwd", Collective::kSendRecv, activation_bytes_ / tp_, pp_group_[static_cast<size_t>(s)],
                "PP send (activations)", maybe(last_compute_));
     }
+  }
+
+  // A stack that does not accumulate in the GEMMs adds a microbatch's gradients into the main ones
+  // in a pass of its own, after the microbatch's backward, before its gradients go to the previous
+  // stage.
+  void accumulate_gradients(int s, const std::vector<Unit>& u) {
+    const double per_param = grad_accumulation_bytes_per_parameter(config_);
+    if (per_param <= 0) return;
+    double params = 0;
+    for (const Unit& unit : u) params += unit.params / tp_ + unit.expert_params / config_.layout.expert_shards();
+    const KernelCost pass =
+        memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, per_param * params);
+    const int task = compute(s, 0, pass, "gradient accumulation", {});
+    program_.tasks[static_cast<size_t>(task)].fixed_s = per_param * params / cluster_.gpu.hbm_Bps;
   }
 
   // One microbatch's backward through virtual stage v; `grad_reductions` collects the collectives
@@ -500,7 +542,7 @@ class StepBuilder {
       const double all_grads = grads + grad_bytes(config_) * u[i].expert_params;
       if (last_mb && expert_data_group_ >= 0 && u[i].expert_params > 0) {
         // The routed experts' gradients reduce over the ranks that hold the same experts.
-        const double expert_grads = grad_bytes(config_) * u[i].expert_params / config_.layout.ep;
+        const double expert_grads = grad_bytes(config_) * u[i].expert_params / config_.layout.expert_shards();
         const bool zero1 = sharding == Sharding::kZero1;
         grad_reductions.push_back(comm(
             s, "data", zero1 ? Collective::kReduceScatter : Collective::kAllReduce, expert_grads, expert_data_group_,
@@ -526,16 +568,7 @@ class StepBuilder {
             comm(s, "data", Collective::kAllReduce, grads, data_group_, "DP all_reduce (grads)", {last_compute_}));
       }
     }
-    // A stack that does not accumulate in the GEMMs adds this microbatch's gradients into the main
-    // ones in a pass of its own, before the gradients go to the previous stage.
-    if (const double per_param = grad_accumulation_bytes_per_parameter(config_); per_param > 0) {
-      double params = 0;
-      for (const Unit& unit : u) params += unit.params / tp_ + unit.expert_params / config_.layout.ep;
-      const KernelCost pass =
-          memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, per_param * params);
-      const int task = compute(s, 0, pass, "gradient accumulation", {});
-      program_.tasks[static_cast<size_t>(task)].fixed_s = per_param * params / cluster_.gpu.hbm_Bps;
-    }
+    accumulate_gradients(s, u);
     // The first compute of this microbatch's backward waits for the next virtual stage's gradients.
     if (v + 1 < pp_ * vp_) pending_.push_back({first_task, false, v + 1, mb});
     if (v > 0) {
@@ -581,7 +614,7 @@ class StepBuilder {
     for (int v = s; v < pp_ * vp_; v += pp_) {
       for (const Unit& unit : units(v)) {
         local += unit.params / tp_;
-        local_experts += unit.expert_params / config_.layout.ep;
+        local_experts += unit.expert_params / config_.layout.expert_shards();
       }
     }
     if (sharding == Sharding::kZero1) {
@@ -617,7 +650,8 @@ class StepBuilder {
   const int tp_, pp_, vp_, cp_;
   const LayerKernels kernels_;
   StepProgram program_;
-  int tp_group_ = -1, cp_group_ = -1, ep_group_ = -1, expert_data_group_ = -1, data_group_ = -1, replicate_group_ = -1;
+  int tp_group_ = -1, cp_group_ = -1, ep_group_ = -1, etp_group_ = -1, expert_data_group_ = -1, data_group_ = -1,
+      replicate_group_ = -1;
   std::vector<int> pp_group_;
   std::vector<std::vector<int>> fwd_send_, bwd_send_;  // by virtual stage, microbatch
   std::vector<Pending> pending_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <queue>
@@ -14,10 +15,26 @@
 #include "models/workload_internal.h"
 
 namespace tandem::models {
+namespace {
+
+// Lower case, '_' read as '-': how every name in a scenario is compared.
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+}  // namespace
 
 // ---- the model -----------------------------------------------------------------------------------
 
 int64_t TransformerSpec::attention_parameters() const {
+  if (mla()) {
+    // q: down-projection, latent norm, up-projection; k / v: down-projection (with k's rope part),
+    // latent norm, up-projection (k's nope part and v); the output projection.
+    return d_model * q_lora_rank + q_lora_rank + q_lora_rank * q_dim() + d_model * (kv_lora_rank + qk_rope_dim) +
+           kv_lora_rank + kv_lora_rank * heads * (qk_nope_dim + v_head_dim) + o_dim() * d_model;
+  }
   return 2 * d_model * q_dim() + 2 * d_model * kv_dim();  // q, o; k, v
 }
 
@@ -31,9 +48,29 @@ int64_t TransformerSpec::layer_parameters() const {
 std::string_view name(MlpKind kind) { return kind == MlpKind::kGelu ? "gelu" : "swiglu"; }
 
 MlpKind parse_mlp_kind(std::string_view text) {
-  if (text == "swiglu") return MlpKind::kSwiGlu;
-  if (text == "gelu") return MlpKind::kGelu;
+  for (MlpKind kind : {MlpKind::kSwiGlu, MlpKind::kGelu}) {
+    if (lower(text) == name(kind)) return kind;
+  }
   fail(ErrorCode::kInvalidArgument, "unknown mlp '{}' (expected: swiglu, gelu)", text);
+}
+
+std::string_view name(PositionKind kind) {
+  switch (kind) {
+    case PositionKind::kRope:
+      return "rope";
+    case PositionKind::kAlibi:
+      return "alibi";
+    case PositionKind::kLearned:
+      return "learned";
+  }
+  return "?";
+}
+
+PositionKind parse_position_kind(std::string_view text) {
+  for (PositionKind kind : {PositionKind::kRope, PositionKind::kAlibi, PositionKind::kLearned}) {
+    if (lower(text) == name(kind)) return kind;
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown positions '{}' (expected: rope, alibi, learned)", text);
 }
 
 int64_t TransformerSpec::layer_dense_parameters(int layer) const {
@@ -47,7 +84,8 @@ int64_t TransformerSpec::layer_expert_parameters(int layer) const {
 }
 
 int64_t TransformerSpec::other_parameters() const {
-  return (tied_embeddings ? 1 : 2) * vocab * d_model + d_model;  // embedding (+ head) + final norm
+  // embedding (+ head) + final norm
+  return embedding_parameters() + (tied_embeddings ? 0 : vocab * d_model) + d_model;
 }
 
 int64_t TransformerSpec::parameters() const {
@@ -69,12 +107,6 @@ namespace {
 constexpr std::array<std::string_view, 6> kModelPresetNames{"llama3-8b",    "llama3-70b",    "llama3-405b",
                                                        "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"};
 
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 }  // namespace
 
 TransformerSpec transformer_preset(std::string_view name) {
@@ -88,7 +120,16 @@ TransformerSpec transformer_preset(std::string_view name) {
   // DeepSeek-V3: 61 layers, the first 3 dense (ffn 18,432), then 256 routed experts of 2,048 (8 per
   // token) and one shared; 128 heads. Its multi-head latent attention is modelled as 128-head
   // attention of d_model 7,168 (205 M parameters a layer against MLA's 187 M).
-  if (key == "deepseek-v3") return {"deepseek-v3", 61, 7168, 18432, 128, 128, 129280, false, 256, 8, 2048, 1, 3};
+  if (key == "deepseek-v3") {
+    // Multi-head latent attention as its config.json gives it (arXiv 2412.19437 §2.1.1).
+    TransformerSpec spec{"deepseek-v3", 61, 7168, 18432, 128, 128, 129280, false, 256, 8, 2048, 1, 3};
+    spec.q_lora_rank = 1536;
+    spec.kv_lora_rank = 512;
+    spec.qk_nope_dim = 128;
+    spec.qk_rope_dim = 64;
+    spec.v_head_dim = 128;
+    return spec;
+  }
   fail(ErrorCode::kInvalidArgument, "unknown model '{}' (expected one of: {}, or a custom model's dimensions)", name,
        fmt::join(kModelPresetNames, ", "));
 }
@@ -105,6 +146,19 @@ void validate(const TransformerSpec& model) {
   if (model.heads < 1 || (model.head_dim == 0 && model.d_model % model.heads != 0))
     bad("heads", model.heads, "must divide d_model (or give head_dim)");
   if (model.head_dim < 0 || model.head_dim > (int64_t{1} << 16)) bad("head_dim", model.head_dim, "must be 1..65536");
+  if (model.kv_lora_rank < 0 || model.kv_lora_rank > (int64_t{1} << 16))
+    bad("kv_lora_rank", model.kv_lora_rank, "must be 0..65536");
+  if (model.mla()) {
+    for (auto [field, value] : {std::pair<std::string_view, int64_t>{"q_lora_rank", model.q_lora_rank},
+                                {"qk_nope_head_dim", model.qk_nope_dim},
+                                {"qk_rope_head_dim", model.qk_rope_dim},
+                                {"v_head_dim", model.v_head_dim}}) {
+      if (value < 1 || value > (int64_t{1} << 16)) bad(field, value, "multi-head latent attention needs it: 1..65536");
+    }
+    if (model.kv_heads != model.heads) bad("kv_heads", model.kv_heads, "must equal heads with multi-head latent attention");
+  }
+  if (model.positions == PositionKind::kLearned && (model.max_positions < 1 || model.max_positions > kMaxSeqLen))
+    bad("max_positions", model.max_positions, "a learned position table needs its rows: 1..1048576");
   if (model.kv_heads < 1 || model.heads % model.kv_heads != 0) bad("kv_heads", model.kv_heads, "must divide heads");
   if (model.vocab < 1 || model.vocab > (int64_t{1} << 24)) bad("vocab", model.vocab, "must be 1..16777216");
   if (model.experts < 0 || model.experts > 4096) bad("experts", model.experts, "must be 0..4096");
@@ -180,6 +234,39 @@ GradAccumulation parse_grad_accumulation(std::string_view text) {
 
 // ---- layout --------------------------------------------------------------------------------------
 
+namespace {
+
+// What in a configuration's sequence, kernels and options contradicts itself or the layout (empty:
+// nothing); derive() reports it with the layout's name.
+std::string workload_conflict(const TrainingConfig& config) {
+  const ParallelLayout& layout = config.layout;
+  const TransformerSpec& m = config.model;
+  if (config.seq_len < 1 || config.seq_len > kMaxSeqLen) return fmt::format("seq_len must be 1..{}", kMaxSeqLen);
+  if (m.positions == PositionKind::kLearned && config.seq_len > m.max_positions)
+    return fmt::format("seq_len {} is longer than the model's learned position table ({} rows)", config.seq_len,
+                       m.max_positions);
+  if (m.mla() && unfused_attention(config))
+    return "multi-head latent attention runs on flash kernels (attention 'unfused' is not modelled for it)";
+  if (m.mla() && config.kernels == KernelStack::kEager)
+    return "multi-head latent attention is modelled with the fused kernels (Megatron-Core's MLASelfAttention)";
+  if (layout.cp > 1 && unfused_attention(config))
+    return fmt::format(
+        "cp = {}: context parallelism runs ring attention on flash kernels; attention 'unfused' needs cp = 1", layout.cp);
+  if (layout.cp > 1 && config.seq_len % (2 * layout.cp) != 0)
+    return fmt::format("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}",
+                       layout.cp, config.seq_len, 2 * layout.cp);
+  if (config.micro_batch < 1) return "micro_batch must be at least 1";
+  if (config.grad_accumulation != GradAccumulation::kFused &&
+      (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
+    return fmt::format("grad_accumulation '{}' is a Megatron / DeepSpeed path; FSDP accumulates its own way (use fused)",
+                       name(config.grad_accumulation));
+  if (config.mfu && !(*config.mfu > 0 && *config.mfu <= 1))
+    return fmt::format("mfu must be in (0, 1] (got {})", *config.mfu);
+  return "";
+}
+
+}  // namespace
+
 DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) {
   validate(config.model);
   const ParallelLayout& layout = config.layout;
@@ -187,12 +274,17 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
     fail(ErrorCode::kInvalidArgument, "layout '{}' on {} GPUs: {}", layout.name, gpus,
          fmt::format(fmt::runtime(what), args...));
   };
-  if (layout.tp < 1 || layout.pp < 1 || layout.vp < 1 || layout.cp < 1 || layout.ep < 1)
-    bad("tp, pp, vp, cp and ep must be at least 1");
+  if (layout.tp < 1 || layout.pp < 1 || layout.vp < 1 || layout.cp < 1 || layout.ep < 1 || layout.etp < 1)
+    bad("tp, pp, vp, cp, ep and etp must be at least 1");
   if (layout.ep > 1 && !config.model.moe()) bad("ep = {} needs a mixture-of-experts model", layout.ep);
   if (config.model.moe() && config.model.experts % layout.ep != 0)
     bad("ep = {} does not divide the model's {} experts", layout.ep, config.model.experts);
-  if (layout.ep > 1 && (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
+  if (layout.etp > 1 && (!config.model.moe() || config.model.moe_ffn % layout.etp != 0))
+    bad("etp = {} splits each routed expert: it needs an MoE model whose moe_ffn it divides", layout.etp);
+  if (layout.etp > gpus_per_node || gpus_per_node % layout.etp != 0)
+    bad("expert tensor parallelism stays inside a node: etp = {} must divide the {} GPUs of a node", layout.etp,
+        gpus_per_node);
+  if (layout.expert_shards() > 1 && (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
     bad("expert parallelism runs with sharding zero1 or none (FSDP of expert-parallel experts is not modelled)");
   if (!(config.capacity_factor >= 1 && config.capacity_factor <= 16))
     bad("capacity_factor must be in [1, 16] (got {})", config.capacity_factor);
@@ -209,27 +301,18 @@ DerivedLayout derive(const TrainingConfig& config, int gpus, int gpus_per_node) 
     bad("pp x vp = {} is more than the model's {} layers", int64_t{layout.pp} * layout.vp, config.model.layers);
   }
   if (layout.vp > 1 && layout.pp < 2) bad("vp = {} needs pipeline parallelism (pp of at least 2)", layout.vp);
-  if (config.seq_len < 1 || config.seq_len > kMaxSeqLen) bad("seq_len must be 1..{}", kMaxSeqLen);
-  if (layout.cp > 1 && unfused_attention(config)) {
-    bad("cp = {}: context parallelism runs ring attention on flash kernels; attention 'unfused' needs cp = 1",
-        layout.cp);
-  }
-  if (layout.cp > 1 && config.seq_len % (2 * layout.cp) != 0) {
-    bad("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}", layout.cp,
-        config.seq_len, 2 * layout.cp);
-  }
-  if (config.micro_batch < 1) bad("micro_batch must be at least 1");
-  if (config.grad_accumulation != GradAccumulation::kFused &&
-      (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
-    bad("grad_accumulation '{}' is a Megatron / DeepSpeed path; FSDP accumulates its own way (use fused)",
-        name(config.grad_accumulation));
-  if (config.mfu && !(*config.mfu > 0 && *config.mfu <= 1)) bad("mfu must be in (0, 1] (got {})", *config.mfu);
+  if (const std::string why = workload_conflict(config); !why.empty()) bad("{}", why);
   DerivedLayout d;
   d.gpus = gpus;
   d.dp = static_cast<int>(gpus / model_ranks);
   d.data_ranks = d.dp * layout.cp;
-  if (d.dp % layout.ep != 0) bad("ep = {} must divide the {} data-parallel ranks", layout.ep, d.dp);
-  d.expert_data_ranks = d.data_ranks / layout.ep;
+  // Megatron-Core's MoE parallel folding: the experts lay their own grid (expert TP, EP, expert DP)
+  // over the tp x cp x dp ranks of a pipeline stage, so ep may take ranks of tp and cp too.
+  const int stage_ranks = layout.tp * d.data_ranks;
+  if (stage_ranks % layout.expert_shards() != 0)
+    bad("ep x etp = {} must divide the {} ranks of a stage (tp x cp x dp: expert parallelism folds over them)",
+        layout.expert_shards(), stage_ranks);
+  d.expert_data_ranks = stage_ranks / layout.expert_shards();
   if (config.global_batch < 1 || config.global_batch % (d.dp * config.micro_batch) != 0) {
     bad("global_batch {} does not split into {} data-parallel ranks x micro_batch {}", config.global_batch, d.dp,
         config.micro_batch);
@@ -294,7 +377,7 @@ StageParameters virtual_stage_parameters(const TrainingConfig& config, const Der
     p.moe_layers += m.moe_layer(l) ? 1 : 0;
   }
   const double matrix = static_cast<double>(m.vocab * m.d_model);
-  if (v == 0) p.dense += matrix;
+  if (v == 0) p.dense += static_cast<double>(m.embedding_parameters());
   if (v == last && (!m.tied_embeddings || last > 0)) p.dense += matrix + static_cast<double>(m.d_model);
   return p;
 }
@@ -314,6 +397,52 @@ int units_in_flight(const TrainingConfig& config, const DerivedLayout& d, int st
 // layernorm_linear.py, "Prepare backward state": inputmat / ln_out saved quantized).
 double te_gemm_input_bytes(Precision precision) { return precision == Precision::kFP8 ? 1.0 : 2.0; }
 
+// Multi-head latent attention (Megatron-Core's MLASelfAttention with TE): the norm's input, the
+// down-projections' input (the norm output, on the rank's sequence-parallel tokens), each latent's
+// norm input and its up-projection's input (gathered over TP), k's rope part, then q, k and v for
+// the fused attention's backward and the attention output. Under `recompute: selective` q, k and v
+// are not kept: the up-projections run again before the attention's backward (NeMo's MLA recipes
+// recompute "mla_up_proj"), so only the latents stay.
+std::vector<SavedTensor> megatron_te_mla(const TrainingConfig& config, double h) {
+  const TransformerSpec& m = config.model;
+  const double gemm = te_gemm_input_bytes(config.precision);
+  const double ql = static_cast<double>(m.q_lora_rank), kl = static_cast<double>(m.kv_lora_rank);
+  const double o = static_cast<double>(m.o_dim());
+  std::vector<SavedTensor> out = {
+      {"attention norm input", h, 2},
+      {"q / kv down-projection input (attention norm output)", h, gemm},
+      {"q latent (norm input)", ql, 2},
+      {"q up-projection input (normed latent)", ql, gemm, true},
+      {"kv latent (norm input)", kl, 2},
+      {"kv up-projection input (normed latent)", kl, gemm, true},
+      {"k rope part", static_cast<double>(m.qk_rope_dim), 2},
+  };
+  if (config.recompute != Recompute::kSelective) {
+    out.insert(out.end(), {{"q", static_cast<double>(m.q_dim()), 2},
+                           {"k", static_cast<double>(m.k_dim()), 2},
+                           {"v", static_cast<double>(m.v_dim()), 2}});
+  }
+  out.push_back({"attention output", o, 2});
+  if (config.precision == Precision::kFP8) out.push_back({"output projection input (FP8 copy)", o, 1});
+  return out;
+}
+
+// The attention half of Megatron-Core's layer with Transformer Engine (below).
+std::vector<SavedTensor> megatron_te_attention(const TrainingConfig& config, double h, double q, double kv) {
+  const TransformerSpec& m = config.model;
+  if (m.mla()) return megatron_te_mla(config, h);
+  std::vector<SavedTensor> out = {
+      {"attention norm input", h, 2},
+      {"qkv input (attention norm output)", h, te_gemm_input_bytes(config.precision), true},
+      {"q", q, 2},
+      {"k", kv, 2},
+      {"v", kv, 2},
+      {"attention output", q, 2},
+  };
+  if (config.precision == Precision::kFP8) out.push_back({"output projection input (FP8 copy)", q, 1});
+  return out;
+}
+
 // Megatron-Core's layer with Transformer Engine (KernelStack::kFused) and FlashAttention, dense:
 // the norms' inputs (the residual stream), the GEMM inputs TE saves (the norms' outputs and the
 // SwiGLU output, FP8 in FP8 runs), q / k / v and the attention output for the fused attention's
@@ -327,15 +456,7 @@ double te_gemm_input_bytes(Precision precision) { return precision == Precision:
 // MLP keeps its GELU's input (fc1's output, f: Megatron's bias_gelu saves only its input) instead.
 std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double h, double q, double kv, double f) {
   const double gemm = te_gemm_input_bytes(config.precision);
-  std::vector<SavedTensor> out = {
-      {"attention norm input", h, 2},
-      {"qkv input (attention norm output)", h, gemm, true},
-      {"q", q, 2},
-      {"k", kv, 2},
-      {"v", kv, 2},
-      {"attention output", q, 2},
-  };
-  if (config.precision == Precision::kFP8) out.push_back({"output projection input (FP8 copy)", q, 1});
+  std::vector<SavedTensor> out = megatron_te_attention(config, h, q, kv);
   out.insert(out.end(), {
                             {"MLP norm input", h, 2},
                             {"fc1 input (MLP norm output)", h, gemm, true},
@@ -346,21 +467,56 @@ std::vector<SavedTensor> megatron_te_layer(const TrainingConfig& config, double 
   return out;
 }
 
+// Megatron-Core's MoE layer with Transformer Engine (the alltoall dispatcher, fused permutation),
+// per token of the rank's sequence-parallel share: the attention as
+// in a dense layer; the router's input (the MLP norm output, bf16) and its scores (fp32, one per
+// expert); for each routed copy (top_k x capacity_factor) the grouped GEMMs' inputs TE saves (FP8
+// in FP8 runs: GroupedLinear keeps its quantized input), the SwiGLU input and the expert output
+// the unpermutation keeps to take the routing probabilities' gradient (probabilities applied at
+// unpermute, Megatron's default); the shared experts as a dense MLP of their width. With expert
+// tensor parallelism the grouped fc1 keeps the tokens its etp group gathered (etp times the rank's
+// own) and the rest is split by the width as the tokens are multiplied: the same bytes.
+std::vector<SavedTensor> megatron_te_moe_layer(const TrainingConfig& config, double h, double q, double kv) {
+  const TransformerSpec& m = config.model;
+  const double gemm = te_gemm_input_bytes(config.precision);
+  const double routed = m.top_k * config.capacity_factor, e = static_cast<double>(m.moe_ffn);
+  std::vector<SavedTensor> out = megatron_te_attention(config, h, q, kv);
+  out.insert(out.end(), {
+                            {"MLP norm input", h, 2},
+                            {"router input (MLP norm output)", h, 2},
+                            {"router scores (fp32)", static_cast<double>(m.experts), 4},
+                            {"expert fc1 input (routed tokens)", routed * h * config.layout.etp, gemm},
+                            {"expert SwiGLU input", routed * 2 * e, 2},
+                            {"expert fc2 input", routed * e, gemm},
+                            {"expert output (kept by unpermute)", routed * h, 2},
+                        });
+  if (m.shared_experts > 0) {
+    const double shared = m.shared_experts * e;
+    // In bf16 the shared experts' fc1 keeps the router's input tensor itself; FP8 quantizes a copy.
+    if (config.precision == Precision::kFP8) out.push_back({"shared expert fc1 input (FP8 copy)", h, 1});
+    out.push_back({"shared expert SwiGLU input", 2 * shared, 2});
+    out.push_back({"shared expert fc2 input", shared, gemm});
+  }
+  return out;
+}
+
 }  // namespace
 
 // PyTorch eager as torchtitan writes the layer (KernelStack::kEager), bf16: the two norms' inputs,
 // q / k / v and the attention output (SDPA's flash), and the gated MLP's gate, up, SiLU and
 // product; torchtitan's selective policy keeps only the outputs of the matmuls but every second
 // one (q/k/v, the output projection, w1, w3, w2: the 1st, 3rd and 5th) and of attention.
-// An MoE layer (either stack) keeps, for the MLP, the routed copies of each token's hidden state
+// An MoE layer in eager PyTorch keeps, for the MLP, the routed copies of each token's hidden state
 // before and after the experts (top_k x capacity of them) and each expert's gate, up, SiLU and
-// product.
+// product (the fused stack: megatron_te_moe_layer).
 std::vector<SavedTensor> saved_activations(const TrainingConfig& config, bool moe_layer) {
   const TransformerSpec& m = config.model;
   const double h = static_cast<double>(m.d_model), f = static_cast<double>(m.ffn);
   const double kv = static_cast<double>(m.kv_dim()), q = static_cast<double>(m.q_dim());
   std::vector<SavedTensor> out;
-  if (moe_layer) {
+  if (moe_layer && config.kernels == KernelStack::kFused) {
+    out = megatron_te_moe_layer(config, h, q, kv);
+  } else if (moe_layer) {
     const double routed = m.top_k * config.capacity_factor;
     const double experts = (routed + m.shared_experts) * static_cast<double>(m.moe_ffn);
     out = {{"attention norm input", h, 2, true}, {"q", q}, {"k", kv}, {"v", kv}, {"attention output", q},
@@ -439,7 +595,7 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   }
   // Routed experts split over the expert-parallel ranks (not over tensor parallelism); their
   // optimizer state over the ranks that hold the same experts.
-  const double local = dense / tp + expert / layout.ep;
+  const double local = dense / tp + expert / layout.expert_shards();
   const bool sharded = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
   const double shard = sharded ? d.shard_group : 1;
   MemoryBreakdown mem;
@@ -447,7 +603,8 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   mem.weights_bytes = state.weights * local / shard;
   mem.gradients_bytes = state.gradients * local / shard;
   if (layout.sharding == Sharding::kZero1) {
-    mem.optimizer_bytes = state.optimizer * (dense / tp / d.data_ranks + expert / layout.ep / d.expert_data_ranks);
+    mem.optimizer_bytes =
+        state.optimizer * (dense / tp / d.data_ranks + expert / layout.expert_shards() / d.expert_data_ranks);
   } else {
     mem.optimizer_bytes = state.optimizer * local / shard;
   }

@@ -35,6 +35,14 @@ enum class MlpKind : uint8_t { kSwiGlu, kGelu };
 std::string_view name(MlpKind kind);
 MlpKind parse_mlp_kind(std::string_view text);  // "swiglu", "gelu"
 
+// How the model knows a token's position: rotary embeddings on q and k in every layer (Llama and
+// most models since 2023), ALiBi's per-head linear bias on the attention scores (BLOOM, MPT: no
+// parameters, computed inside the attention kernels), or a learned table of max_positions rows
+// added to the token embeddings (GPT-2 and GPT-3, OPT).
+enum class PositionKind : uint8_t { kRope, kAlibi, kLearned };
+std::string_view name(PositionKind kind);
+PositionKind parse_position_kind(std::string_view text);  // "rope", "alibi", "learned"
+
 // A decoder-only transformer with grouped-query attention and a gated (SwiGLU) MLP; with experts > 0
 // a mixture of experts: after the first dense_layers layers, each layer's MLP is `experts` routed
 // experts of width moe_ffn (each token to top_k of them) plus shared_experts always-on ones.
@@ -54,14 +62,35 @@ struct TransformerSpec {
   int dense_layers = 0;          // MoE models: the first layers keep a dense MLP of width ffn
   MlpKind mlp = MlpKind::kSwiGlu;  // the dense MLP's kind
   int64_t head_dim = 0;            // 0: d_model / heads; Qwen3 and others set it apart (q is heads x head_dim wide)
+  PositionKind positions = PositionKind::kRope;
+  int64_t max_positions = 0;  // rows of a learned position table (positions: learned)
+  // Multi-head latent attention (DeepSeek-V2 / V3: kv_lora_rank > 0): q comes from a latent of
+  // q_lora_rank, k and v from one of kv_lora_rank, each through a down- and an up-projection; a
+  // head's q and k have qk_nope_dim + qk_rope_dim dimensions (the rope part of k one for all heads),
+  // its v v_head_dim. heads = kv_heads.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_dim = 0;
+  int64_t qk_rope_dim = 0;
+  int64_t v_head_dim = 0;
 
   bool moe() const { return experts > 0; }
   bool gated() const { return mlp == MlpKind::kSwiGlu; }
+  bool mla() const { return kv_lora_rank > 0; }
   int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / heads; }
-  int64_t q_dim() const { return heads * head_size(); }       // q's width, and the attention output's
-  int64_t kv_dim() const { return kv_heads * head_size(); }   // k's and v's
+  int64_t qk_head_size() const { return mla() ? qk_nope_dim + qk_rope_dim : head_size(); }  // a head's q and k
+  int64_t v_head_size() const { return mla() ? v_head_dim : head_size(); }                  // a head's v
+  int64_t q_dim() const { return heads * qk_head_size(); }   // q's width
+  int64_t k_dim() const { return kv_heads * qk_head_size(); }  // k's
+  int64_t v_dim() const { return kv_heads * v_head_size(); }   // v's
+  int64_t o_dim() const { return heads * v_head_size(); }      // the attention output's
+  int64_t kv_dim() const { return kv_heads * head_size(); }    // k's and v's without MLA
   int mlp_matrices() const { return gated() ? 3 : 2; }  // of d_model x ffn in a dense MLP
   bool moe_layer(int layer) const { return moe() && layer >= dense_layers; }
+  // The first stage's embedding: the token table (vocab x d_model) and a learned position table.
+  int64_t embedding_parameters() const {
+    return (vocab + (positions == PositionKind::kLearned ? max_positions : 0)) * d_model;
+  }
   int64_t attention_parameters() const;  // q, k, v, o
   int64_t expert_parameters() const;     // one expert: gate, up, down
   // A layer's parameters that every tensor-parallel rank splits (attention, a dense MLP, shared
@@ -131,8 +160,11 @@ struct ParallelLayout {
   int shard_group = 0;      // HSDP: data-parallel ranks in one shard group (0: the GPUs of a node / tp)
   int vp = 1;               // virtual pipeline stages per rank: interleaved 1F1B (Megatron) when > 1
   int cp = 1;               // context-parallel ranks: each holds seq_len / cp tokens, ring attention
-  int ep = 1;               // expert-parallel ranks (MoE): the routed experts split over ep data-parallel ranks
+  int ep = 1;  // expert-parallel ranks (MoE): the routed experts split over ep of a stage's tp x cp x dp ranks
+  int etp = 1;  // expert tensor parallelism: each routed expert's matrices split over etp ranks
   bool tp_overlap = false;  // TP collectives overlapped with the GEMMs they feed (TE userbuffers)
+  // The ranks one copy of the routed experts is split over: a rank holds 1 / (ep x etp) of them.
+  int expert_shards() const { return ep * etp; }
 };
 
 struct TrainingConfig {
@@ -170,7 +202,7 @@ struct DerivedLayout {
   int gpus = 0;
   int dp = 0;                 // data-parallel ranks: gpus / (tp * pp * cp)
   int data_ranks = 0;         // ranks gradients are reduced over: dp * cp (Megatron's DP group with CP)
-  int expert_data_ranks = 0;  // ranks holding the same routed experts: data_ranks / ep
+  int expert_data_ranks = 0;  // ranks holding the same routed experts: tp * data_ranks / ep (folding)
   int microbatches = 0;       // per step and data-parallel rank: global_batch / (dp * micro_batch)
   int shard_group = 1;        // ranks sharing one copy of the sharded state (fsdp: data_ranks; hsdp: shard_group)
   int replicas = 1;           // data_ranks / shard_group

@@ -23,11 +23,14 @@ constexpr std::array<std::string_view, 16> kTrainingKeys{
     "type",      "model",   "seq_len",   "global_batch",      "batch_per_gpu",     "micro_batch",
     "precision", "mfu",     "kernels",   "attention",         "recompute",         "grad_reduce_dtype",
     "grad_accumulation",    "algorithm", "capacity_factor",   "layouts"};
-constexpr std::array<std::string_view, 15> kModelKeys{
-    "name",  "layers",          "d_model", "ffn",   "mlp",     "heads",          "kv_heads",    "head_dim",
-    "vocab", "tied_embeddings", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers"};
-constexpr std::array<std::string_view, 11> kTrainingLayoutKeys{
-    "name", "tp", "pp", "vp", "cp", "ep", "sharding", "shard_group", "recompute", "micro_batch", "tp_overlap"};
+constexpr std::array<std::string_view, 22> kModelKeys{
+    "name",          "layers",           "d_model",          "ffn",        "mlp",          "heads",
+    "kv_heads",      "head_dim",         "vocab",            "tied_embeddings", "experts", "top_k",
+    "moe_ffn",       "shared_experts",   "dense_layers",     "positions",  "max_positions", "q_lora_rank",
+    "kv_lora_rank",  "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"};
+constexpr std::array<std::string_view, 12> kTrainingLayoutKeys{
+    "name",     "tp",          "pp",        "vp",          "cp",         "ep",
+    "etp",      "sharding",    "shard_group", "recompute", "micro_batch", "tp_overlap"};
 constexpr std::array<std::string_view, 13> kTrainingExpectKeys{
     "variant",      "layout",         "backend",  "fits",      "step_time_s",
     "achieved_mfu", "exposed_comm_s", "bubble_s", "memory_GB", "tokens_per_s_per_gpu",
@@ -55,6 +58,29 @@ models::TransformerSpec read_model(const Reader& reader, const YAML::Node& model
   out.layers = static_cast<int>(reader.integer(m.require("layers"), m.path("layers"), 1, 100000));
   out.d_model = reader.integer(m.require("d_model"), m.path("d_model"), 1, int64_t{1} << 20);
   out.ffn = reader.integer(m.require("ffn"), m.path("ffn"), 1, int64_t{1} << 24);
+  if (const YAML::Node* v = m.find("positions")) {
+    const std::string text = reader.scalar(*v, m.path("positions"));
+    out.positions = reader.at(*v, m.path("positions"), [&] { return models::parse_position_kind(text); });
+  }
+  if (const YAML::Node* v = m.find("max_positions"))
+    out.max_positions = reader.integer(*v, m.path("max_positions"), 1, models::kMaxSeqLen);
+  // Multi-head latent attention: all five dimensions or none.
+  int mla_keys = 0;
+  for (auto [key, field] : {std::pair<std::string_view, int64_t*>{"q_lora_rank", &out.q_lora_rank},
+                            {"kv_lora_rank", &out.kv_lora_rank},
+                            {"qk_nope_head_dim", &out.qk_nope_dim},
+                            {"qk_rope_head_dim", &out.qk_rope_dim},
+                            {"v_head_dim", &out.v_head_dim}}) {
+    if (const YAML::Node* v = m.find(key)) {
+      *field = reader.integer(*v, m.path(key), 1, 1 << 16);
+      ++mla_keys;
+    }
+  }
+  if (mla_keys != 0 && mla_keys != 5)
+    reader.fail_at(model, "{}: multi-head latent attention needs all of q_lora_rank, kv_lora_rank, qk_nope_head_dim, "
+                   "qk_rope_head_dim and v_head_dim", path);
+  if (out.positions == models::PositionKind::kLearned && out.max_positions == 0)
+    reader.fail_at(model, "{}: positions: learned needs max_positions (the table's rows)", path);
   if (const YAML::Node* v = m.find("mlp")) {
     const std::string text = reader.scalar(*v, m.path("mlp"));
     out.mlp = reader.at(*v, m.path("mlp"), [&] { return models::parse_mlp_kind(text); });
@@ -117,6 +143,8 @@ TrainingLayoutEntry read_layout_entry(const Reader& reader, const YAML::Node& no
     entry.layout.cp = static_cast<int>(reader.integer(*v, m.path("cp"), 1, 1024));
   if (const YAML::Node* v = m.find("ep"))
     entry.layout.ep = static_cast<int>(reader.integer(*v, m.path("ep"), 1, 4096));
+  if (const YAML::Node* v = m.find("etp"))
+    entry.layout.etp = static_cast<int>(reader.integer(*v, m.path("etp"), 1, 256));
   if (const YAML::Node* v = m.find("tp_overlap")) entry.layout.tp_overlap = reader.boolean(*v, m.path("tp_overlap"));
   if (const YAML::Node* v = m.find("recompute")) entry.recompute = read_recompute(reader, *v, m.path("recompute"));
   if (const YAML::Node* v = m.find("micro_batch")) {

@@ -521,6 +521,7 @@ nlohmann::json training_results_json(const Scenario& scenario, const TrainingRes
                             {"vp", c.layout.vp},
                             {"cp", c.layout.cp},
                             {"ep", c.layout.ep},
+                            {"etp", c.layout.etp},
                             {"tp_overlap", c.layout.tp_overlap},
                             {"sharding", std::string(models::name(c.layout.sharding))},
                             {"global_batch", c.global_batch},

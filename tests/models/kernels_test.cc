@@ -94,6 +94,11 @@ TEST(Kernels, UnknownGpusTakeTheirArchitecturesRow) {
   EXPECT_EQ(kernel_table(custom).sms, 132);
   custom.arch = GpuArch::kAmpere;
   EXPECT_EQ(kernel_table(custom).sms, 108);
+  custom.arch = GpuArch::kBlackwell;
+  EXPECT_EQ(kernel_table(custom).sms, 148);  // B200's row
+  // Blackwell's MAMF: B200 1,745 of 2,250 bf16; GB200 1,822 of 2,500.
+  EXPECT_NEAR(kernel_table(cluster_preset("dgx-b200").gpu).gemm_bf16 * 2250, 1745, 1);
+  EXPECT_NEAR(kernel_table(cluster_preset("gb200-nvl72").gpu).gemm_bf16 * 2500, 1822, 1);
   EXPECT_EQ(parse_kernel_stack("Eager"), KernelStack::kEager);
   EXPECT_THROW(parse_kernel_stack("compiled"), Error);
 }
@@ -219,6 +224,71 @@ TEST(LayerKernels, ANonGatedMlpRunsUpGeluDown) {
   EXPECT_DOUBLE_EQ(gated - mlp_bytes(c), 2.0 * f);
   EXPECT_EQ(parse_mlp_kind("gelu"), MlpKind::kGelu);
   EXPECT_THROW(parse_mlp_kind("relu"), Error);
+}
+
+TEST(LayerKernels, PositionsRotaryAlibiOrALearnedTable) {
+  TrainingConfig c;
+  c.model = transformer_preset("llama3-8b");
+  c.layout = {"tp1", 1, 1, Sharding::kZero1, 0};
+  c.seq_len = 2048;
+  const GpuSpec gpu = cluster_preset("dgx-h100").gpu;
+  const LayerKernels rope = layer_kernels(c, gpu);
+  // ALiBi: no rotary kernel on q and k (its bias lives inside the attention kernel), no parameters.
+  c.model.positions = PositionKind::kAlibi;
+  const LayerKernels alibi = layer_kernels(c, gpu);
+  EXPECT_EQ(alibi.attention_fwd.kernels, rope.attention_fwd.kernels - 1);
+  EXPECT_NEAR(rope.attention_fwd.bytes - alibi.attention_fwd.bytes, 4.0 * 2048 * (4096 + 1024), 1.0);
+  EXPECT_EQ(c.model.parameters(), transformer_preset("llama3-8b").parameters());
+  // Learned: a table of max_positions rows on the first stage, added to each token's embedding.
+  c.model.positions = PositionKind::kLearned;
+  c.model.max_positions = 2048;
+  EXPECT_EQ(c.model.parameters() - transformer_preset("llama3-8b").parameters(), 2048 * 4096);
+  EXPECT_NEAR(layer_kernels(c, gpu).embedding_fwd.bytes - rope.embedding_fwd.bytes, 6.0 * 2048 * 4096, 1.0);
+  c.seq_len = 4096;  // longer than the table
+  EXPECT_THROW(derive(c, 8, 8), Error);
+  EXPECT_EQ(parse_position_kind("ALiBi"), PositionKind::kAlibi);
+  EXPECT_THROW(parse_position_kind("sinusoidal"), Error);
+  EXPECT_EQ(parse_mlp_kind("GELU"), MlpKind::kGelu);
+}
+
+TEST(LayerKernels, MultiHeadLatentAttention) {
+  // DeepSeek-V3's MLA (config.json): latents of 1,536 (q) and 512 (k, v), heads of 128 + 64 (q, k)
+  // and 128 (v) dimensions: 187.1 M parameters a layer.
+  TrainingConfig c;
+  c.model = transformer_preset("deepseek-v3");
+  ASSERT_TRUE(c.model.mla());
+  EXPECT_EQ(c.model.attention_parameters(), 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 +
+                                                512 * 128 * 256 + 128 * 128 * 7168);
+  EXPECT_NEAR(static_cast<double>(c.model.parameters()) / 671e9, 1.0, 0.002);
+  c.layout = {"tp2", 2, 1, Sharding::kZero1, 0};
+  c.seq_len = 4096;
+  c.recompute = Recompute::kNone;
+  const GpuSpec gpu = cluster_preset("dgx-h100").gpu;
+  // The flash core: QK^T over 192 dimensions a head, PV over 128, causal, the rank's 64 heads.
+  const double tokens = 4096;
+  const double core_flops = 2.0 * tokens * 2048 * 64 * (192 + 128);
+  const LayerKernels none = layer_kernels(c, gpu);
+  EXPECT_NEAR(none.core_fwd.flops, core_flops, 1.0);
+  EXPECT_DOUBLE_EQ(none.selective_recompute.seconds, 0);
+  // Selective recompute: the up-projections again (q: 1,536 -> 64 x 192; kv: 512 -> 64 x 256), and
+  // q, k, v no longer kept.
+  c.recompute = Recompute::kSelective;
+  const LayerKernels selective = layer_kernels(c, gpu);
+  EXPECT_NEAR(selective.selective_recompute.flops, 2.0 * tokens * (1536.0 * 64 * 192 + 512.0 * 64 * 256), 1.0);
+  auto kept = [&](const TrainingConfig& config) {
+    double bytes = 0;
+    for (const SavedTensor& t : saved_activations(config, false)) bytes += t.bytes_per_token();
+    return bytes;
+  };
+  TrainingConfig keep_all = c;
+  keep_all.recompute = Recompute::kNone;
+  EXPECT_DOUBLE_EQ(kept(keep_all) - kept(c), 2.0 * (128 * 192 + 128 * 192 + 128 * 128));
+  // Unfused attention and the eager stack are not modelled with MLA.
+  c.attention = AttentionImpl::kUnfused;
+  EXPECT_THROW(derive(c, 16, 8), Error);
+  c.attention = AttentionImpl::kAuto;
+  c.kernels = KernelStack::kEager;
+  EXPECT_THROW(derive(c, 16, 8), Error);
 }
 
 TEST(LayerKernels, AHeadDimensionApartFromTheHiddenSize) {

@@ -107,14 +107,38 @@ TEST(ClusterPreset, FiguresOfThePresets) {
   EXPECT_DOUBLE_EQ(a100.nic_Bps, 25e9);
   EXPECT_DOUBLE_EQ(a100.pcie_Bps, 32e9);
 
+  const ClusterSpec b200 = cluster_preset("dgx-b200");
+  EXPECT_EQ(b200.gpu.arch, GpuArch::kBlackwell);
+  EXPECT_DOUBLE_EQ(b200.gpu.bf16_flops, 2250e12);
+  EXPECT_DOUBLE_EQ(b200.gpu.fp8_flops, 4500e12);
+  EXPECT_DOUBLE_EQ(b200.gpu.hbm_Bps, 8e12);
+  EXPECT_DOUBLE_EQ(b200.gpu.memory_bytes, 180e9);
+  EXPECT_DOUBLE_EQ(b200.nvlink_Bps, 900e9);
+  EXPECT_EQ(b200.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(b200.nic_Bps, 50e9);
+
+  // GB200 NVL72: the NVLink domain of 72 GPUs is the node, a 400G NIC per GPU.
+  const ClusterSpec nvl72 = cluster_preset("gb200-nvl72");
+  EXPECT_EQ(nvl72.gpus_per_node, 72);
+  EXPECT_EQ(nvl72.nics_per_node, 72);
+  EXPECT_DOUBLE_EQ(nvl72.gpu.bf16_flops, 2500e12);
+  EXPECT_DOUBLE_EQ(nvl72.gpu.memory_bytes, 186e9);
+  EXPECT_DOUBLE_EQ(nvl72.gpu.tdp_w, 1200);
+  ClusterSpec two_racks = nvl72;
+  two_racks.nodes = 2;
+  EXPECT_NO_THROW(validate(two_racks));
+  EXPECT_EQ(build_cluster(two_racks).gpu_count(), 144);
+
   EXPECT_EQ(cluster_preset("DGX_H100").preset, "dgx-h100");  // '_' for '-'
-  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"dgx-h100", "dgx-h200", "hgx-a100"}));
+  EXPECT_EQ(cluster_preset_names(),
+            (std::vector<std::string>{"dgx-h100", "dgx-h200", "hgx-a100", "dgx-b200", "gb200-nvl72"}));
   try {
     cluster_preset("dgx-b300");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("dgx-h100, dgx-h200, hgx-a100"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dgx-h100, dgx-h200, hgx-a100, dgx-b200, gb200-nvl72"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -375,7 +375,7 @@ TEST(Moe, ExpertParallelismDispatchesAndCombinesWithAllToAll) {
   c.layout.ep = 8;
   const DerivedLayout d = derive(c, 64, 8);
   EXPECT_EQ(d.dp, 32);
-  EXPECT_EQ(d.expert_data_ranks, 4);
+  EXPECT_EQ(d.expert_data_ranks, 8);  // 64 ranks a stage (tp 2 x dp 32) over ep 8
   const StepProgram p = build_step(c, h100s(8));
   const CommGroup* ep = nullptr;
   for (const CommGroup& g : p.groups) {
@@ -383,7 +383,7 @@ TEST(Moe, ExpertParallelismDispatchesAndCombinesWithAllToAll) {
   }
   ASSERT_NE(ep, nullptr);
   EXPECT_EQ(ep->size(), 8);
-  EXPECT_EQ(ep->nodes, 2);  // ep ranks are tp apart: 8 of them span two nodes
+  EXPECT_EQ(ep->nodes, 1);  // folding: ep consecutive ranks of the stage, one node
   std::map<std::string, int> count;
   for (const StepTask& t : p.tasks) {
     if (t.kind == TaskKind::kComm) ++count[p.labels[static_cast<size_t>(t.label)]];
@@ -408,7 +408,7 @@ TEST(Moe, ExpertParallelismDispatchesAndCombinesWithAllToAll) {
   no_ep.layout.ep = 1;
   EXPECT_GT(memory_per_gpu(no_ep, derive(no_ep, 64, 8)).weights_bytes,
             4 * memory_per_gpu(c, d).weights_bytes);
-  // Errors: ep on a dense model, ep not dividing the experts or dp, ep with FSDP.
+  // Errors: ep on a dense model, ep not dividing the experts or the stage's ranks, ep with FSDP.
   TrainingConfig dense = config_of("llama3-8b", {"x", 1, 1, Sharding::kZero1, 0}, 64);
   dense.layout.ep = 2;
   EXPECT_THROW(derive(dense, 8, 8), Error);
@@ -418,6 +418,90 @@ TEST(Moe, ExpertParallelismDispatchesAndCombinesWithAllToAll) {
   TrainingConfig fsdp = c;
   fsdp.layout.sharding = Sharding::kFsdp;
   EXPECT_THROW(derive(fsdp, 64, 8), Error);
+}
+
+TEST(Moe, ExpertParallelismFoldsOverTensorAndDataRanks) {
+  // NeMo's Qwen3-235B-A22B recipe on 256 H100s: TP2 PP8 EP32. dp is 16, so ep = 32 takes the
+  // tensor-parallel ranks too (Megatron-Core's parallel folding, expert TP 1).
+  TrainingConfig c = config_of("llama3-8b", {"tp2-pp8-ep32", 2, 8, Sharding::kZero1, 0}, 8192);
+  c.model = {"qwen3-235b-a22b", 94, 4096, 12288, 64, 4, 151936, false, 128, 8, 1536};
+  c.model.head_dim = 128;
+  c.seq_len = 4096;
+  c.layout.ep = 32;
+  c.layout.vp = 4;
+  const DerivedLayout d = derive(c, 256, 8);
+  EXPECT_EQ(d.dp, 16);
+  EXPECT_EQ(d.expert_data_ranks, 1);  // each expert on one rank of a stage
+  c.global_batch = 128;               // a shorter step for the program (8 microbatches)
+  const StepProgram p = build_step(c, h100s(32));
+  const CommGroup* ep = nullptr;
+  for (const CommGroup& g : p.groups) {
+    EXPECT_NE(g.name, "edp");  // nothing to reduce the experts over
+    if (g.name == "ep") ep = &g;
+  }
+  ASSERT_NE(ep, nullptr);
+  EXPECT_EQ(ep->size(), 32);
+  EXPECT_EQ(ep->nodes, 4);  // the 32 ranks of a stage: four nodes
+  ASSERT_EQ(ep->instances.size(), 8u);  // one a stage
+  for (size_t s = 0; s < 8; ++s) {
+    for (int e = 0; e < 32; ++e) EXPECT_EQ(ep->instances[s][static_cast<size_t>(e)], static_cast<int>(s) * 32 + e);
+  }
+  // The routed experts: 128 / 32 = 4 a rank, their optimizer state unsharded (edp 1) under zero1;
+  // with ep 16 two ranks hold each expert and the distributed optimizer halves that state.
+  const MemoryBreakdown m32 = memory_per_gpu(c, d);
+  TrainingConfig ep16 = c;
+  ep16.layout.ep = 16;
+  const DerivedLayout d16 = derive(ep16, 256, 8);
+  EXPECT_EQ(d16.expert_data_ranks, 2);
+  const MemoryBreakdown m16 = memory_per_gpu(ep16, d16);
+  EXPECT_GT(m16.weights_bytes, 1.5 * m32.weights_bytes);  // twice the experts a rank
+  EXPECT_NEAR(m16.optimizer_bytes / m32.optimizer_bytes, 1.0, 1e-9);
+  // ep must divide the stage's 32 ranks.
+  c.layout.ep = 64;
+  EXPECT_THROW(derive(c, 256, 8), Error);
+}
+
+TEST(Moe, ExpertTensorParallelismSplitsEachExpert) {
+  // Mixtral 8x7B on 64 H100: EP 4 with expert TP 2 over a stage's 64 ranks (edp 8).
+  TrainingConfig c = config_of("mixtral-8x7b", {"tp2-ep4-etp2", 2, 1, Sharding::kZero1, 0}, 64);
+  c.seq_len = 4096;
+  c.recompute = Recompute::kNone;
+  c.layout.ep = 4;
+  c.layout.etp = 2;
+  const DerivedLayout d = derive(c, 64, 8);
+  EXPECT_EQ(d.expert_data_ranks, 8);
+  const StepProgram p = build_step(c, h100s(8));
+  std::map<std::string, const CommGroup*> groups;
+  for (const CommGroup& g : p.groups) groups[g.name] = &g;
+  ASSERT_TRUE(groups.count("ep") && groups.count("etp") && groups.count("edp"));
+  EXPECT_EQ(groups["ep"]->instances.front(), (std::vector<int>{0, 2, 4, 6}));  // etp apart
+  EXPECT_EQ(groups["etp"]->instances.front(), (std::vector<int>{0, 1}));       // consecutive
+  EXPECT_EQ(groups["edp"]->size(), 8);                                         // etp x ep = 8 apart
+  EXPECT_EQ(groups["edp"]->instances.front()[1], 8);
+  // Each MoE layer gathers the dispatched tokens in the expert-TP pair and reduce-scatters the
+  // results: etp x the rank's dispatch bytes, nccl-tests' gathered size.
+  std::map<std::string, int> count;
+  for (const StepTask& t : p.tasks) {
+    if (t.kind == TaskKind::kComm) ++count[p.labels[static_cast<size_t>(t.label)]];
+  }
+  EXPECT_EQ(count["ETP all_gather (tokens)"], 32 * d.microbatches);
+  EXPECT_EQ(count["ETP reduce_scatter (results)"], 32 * d.microbatches);
+  for (const CommOp& op : p.comms) {
+    if (op.collective == Collective::kAllGather && p.groups[static_cast<size_t>(op.group)].name == "etp") {
+      EXPECT_EQ(op.bytes, 2 * (2 * 2048 * 4096 * 2));
+    }
+  }
+  for (double speed : {0.0, 0.05, 5.0}) expect_accounted(p, durations_for(p, speed));
+  // Half the experts' weights of ep 4 alone, and the same FLOPs per rank.
+  TrainingConfig whole = c;
+  whole.layout.etp = 1;
+  const MemoryBreakdown split = memory_per_gpu(c, d), unsplit = memory_per_gpu(whole, derive(whole, 64, 8));
+  EXPECT_LT(split.weights_bytes, 0.6 * unsplit.weights_bytes);
+  EXPECT_NEAR(layer_kernels(c, h100s(1).gpu).moe_fwd.flops / layer_kernels(whole, h100s(1).gpu).moe_fwd.flops, 1.0,
+              0.01);
+  // etp must divide the expert width and the node; it needs an MoE model.
+  c.layout.etp = 16;
+  EXPECT_THROW(derive(c, 64, 8), Error);
 }
 
 TEST(Layout, Llama405bNeedsThousandsOfGpus) {
