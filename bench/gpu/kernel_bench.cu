@@ -10,9 +10,17 @@
 // the best (shortest) run gives GBps, the median median_GBps. After timing, every reduce result is
 // checked on the device against a + b (the inputs are small integers, exact in every type).
 //
-// Usage: tandem_kernel_bench [--probe] [--sizes 256M,1G] [--iters N] [--device D]
+// With --gemm instead: bf16 GEMM speed by token count (cuBLAS, fp32 accumulation), the measurement
+// behind the step model's GEMM occupancy (models/kernels.h gemm_occupancy): whether the GPU's GEMM
+// library runs the last partial wave of output tiles part-empty (Ampere's wave quantization) or
+// shares it among all SMs (Hopper's persistent stream-K kernels). For two layer shapes (kGemmShapes)
+// it times C[m, n] = A[m, k] B[k, n] for m from kGemmMinM to kGemmMaxM in steps of kGemmStepM
+// tokens, and checks every product (A and B all ones: every element of C is exactly k).
+//
+// Usage: tandem_kernel_bench [--probe | --gemm] [--sizes 256M,1G] [--iters N] [--device D]
 //   --probe  only report whether a GPU is usable: exit 0 with a `device ...` line, or exit 77
 //            (kExitNoGpu) with a `no GPU: ...` line.
+//   --gemm   the GEMM sweep (records `gemm shape=... m= n= k= best_us= tflops= median_tflops= check=ok`).
 // Output (one record per line, key=value, machine-readable; lines starting with '#' are comments):
 //   device index=0 name="NVIDIA H200" cc=9.0 sms=132 memory_bytes=...
 //   copy bytes=268435456 moved_bytes=536870912 best_us=... GBps=... median_GBps=...
@@ -22,6 +30,7 @@
 // 77 without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -199,9 +209,103 @@ bool parse_size(std::string_view text, int64_t& bytes) {
   return bytes > 0;
 }
 
+// --gemm: the GEMM sweep.
+struct GemmShape {
+  const char* name;
+  int64_t n, k;
+};
+// BLOOM-176B's QKV projection at TP4 (n = 3 x 14336 / 4), the Llama-3 70B gate + up at TP4
+// (n = 2 x 28672 / 4): layer GEMMs whose token count is micro-batch x sequence.
+constexpr GemmShape kGemmShapes[] = {{"bloom-qkv-tp4", 10752, 14336}, {"llama70b-fc1-tp4", 14336, 8192}};
+constexpr int64_t kGemmMinM = 1024;
+constexpr int64_t kGemmMaxM = 8192;
+constexpr int64_t kGemmStepM = 256;
+
+void cublas_check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + " failed: cuBLAS status " + std::to_string(static_cast<int>(status)));
+}
+
+__global__ void fill_bf16_ones(__nv_bfloat16* p, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = __float2bfloat16(1.0f);
+}
+
+__global__ void count_not(const __nv_bfloat16* c, int64_t count, float expected, unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    if (__bfloat162float(c[i]) != expected) ++local;
+  }
+  if (local != 0) atomicAdd(wrong, local);
+}
+
+int run_gemm(int iters, int device) {
+  TANDEM_CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t stream = nullptr;
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cublasHandle_t handle = nullptr;
+  cublas_check(cublasCreate(&handle), "cublasCreate");
+  cublas_check(cublasSetStream(handle, stream), "cublasSetStream");
+  int64_t max_n = 0, max_k = 0;
+  for (const GemmShape& shape : kGemmShapes) {
+    max_n = std::max(max_n, shape.n);
+    max_k = std::max(max_k, shape.k);
+  }
+  __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
+  unsigned long long* wrong = nullptr;
+  TANDEM_CUDA_CHECK(cudaMalloc(&a, sizeof(*a) * static_cast<size_t>(kGemmMaxM * max_k)));
+  TANDEM_CUDA_CHECK(cudaMalloc(&b, sizeof(*b) * static_cast<size_t>(max_k * max_n)));
+  TANDEM_CUDA_CHECK(cudaMalloc(&c, sizeof(*c) * static_cast<size_t>(kGemmMaxM * max_n)));
+  TANDEM_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
+  fill_bf16_ones<<<grid_for(kGemmMaxM * max_k), kThreadsPerBlock, 0, stream>>>(a, kGemmMaxM * max_k);
+  fill_bf16_ones<<<grid_for(max_k * max_n), kThreadsPerBlock, 0, stream>>>(b, max_k * max_n);
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+  std::printf("# bf16 GEMM C[m,n] = A[m,k] B[k,n] through cublasGemmEx (fp32 compute, default algorithm); "
+              "TFLOP/s = 2mnk / best of %d event-timed runs after %d warmups\n",
+              iters, kWarmupRuns);
+  const float alpha = 1.0f, beta = 0.0f;
+  bool all_ok = true;
+  for (const GemmShape& shape : kGemmShapes) {
+    for (int64_t m = kGemmMinM; m <= kGemmMaxM; m += kGemmStepM) {
+      // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies (n x k) by (k x m).
+      auto gemm = [&] {
+        cublas_check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(shape.n), static_cast<int>(m),
+                                  static_cast<int>(shape.k), &alpha, b, CUDA_R_16BF, static_cast<int>(shape.n), a,
+                                  CUDA_R_16BF, static_cast<int>(shape.k), &beta, c, CUDA_R_16BF,
+                                  static_cast<int>(shape.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx");
+      };
+      const Timing t = time_runs(gemm, iters, stream);
+      const int64_t count = m * shape.n;
+      TANDEM_CUDA_CHECK(cudaMemsetAsync(c, 0xFF, sizeof(*c) * static_cast<size_t>(count), stream));
+      TANDEM_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), stream));
+      gemm();
+      count_not<<<grid_for(count), kThreadsPerBlock, 0, stream>>>(c, count, static_cast<float>(shape.k), wrong);
+      TANDEM_CUDA_CHECK(cudaGetLastError());
+      unsigned long long wrong_host = 0;
+      TANDEM_CUDA_CHECK(cudaMemcpyAsync(&wrong_host, wrong, sizeof(wrong_host), cudaMemcpyDeviceToHost, stream));
+      TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      const double flops = 2.0 * double(m) * double(shape.n) * double(shape.k);
+      std::printf("gemm shape=%s m=%lld n=%lld k=%lld best_us=%.2f tflops=%.1f median_tflops=%.1f check=%s\n",
+                  shape.name, static_cast<long long>(m), static_cast<long long>(shape.n),
+                  static_cast<long long>(shape.k), t.best_us, flops / (t.best_us * 1e-6) / 1e12,
+                  flops / (t.median_us * 1e-6) / 1e12, wrong_host == 0 ? "ok" : "FAILED");
+      std::fflush(stdout);
+      all_ok = all_ok && wrong_host == 0;
+    }
+  }
+  cublas_check(cublasDestroy(handle), "cublasDestroy");
+  TANDEM_CUDA_CHECK(cudaFree(a));
+  TANDEM_CUDA_CHECK(cudaFree(b));
+  TANDEM_CUDA_CHECK(cudaFree(c));
+  TANDEM_CUDA_CHECK(cudaFree(wrong));
+  TANDEM_CUDA_CHECK(cudaStreamDestroy(stream));
+  return all_ok ? 0 : 1;
+}
+
 int usage(const char* message) {
   std::fprintf(stderr, "tandem_kernel_bench: error: %s\n", message);
-  std::fprintf(stderr, "usage: tandem_kernel_bench [--probe] [--sizes 256M,1G] [--iters N] [--device D]\n");
+  std::fprintf(stderr, "usage: tandem_kernel_bench [--probe | --gemm] [--sizes 256M,1G] [--iters N] [--device D]\n");
   return 2;
 }
 
@@ -296,7 +400,7 @@ int run(const std::vector<int64_t>& sizes, int iters, int device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool probe_only = false;
+  bool probe_only = false, gemm_sweep = false;
   std::vector<int64_t> sizes = {int64_t{256} << 20, int64_t{1} << 30};
   int iters = kDefaultIters;
   int device = 0;
@@ -305,6 +409,8 @@ int main(int argc, char** argv) {
     const bool has_value = i + 1 < argc;
     if (arg == "--probe") {
       probe_only = true;
+    } else if (arg == "--gemm") {
+      gemm_sweep = true;
     } else if (arg == "--sizes" && has_value) {
       sizes.clear();
       std::string_view list = argv[++i];
@@ -329,7 +435,7 @@ int main(int argc, char** argv) {
   try {
     if (!probe(device)) return kExitNoGpu;
     if (probe_only) return 0;
-    return run(sizes, iters, device);
+    return gemm_sweep ? run_gemm(iters, device) : run(sizes, iters, device);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "tandem_kernel_bench: error: %s\n", e.what());

@@ -9,6 +9,7 @@
 #   probe               tandem_kernel_bench --probe: is a GPU usable? (no: the table says why, exit 77)
 #   schedules           `tandem schedule` of 8-rank ring and tree all_reduce (the estimate's traffic)
 #   kernel_bench        D2D copy bandwidth and launch_reduce bandwidth per dtype, 256 MiB and 1 GiB
+#   gemm_sweep          bf16 GEMM TFLOP/s by token count (cuBLAS): the step model's GEMM occupancy rule
 #   ctest_gpu           ctest -L gpu
 #   nccl_*              NCCL init + a world-size-1 native all_reduce, a self send/recv, and tandem's
 #                       schedule on NCCL (-g 1)
@@ -202,6 +203,7 @@ echo "present" >"$out/gpu_state"
 
 # --- measurements -------------------------------------------------------------------------------------
 run_step kernel_bench 90 1 "$kernel_bench" --sizes 256M,1G --iters 30
+run_step gemm_sweep 60 1 "$kernel_bench" --gemm --iters 10
 run_step ctest_gpu 150 1 ctest --test-dir "$build" -L gpu --output-on-failure --no-tests=error --timeout 120
 
 run_step nccl_native_all_reduce 60 1 "$tandem" bench all_reduce --backend nccl-native -g 1 -b 8 -e 128M -f 8 -c 1

@@ -22,6 +22,7 @@ Thresholds and the model behind the copy-bound estimate (docs/real-hardware.md d
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -33,6 +34,8 @@ REDUCE_DTYPES = ("f32", "bf16", "f16", "f64", "i32", "i64")
 # Device-memory bytes moved per byte of an op's destination chunks (see the module docstring).
 TRAFFIC_PER_BYTE = {"recv-reduce": 3, "reduce": 3, "recv": 2, "copy": 2, "send": 0}
 BUSBW_ALGORITHMS = ("ring", "tree")
+# The step model's GEMM output tile (models/kernels.h kGemmTileM x kGemmTileN).
+GEMM_TILE_M, GEMM_TILE_N = 128, 256
 EXIT_OK, EXIT_FAIL, EXIT_NO_GPU = 0, 1, 77
 LABEL_WIDTH = 36
 RESULT_WIDTH = 80
@@ -161,6 +164,25 @@ def parse_kernel_bench(text):
                 "check": record["check"],
             })
     return device, copies, reduces
+
+
+def parse_gemm_sweep(text):
+    """[gemm records] from tandem_kernel_bench --gemm's output."""
+    records = []
+    for line in text.splitlines():
+        if line.startswith("gemm "):
+            r = parse_key_values(line)
+            records.append({"shape": r["shape"], "m": int(r["m"]), "n": int(r["n"]), "k": int(r["k"]),
+                            "tflops": float(r["tflops"]), "check": r["check"]})
+    return records
+
+
+def gemm_occupancy(m, n, sms, splits_last_wave):
+    """models/kernels.cc's gemm_occupancy for 128 x 256 output tiles."""
+    tiles = math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
+    if splits_last_wave:
+        return min(1.0, tiles / sms)
+    return tiles / (math.ceil(tiles / sms) * sms)
 
 
 def schedule_traffic(text):
@@ -424,6 +446,44 @@ def add_fault_rows(table, steps):
             table.add(label, (verdicts[-1] if verdicts else step.failure()), "FAIL")
 
 
+def add_gemm_rows(table, steps, sms, out):
+    """The GEMM sweep: TFLOP/s by token count, and which of the step model's two occupancy rules
+    (the last wave of tiles split among the SMs, or run part-empty) the measured curve follows."""
+    step = steps.get("gemm_sweep")
+    if step is None:
+        return
+    records = parse_gemm_sweep(step.text())
+    if not records:
+        table.add("GEMM sweep (bf16, cuBLAS)", step.failure() if not step.ok else "no gemm records", "FAIL")
+        return
+    wrong = [r for r in records if r["check"] != "ok"]
+    if wrong:
+        table.add("GEMM sweep (bf16, cuBLAS)", f"wrong products at {len(wrong)} shapes, first m={wrong[0]['m']}", "FAIL")
+    lines = ["# bf16 GEMM TFLOP/s by tokens (m); measured/best against the step model's two occupancy rules",
+             f"{'shape':<18} {'m':>6} {'tiles':>6} {'TFLOP/s':>8} {'meas/best':>9} {'split':>6} {'wave':>6}"]
+    errors = {True: [], False: []}
+    for shape in sorted({r["shape"] for r in records}):
+        rows = [r for r in records if r["shape"] == shape]
+        best = max(r["tflops"] for r in rows)
+        for r in rows:
+            measured = r["tflops"] / best
+            predicted = {rule: gemm_occupancy(r["m"], r["n"], sms, rule) for rule in (True, False)}
+            for rule in (True, False):
+                errors[rule].append(measured - predicted[rule] / max(gemm_occupancy(x["m"], x["n"], sms, rule)
+                                                                     for x in rows))
+            tiles = math.ceil(r["m"] / GEMM_TILE_M) * math.ceil(r["n"] / GEMM_TILE_N)
+            lines.append(f"{shape:<18} {r['m']:>6} {tiles:>6} {r['tflops']:>8.1f} {measured:>9.3f} "
+                         f"{predicted[True]:>6.3f} {predicted[False]:>6.3f}")
+    rms = {rule: math.sqrt(sum(e * e for e in errs) / len(errs)) for rule, errs in errors.items()}
+    follows = "split (stream-K)" if rms[True] <= rms[False] else "wave quantization"
+    with open(os.path.join(out, "gemm.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    best_all = max(r["tflops"] for r in records)
+    table.add("GEMM by tokens (bf16, cuBLAS)",
+              f"{len(records)} shapes, best {best_all:.0f} TFLOP/s; follows {follows}: rms {rms[True]:.3f} split, "
+              f"{rms[False]:.3f} wave (gemm.txt)", "info" if not wrong else "FAIL")
+
+
 def add_ctest_row(table, steps):
     step = steps.get("ctest_gpu")
     if step is None:
@@ -444,7 +504,8 @@ def add_ctest_row(table, steps):
 
 
 def time_row(steps, elapsed, budget):
-    groups = [("build", ("configure", "build")), ("gpu tests", ("ctest_gpu",)), ("kernel bench", ("kernel_bench",)),
+    groups = [("build", ("configure", "build")), ("gpu tests", ("ctest_gpu",)),
+              ("kernel bench", ("kernel_bench", "gemm_sweep")),
               ("cuda bench", ("cuda_",)), ("nccl", ("nccl_",)), ("faults", ("fault_",)), ("host", ("host_",))]
     spent = {}
     for step in steps.values():
@@ -495,6 +556,7 @@ def summarize(out, elapsed=None, budget=None):
         add_wrong_rows(table, steps, out)
         add_nccl_rows(table, steps)
         add_fault_rows(table, steps)
+        add_gemm_rows(table, steps, int(device.get("sms", 0) or 132), out)
     table.add("time", time_row(steps, elapsed, budget), "info")
 
     passed, failed = table.counts()

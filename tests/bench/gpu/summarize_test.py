@@ -41,6 +41,21 @@ def fixture(name):
         return f.read()
 
 
+def gemm_log(splits_last_wave, sms=132, peak=800.0, wrong_m=None):
+    """tandem_kernel_bench --gemm's output (its printf format) for a GPU whose GEMMs follow one of the
+    step model's occupancy rules exactly: synthetic, a test of the summary's classification only."""
+    lines = ["# bf16 GEMM C[m,n] = A[m,k] B[k,n] through cublasGemmEx (fp32 compute, default algorithm); "
+             "TFLOP/s = 2mnk / best of 10 event-timed runs after 3 warmups"]
+    for shape, n, k in (("bloom-qkv-tp4", 10752, 14336), ("llama70b-fc1-tp4", 14336, 8192)):
+        for m in range(1024, 8192 + 1, 256):
+            tflops = peak * summarize.gemm_occupancy(m, n, sms, splits_last_wave)
+            best_us = 2.0 * m * n * k / (tflops * 1e12) * 1e6
+            check = "FAILED" if m == wrong_m else "ok"
+            lines.append(f"gemm shape={shape} m={m} n={n} k={k} best_us={best_us:.2f} tflops={tflops:.1f} "
+                         f"median_tflops={tflops:.1f} check={check}")
+    return "\n".join(lines) + "\n"
+
+
 def passing_run():
     """Step name -> [status, seconds, required, log text], in run.sh's order, every check passing."""
     steps = {
@@ -50,6 +65,7 @@ def passing_run():
         "schedule_all_reduce_tree": ["0", 0.1, "1", fixture("schedule_all_reduce_tree8.txt")],
         "probe": ["0", 0.4, "1", PROBE_OK],
         "kernel_bench": ["0", 4.1, "1", fixture("kernel_bench.txt")],
+        "gemm_sweep": ["0", 2.0, "1", gemm_log(splits_last_wave=True)],
         "ctest_gpu": ["0", 9.3, "1", fixture("ctest_gpu_pass.txt")],
         "nccl_native_all_reduce": ["0", 2.5, "1", fixture("nccl_native_all_reduce.txt")],
         "nccl_native_send_recv": ["0", 2.1, "1", fixture("nccl_native_send_recv.txt")],
@@ -135,10 +151,30 @@ class SummarizeRunTest(unittest.TestCase):
         self.assertEqual(row(output, "fault link-flap-host --backend cuda"),
                          ("exit 0: expectations held (Verdict: PASS)", "PASS"))
         self.assertEqual(row(output, "time")[0],
-                         "412 s of 470 s: build 216, gpu tests 9, kernel bench 4, cuda bench 110, nccl 7, faults 5, "
+                         "412 s of 470 s: build 216, gpu tests 9, kernel bench 6, cuda bench 110, nccl 7, faults 5, "
                          "host 10, other 1")
         with open(os.path.join(self.out, "summary.txt"), encoding="utf-8") as f:
             self.assertEqual(f.read(), output)
+
+    def test_gemm_sweep_says_which_occupancy_rule_the_gpu_follows(self):
+        status, output = self.summarize(passing_run())
+        result, verdict = row(output, "GEMM by tokens (bf16, cuBLAS)")
+        self.assertEqual(verdict, "info")
+        self.assertIn("58 shapes, best 800 TFLOP/s; follows split (stream-K): rms 0.000 split", result)
+        with open(os.path.join(self.out, "gemm.txt"), encoding="utf-8") as f:
+            table = f.read().splitlines()
+        # BLOOM's QKV at 2,048 tokens: 672 tiles, 6.2 waves of 132 SMs; part-empty it would run at 0.848.
+        self.assertIn(f"{'bloom-qkv-tp4':<18} {2048:>6} {672:>6} {800.0:>8.1f} {1.0:>9.3f} {1.0:>6.3f} {0.848:>6.3f}",
+                      table)
+        steps = passing_run()
+        steps["gemm_sweep"][3] = gemm_log(splits_last_wave=False)
+        status, output = self.summarize(steps)
+        self.assertEqual(status, 0, output)
+        self.assertIn("follows wave quantization", row(output, "GEMM by tokens (bf16, cuBLAS)")[0])
+        steps["gemm_sweep"][3] = gemm_log(splits_last_wave=True, wrong_m=4096)
+        status, output = self.summarize(steps)
+        self.assertEqual(status, 1, output)
+        self.assertEqual(row(output, "GEMM sweep (bf16, cuBLAS)"), ("wrong products at 2 shapes, first m=4096", "FAIL"))
 
     def test_busbw_and_side_by_side_files(self):
         self.summarize(passing_run())
