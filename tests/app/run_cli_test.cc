@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -390,6 +391,27 @@ TEST(RunCli, MoeAndInterleavedScenariosHoldTheirBounds) {
   const Outcome big = run_tandem("run scenarios/llama3-405b-16kxh100.yaml");
   ASSERT_EQ(big.exit_code, 0) << big.out << big.err;
   EXPECT_TRUE(contains(big.out, "verdict: PASS (4 of 4 expectations hold)")) << big.out;
+}
+
+// BLOOM-176B on A100s: the micro-batch BigScience found fastest (2) is tandem's fastest too, for the
+// model's reasons: compute falls with the micro-batch (wave quantization, DeepSpeed's per-microbatch
+// accumulation) while the bubble grows.
+TEST(RunCli, BloomMicroBatchSweepPutsTwoFirst) {
+  const std::string dir = temp_path("bloom_out");
+  std::filesystem::remove_all(dir);
+  const Outcome outcome = run_tandem("run scenarios/bloom-176b-384xa100.yaml --out " + dir);
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.out << outcome.err;
+  EXPECT_TRUE(contains(outcome.out, "verdict: PASS (3 of 3 expectations hold)")) << outcome.out;
+  const nlohmann::json json = nlohmann::json::parse(read_text(dir + "/results.json"));
+  std::map<std::string, nlohmann::json> by_name;
+  for (const nlohmann::json& layout : json.at("variants").at(0).at("layouts")) by_name[layout.at("layout")] = layout;
+  ASSERT_EQ(by_name.size(), 4u);
+  auto value = [&](const char* layout, const char* key) { return by_name.at(layout).at(key).get<double>(); };
+  for (const char* other : {"mbs1", "mbs4", "mbs8"}) EXPECT_LT(value("mbs2", "step_s"), value(other, "step_s")) << other;
+  EXPECT_GT(value("mbs1", "compute_s"), value("mbs2", "compute_s"));
+  EXPECT_GT(value("mbs2", "compute_s"), value("mbs4", "compute_s"));
+  EXPECT_LT(value("mbs1", "bubble_s"), value("mbs2", "bubble_s"));
+  EXPECT_EQ(json.at("workload").at("grad_accumulation"), "deepspeed");
 }
 
 // The start-up scenario: four lever sets, every phase in the table, the files, and --backend host refused.
