@@ -146,7 +146,9 @@ std::vector<std::vector<std::string>> read_table(const std::string& file, std::s
 models::Sharding sharding_of(const std::string& text) {
   if (text.starts_with("distributed optimizer") || text.starts_with("zero1") || text == "1" || unknown(text))
     return models::Sharding::kZero1;
-  if (mentions(text, "fsdp")) return models::Sharding::kFsdp;
+  if (mentions(text, "fsdp") || text == "3") return models::Sharding::kFsdp;
+  // ZeRO-2 also shards the gradients, which tandem's zero1 keeps whole: its memory is an upper bound.
+  if (text == "2") return models::Sharding::kZero1;
   if (text.starts_with("hsdp")) return models::Sharding::kHsdp;
   if (text.starts_with("none") || text.starts_with("ddp") || text == "0") return models::Sharding::kNone;
   fail(ErrorCode::kFormat, "unknown sharding '{}'", text);
@@ -288,15 +290,20 @@ std::vector<Case> planner_cases(const std::string& file) {
     // The measurement: a step time or tokens per GPU, else the model TFLOP/s (not hardware FLOPs).
     const std::string& step = f[26];
     const std::string& tflops = f[25];
+    auto number = [&](const std::string& cell) {
+      const std::optional<double> value = leading_number(cell);
+      if (!value) fail(ErrorCode::kFormat, "{}: '{}' does not start with a number", where, cell);
+      return *value;
+    };
     if (mentions(step, "s/iter")) {
       k.metric = "step_s";
-      k.value = *leading_number(step);
+      k.value = number(step);
     } else if (mentions(step, "tok/s/gpu")) {
       k.metric = "tok_s_gpu";
-      k.value = *leading_number(step);
+      k.value = number(step);
     } else if (mentions(tflops, "tflop/s") && !mentions(tflops, "hfu")) {
       k.metric = "tflops_per_gpu";
-      k.value = *leading_number(tflops);
+      k.value = number(tflops);
     } else {
       fail(ErrorCode::kFormat, "{}: no step time, tokens per GPU or model TFLOP/s to compare with", where);
     }

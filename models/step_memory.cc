@@ -161,9 +161,10 @@ class StepProgramMemory {
       if (m_.mla()) {
         const double ql = static_cast<double>(m_.q_lora_rank), kl = static_cast<double>(m_.kv_lora_rank);
         const double heads = m_.heads;
-        for (double p : {h * ql, ql, ql * q, h * (kl + static_cast<double>(m_.qk_rope_dim)), kl,
-                         kl * heads * static_cast<double>(m_.qk_nope_dim + m_.v_head_dim), o * h})
-          add(p / tp);  // q down, norm, up; kv down, norm, up; o
+        // The down-projections and latent norms are whole on every TP rank (Megatron: duplicated).
+        for (double p : {h * ql, ql, h * (kl + static_cast<double>(m_.qk_rope_dim)), kl}) add(p);
+        for (double p : {ql * q, kl * heads * static_cast<double>(m_.qk_nope_dim + m_.v_head_dim), o * h})
+          add(p / tp);  // q up, kv up, o
       } else {
         for (double out : {q, kv, kv, o}) add(h * out / tp);  // q, k, v, o
       }
@@ -243,7 +244,6 @@ class StepProgramMemory {
     const std::vector<Unit>& units = units_[static_cast<size_t>(c)];
     auto& kept = activations_[{mb, c}];
     const double tp = config_.layout.tp;
-    const double h = static_cast<double>(m_.d_model);
     uint64_t gathered = kNoTensor, prefetched = kNoTensor;
     for (size_t i = 0; i < units.size(); ++i) {
       const Unit& u = units[i];
@@ -257,7 +257,7 @@ class StepProgramMemory {
         // full-sequence buffer (FP8 when the GEMM is), freed after the GEMM it feeds.
         for (const SavedTensor& saved : layer_activations(u.layer, false)) {
           if (tp > 1 && saved.gathered_for_gemm) {
-            const uint64_t sp = t.alloc(saved.bytes_per_element * h * tokens_, kComputeStream);
+            const uint64_t sp = t.alloc(saved.bytes_per_token() * tokens_, kComputeStream);
             kept.push_back(t.alloc(bytes_of(saved), kComputeStream));
             t.free(sp);
           } else {

@@ -301,17 +301,26 @@ class StepBuilder {
              bool backward, std::string_view what, std::vector<int> deps) {
     std::vector<int> work_deps = deps;
     int gather_rest = -1;
+    // Multi-head latent attention gathers its latents (and k's rope part), not the hidden state:
+    // forward the all_gather is that narrow, backward the reduce_scatter of their gradients.
+    double gathered = activation_bytes_, scattered = activation_bytes_;
+    if (core != nullptr && m_.mla()) {
+      const double narrow = activation_bytes_ *
+                            static_cast<double>(m_.q_lora_rank + m_.kv_lora_rank + m_.qk_rope_dim) /
+                            static_cast<double>(m_.d_model);
+      (backward ? scattered : gathered) = narrow;
+    }
     if (tp_ > 1) {
       deps.push_back(last_tp_ >= 0 ? last_tp_ : last_compute_);
       std::erase(deps, -1);
       if (config_.layout.tp_overlap) {
-        const int head = comm(stage, "tp", Collective::kAllGather, activation_bytes_ / tp_, tp_group_,
-                              "TP all_gather (overlapped)", deps);
-        gather_rest = comm(stage, "tp", Collective::kAllGather, activation_bytes_ * (tp_ - 1) / tp_, tp_group_,
+        const int head =
+            comm(stage, "tp", Collective::kAllGather, gathered / tp_, tp_group_, "TP all_gather (overlapped)", deps);
+        gather_rest = comm(stage, "tp", Collective::kAllGather, gathered * (tp_ - 1) / tp_, tp_group_,
                            "TP all_gather (overlapped)", {head});
         work_deps = {head};
       } else {
-        work_deps = {comm(stage, "tp", Collective::kAllGather, activation_bytes_, tp_group_, "TP all_gather", deps)};
+        work_deps = {comm(stage, "tp", Collective::kAllGather, gathered, tp_group_, "TP all_gather", deps)};
       }
     }
     int work;
@@ -327,13 +336,12 @@ class StepBuilder {
     }
     if (tp_ > 1) {
       if (config_.layout.tp_overlap) {
-        const int rest = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_ * (tp_ - 1) / tp_, tp_group_,
+        const int rest = comm(stage, "tp", Collective::kReduceScatter, scattered * (tp_ - 1) / tp_, tp_group_,
                               "TP reduce_scatter (overlapped)", {gather_rest});
-        last_tp_ = comm(stage, "tp", Collective::kReduceScatter, activation_bytes_ / tp_, tp_group_,
+        last_tp_ = comm(stage, "tp", Collective::kReduceScatter, scattered / tp_, tp_group_,
                         "TP reduce_scatter (overlapped)", {work, rest});
       } else {
-        last_tp_ =
-            comm(stage, "tp", Collective::kReduceScatter, activation_bytes_, tp_group_, "TP reduce_scatter", {work});
+        last_tp_ = comm(stage, "tp", Collective::kReduceScatter, scattered, tp_group_, "TP reduce_scatter", {work});
       }
     }
   }
@@ -422,8 +430,11 @@ class StepBuilder {
     double expert_params = 0;  // routed experts, before expert parallelism
     bool layer = false;
     bool head = false;
-    int index = -1;  // the layer's index in the model
+    int index = -1;         // the layer's index in the model
+    double replicated = 0;  // of params, held whole by every TP rank (MLA's down-projections)
   };
+  // One rank's dense parameters of a unit.
+  double tp_local(const Unit& u) const { return TransformerSpec::tp_local(u.params, u.replicated, tp_); }
   std::vector<Unit> units(int v) const {
     std::vector<Unit> out;
     const int last = pp_ * vp_ - 1;
@@ -432,7 +443,8 @@ class StepBuilder {
     const int first = first_layer(d_, v);
     for (int l = first; l < first + d_.layers_of_stage[static_cast<size_t>(v)]; ++l) {
       out.push_back({static_cast<double>(m_.layer_dense_parameters(l)),
-                     static_cast<double>(m_.layer_expert_parameters(l)), true, false, l});
+                     static_cast<double>(m_.layer_expert_parameters(l)), true, false, l,
+                     static_cast<double>(m_.layer_replicated_parameters())});
     }
     if (v == last && (!m_.tied_embeddings || last > 0))
       out.push_back({matrix + static_cast<double>(m_.d_model), 0, false, true, -1});
@@ -458,7 +470,7 @@ class StepBuilder {
         // At most two units gathered ahead: unit i's all_gather waits for unit i-2's compute.
         const int after = i >= 2 ? ends[i - 2] : -1;
         deps.push_back(comm(s, "data", Collective::kAllGather,
-                            2.0 * (u[i].params / tp_ + (fsdp ? u[i].expert_params : 0)), data_group_,
+                            2.0 * (tp_local(u[i]) + (fsdp ? u[i].expert_params : 0)), data_group_,
                             fsdp ? "FSDP all_gather (fwd)" : "DP all_gather (params)", maybe(after)));
       }
       if (!fsdp && sharding == Sharding::kZero1 && expert_data_group_ >= 0 && mb == 0 && u[i].expert_params > 0) {
@@ -489,15 +501,17 @@ class StepBuilder {
   // A stack that does not accumulate in the GEMMs adds a microbatch's gradients into the main ones
   // in a pass of its own, after the microbatch's backward, before its gradients go to the previous
   // stage.
-  void accumulate_gradients(int s, const std::vector<Unit>& u) {
+  // Returns the pass's task (-1: none).
+  int accumulate_gradients(int s, const std::vector<Unit>& u) {
     const double per_param = grad_accumulation_bytes_per_parameter(config_);
-    if (per_param <= 0) return;
+    if (per_param <= 0) return -1;
     double params = 0;
-    for (const Unit& unit : u) params += unit.params / tp_ + unit.expert_params / config_.layout.expert_shards();
+    for (const Unit& unit : u) params += tp_local(unit) + unit.expert_params / config_.layout.expert_shards();
     const KernelCost pass =
         memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, per_param * params);
     const int task = compute(s, 0, pass, "gradient accumulation", {});
     program_.tasks[static_cast<size_t>(task)].fixed_s = per_param * params / cluster_.gpu.hbm_Bps;
+    return task;
   }
 
   // One microbatch's backward through virtual stage v; `grad_reductions` collects the collectives
@@ -511,12 +525,13 @@ class StepBuilder {
     int first_task = -1;
     std::vector<int> ends(n, -1);
     auto gather = [&](size_t i, int after) {
-      return comm(s, "data", Collective::kAllGather, 2.0 * (u[i].params / tp_ + u[i].expert_params), data_group_,
+      return comm(s, "data", Collective::kAllGather, 2.0 * (tp_local(u[i]) + u[i].expert_params), data_group_,
                   "FSDP all_gather (bwd)", maybe(after));
     };
     // FSDP gathers the next unit's parameters (backward order) before it reduce-scatters this
     // unit's gradients, so that the gather is not queued behind the reduction.
     int gathered = fsdp ? gather(n - 1, -1) : -1;
+    const size_t first_reduction = grad_reductions.size();
     for (size_t k = 0; k < n; ++k) {
       const size_t i = n - 1 - k;
       std::vector<int> deps = maybe(gathered);
@@ -537,7 +552,7 @@ class StepBuilder {
       }
       ends[i] = last_compute_;
       if (fsdp && i > 0) gathered = gather(i - 1, k >= 1 ? ends[i + 1] : -1);
-      const double grads = grad_bytes(config_) * u[i].params / tp_;
+      const double grads = grad_bytes(config_) * tp_local(u[i]);
       // FSDP and HSDP shard the routed experts with the rest (they run with ep = 1).
       const double all_grads = grads + grad_bytes(config_) * u[i].expert_params;
       if (last_mb && expert_data_group_ >= 0 && u[i].expert_params > 0) {
@@ -568,7 +583,11 @@ class StepBuilder {
             comm(s, "data", Collective::kAllReduce, grads, data_group_, "DP all_reduce (grads)", {last_compute_}));
       }
     }
-    accumulate_gradients(s, u);
+    // The last microbatch's reductions reduce what the accumulation pass leaves: they wait for it.
+    if (const int pass = accumulate_gradients(s, u); pass >= 0) {
+      for (size_t r = first_reduction; r < grad_reductions.size(); ++r)
+        program_.tasks[static_cast<size_t>(grad_reductions[r])].deps = {pass};
+    }
     // The first compute of this microbatch's backward waits for the next virtual stage's gradients.
     if (v + 1 < pp_ * vp_) pending_.push_back({first_task, false, v + 1, mb});
     if (v > 0) {
@@ -613,7 +632,7 @@ class StepBuilder {
     double local = 0, local_experts = 0;
     for (int v = s; v < pp_ * vp_; v += pp_) {
       for (const Unit& unit : units(v)) {
-        local += unit.params / tp_;
+        local += tp_local(unit);
         local_experts += unit.expert_params / config_.layout.expert_shards();
       }
     }

@@ -1,177 +1,16 @@
 #include "models/workload.h"
 
 #include <algorithm>
-#include <array>
-#include <cctype>
 #include <cmath>
-#include <map>
-#include <queue>
-#include <set>
+#include <optional>
+#include <string>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "core/error.h"
 #include "models/workload_internal.h"
 
 namespace tandem::models {
-namespace {
-
-// Lower case, '_' read as '-': how every name in a scenario is compared.
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-}  // namespace
-
-// ---- the model -----------------------------------------------------------------------------------
-
-int64_t TransformerSpec::attention_parameters() const {
-  if (mla()) {
-    // q: down-projection, latent norm, up-projection; k / v: down-projection (with k's rope part),
-    // latent norm, up-projection (k's nope part and v); the output projection.
-    return d_model * q_lora_rank + q_lora_rank + q_lora_rank * q_dim() + d_model * (kv_lora_rank + qk_rope_dim) +
-           kv_lora_rank + kv_lora_rank * heads * (qk_nope_dim + v_head_dim) + o_dim() * d_model;
-  }
-  return 2 * d_model * q_dim() + 2 * d_model * kv_dim();  // q, o; k, v
-}
-
-int64_t TransformerSpec::expert_parameters() const { return 3 * d_model * moe_ffn; }
-
-int64_t TransformerSpec::layer_parameters() const {
-  // + (gate,) up, down; two norms
-  return attention_parameters() + mlp_matrices() * d_model * ffn + 2 * d_model;
-}
-
-std::string_view name(MlpKind kind) { return kind == MlpKind::kGelu ? "gelu" : "swiglu"; }
-
-MlpKind parse_mlp_kind(std::string_view text) {
-  for (MlpKind kind : {MlpKind::kSwiGlu, MlpKind::kGelu}) {
-    if (lower(text) == name(kind)) return kind;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown mlp '{}' (expected: swiglu, gelu)", text);
-}
-
-std::string_view name(PositionKind kind) {
-  switch (kind) {
-    case PositionKind::kRope:
-      return "rope";
-    case PositionKind::kAlibi:
-      return "alibi";
-    case PositionKind::kLearned:
-      return "learned";
-  }
-  return "?";
-}
-
-PositionKind parse_position_kind(std::string_view text) {
-  for (PositionKind kind : {PositionKind::kRope, PositionKind::kAlibi, PositionKind::kLearned}) {
-    if (lower(text) == name(kind)) return kind;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown positions '{}' (expected: rope, alibi, learned)", text);
-}
-
-int64_t TransformerSpec::layer_dense_parameters(int layer) const {
-  if (!moe_layer(layer)) return layer_parameters();
-  // Attention, the shared experts, the router and the two norms.
-  return attention_parameters() + shared_experts * expert_parameters() + d_model * experts + 2 * d_model;
-}
-
-int64_t TransformerSpec::layer_expert_parameters(int layer) const {
-  return moe_layer(layer) ? experts * expert_parameters() : 0;
-}
-
-int64_t TransformerSpec::other_parameters() const {
-  // embedding (+ head) + final norm
-  return embedding_parameters() + (tied_embeddings ? 0 : vocab * d_model) + d_model;
-}
-
-int64_t TransformerSpec::parameters() const {
-  int64_t total = other_parameters();
-  for (int l = 0; l < layers; ++l) total += layer_dense_parameters(l) + layer_expert_parameters(l);
-  return total;
-}
-
-int64_t TransformerSpec::active_parameters() const {
-  int64_t total = other_parameters();
-  for (int l = 0; l < layers; ++l)
-    total += layer_dense_parameters(l) + (moe_layer(l) ? top_k * expert_parameters() : 0);
-  return total;
-}
-
-namespace {
-
-// The Llama 3 Herd of Models, Table 3; vocabulary 128,256 (the released config.json).
-constexpr std::array<std::string_view, 6> kModelPresetNames{"llama3-8b",    "llama3-70b",    "llama3-405b",
-                                                       "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3"};
-
-}  // namespace
-
-TransformerSpec transformer_preset(std::string_view name) {
-  const std::string key = lower(name);
-  if (key == "llama3-8b") return {"llama3-8b", 32, 4096, 14336, 32, 8, 128256, false};
-  if (key == "llama3-70b") return {"llama3-70b", 80, 8192, 28672, 64, 8, 128256, false};
-  if (key == "llama3-405b") return {"llama3-405b", 126, 16384, 53248, 128, 8, 128256, false};
-  // Mixtral: every layer's MLP is 8 experts of the dense width, 2 per token (46.7 B, 12.9 B active).
-  if (key == "mixtral-8x7b") return {"mixtral-8x7b", 32, 4096, 14336, 32, 8, 32000, false, 8, 2, 14336, 0, 0};
-  if (key == "mixtral-8x22b") return {"mixtral-8x22b", 56, 6144, 16384, 48, 8, 32768, false, 8, 2, 16384, 0, 0};
-  // DeepSeek-V3: 61 layers, the first 3 dense (ffn 18,432), then 256 routed experts of 2,048 (8 per
-  // token) and one shared; 128 heads. Its multi-head latent attention is modelled as 128-head
-  // attention of d_model 7,168 (205 M parameters a layer against MLA's 187 M).
-  if (key == "deepseek-v3") {
-    // Multi-head latent attention as its config.json gives it (arXiv 2412.19437 §2.1.1).
-    TransformerSpec spec{"deepseek-v3", 61, 7168, 18432, 128, 128, 129280, false, 256, 8, 2048, 1, 3};
-    spec.q_lora_rank = 1536;
-    spec.kv_lora_rank = 512;
-    spec.qk_nope_dim = 128;
-    spec.qk_rope_dim = 64;
-    spec.v_head_dim = 128;
-    return spec;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown model '{}' (expected one of: {}, or a custom model's dimensions)", name,
-       fmt::join(kModelPresetNames, ", "));
-}
-
-std::vector<std::string> transformer_preset_names() { return {kModelPresetNames.begin(), kModelPresetNames.end()}; }
-
-void validate(const TransformerSpec& model) {
-  auto bad = [&](std::string_view field, int64_t value, std::string_view rule) {
-    fail(ErrorCode::kInvalidArgument, "model {}: {} = {}: {}", model.name, field, value, rule);
-  };
-  if (model.layers < 1 || model.layers > 100000) bad("layers", model.layers, "must be 1..100000");
-  if (model.d_model < 1 || model.d_model > (int64_t{1} << 20)) bad("d_model", model.d_model, "must be 1..1048576");
-  if (model.ffn < 1 || model.ffn > (int64_t{1} << 24)) bad("ffn", model.ffn, "must be 1..16777216");
-  if (model.heads < 1 || (model.head_dim == 0 && model.d_model % model.heads != 0))
-    bad("heads", model.heads, "must divide d_model (or give head_dim)");
-  if (model.head_dim < 0 || model.head_dim > (int64_t{1} << 16)) bad("head_dim", model.head_dim, "must be 1..65536");
-  if (model.kv_lora_rank < 0 || model.kv_lora_rank > (int64_t{1} << 16))
-    bad("kv_lora_rank", model.kv_lora_rank, "must be 0..65536");
-  if (model.mla()) {
-    for (auto [field, value] : {std::pair<std::string_view, int64_t>{"q_lora_rank", model.q_lora_rank},
-                                {"qk_nope_head_dim", model.qk_nope_dim},
-                                {"qk_rope_head_dim", model.qk_rope_dim},
-                                {"v_head_dim", model.v_head_dim}}) {
-      if (value < 1 || value > (int64_t{1} << 16)) bad(field, value, "multi-head latent attention needs it: 1..65536");
-    }
-    if (model.kv_heads != model.heads) bad("kv_heads", model.kv_heads, "must equal heads with multi-head latent attention");
-  }
-  if (model.positions == PositionKind::kLearned && (model.max_positions < 1 || model.max_positions > kMaxSeqLen))
-    bad("max_positions", model.max_positions, "a learned position table needs its rows: 1..1048576");
-  if (model.kv_heads < 1 || model.heads % model.kv_heads != 0) bad("kv_heads", model.kv_heads, "must divide heads");
-  if (model.vocab < 1 || model.vocab > (int64_t{1} << 24)) bad("vocab", model.vocab, "must be 1..16777216");
-  if (model.experts < 0 || model.experts > 4096) bad("experts", model.experts, "must be 0..4096");
-  if (model.moe()) {
-    if (model.top_k < 1 || model.top_k > model.experts) bad("top_k", model.top_k, "must be 1..experts");
-    if (model.moe_ffn < 1 || model.moe_ffn > (int64_t{1} << 24)) bad("moe_ffn", model.moe_ffn, "must be 1..16777216");
-    if (model.shared_experts < 0 || model.shared_experts > 64)
-      bad("shared_experts", model.shared_experts, "must be 0..64");
-    if (model.dense_layers < 0 || model.dense_layers >= model.layers)
-      bad("dense_layers", model.dense_layers, "must leave at least one MoE layer");
-  }
-}
-
 std::string_view name(Sharding sharding) {
   switch (sharding) {
     case Sharding::kNone:
@@ -188,7 +27,7 @@ std::string_view name(Sharding sharding) {
 
 Sharding parse_sharding(std::string_view text) {
   for (Sharding s : {Sharding::kNone, Sharding::kZero1, Sharding::kFsdp, Sharding::kHsdp}) {
-    if (lower(text) == name(s)) return s;
+    if (name_key(text) == name(s)) return s;
   }
   fail(ErrorCode::kInvalidArgument, "unknown sharding '{}' (expected: none, zero1, fsdp, hsdp)", text);
 }
@@ -206,7 +45,7 @@ std::string_view name(Recompute recompute) {
 }
 
 Recompute parse_recompute(std::string_view text) {
-  const std::string key = lower(text);
+  const std::string key = name_key(text);
   if (key == "none" || key == "false") return Recompute::kNone;
   if (key == "selective") return Recompute::kSelective;
   if (key == "full" || key == "true") return Recompute::kFull;
@@ -227,10 +66,12 @@ std::string_view name(GradAccumulation mode) {
 
 GradAccumulation parse_grad_accumulation(std::string_view text) {
   for (GradAccumulation mode : {GradAccumulation::kFused, GradAccumulation::kHook, GradAccumulation::kDeepSpeed}) {
-    if (lower(text) == name(mode)) return mode;
+    if (name_key(text) == name(mode)) return mode;
   }
   fail(ErrorCode::kInvalidArgument, "unknown grad_accumulation '{}' (expected: fused, hook, deepspeed)", text);
 }
+
+// The model (TransformerSpec, presets, model FLOPs): transformer.cc.
 
 // ---- layout --------------------------------------------------------------------------------------
 
@@ -256,6 +97,10 @@ std::string workload_conflict(const TrainingConfig& config) {
     return fmt::format("cp = {} splits each sequence into 2 x cp load-balanced chunks: seq_len {} must be a multiple of {}",
                        layout.cp, config.seq_len, 2 * layout.cp);
   if (config.micro_batch < 1) return "micro_batch must be at least 1";
+  if (config.grad_accumulation == GradAccumulation::kDeepSpeed && config.grad_reduce_dtype != DataType::kF32)
+    return "grad_accumulation 'deepspeed' keeps and reduces fp32 gradients (BF16_Optimizer): set grad_reduce_dtype: f32";
+  if (layout.etp > 1 && config.kernels == KernelStack::kEager)
+    return "expert tensor parallelism (etp) is modelled with the fused kernels (Megatron-Core's grouped experts)";
   if (config.grad_accumulation != GradAccumulation::kFused &&
       (layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp))
     return fmt::format("grad_accumulation '{}' is a Megatron / DeepSpeed path; FSDP accumulates its own way (use fused)",
@@ -363,6 +208,7 @@ int virtual_stages(const TrainingConfig& config) { return config.layout.pp * con
 // its layers, the embedding on the first, the output head (and final norm) on the last.
 struct StageParameters {
   double dense = 0;
+  double replicated = 0;  // of dense, held whole by every TP rank (TransformerSpec::layer_replicated_parameters)
   double expert = 0;
   int moe_layers = 0;
 };
@@ -373,6 +219,7 @@ StageParameters virtual_stage_parameters(const TrainingConfig& config, const Der
   const int first = first_layer(d, v);
   for (int l = first; l < first + d.layers_of_stage[static_cast<size_t>(v)]; ++l) {
     p.dense += static_cast<double>(m.layer_dense_parameters(l));
+    p.replicated += static_cast<double>(m.layer_replicated_parameters());
     p.expert += static_cast<double>(m.layer_expert_parameters(l));
     p.moe_layers += m.moe_layer(l) ? 1 : 0;
   }
@@ -585,17 +432,19 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   const TransformerSpec& m = config.model;
   const ParallelLayout& layout = config.layout;
   const double tp = layout.tp;
-  double dense = 0, expert = 0, layers = 0, moe_layers = 0;
+  double dense = 0, replicated = 0, expert = 0, layers = 0, moe_layers = 0;
   for (int v = stage; v < virtual_stages(config); v += layout.pp) {
     const StageParameters p = virtual_stage_parameters(config, d, v);
     dense += p.dense;
+    replicated += p.replicated;
     expert += p.expert;
     moe_layers += p.moe_layers;
     layers += d.layers_of_stage[static_cast<size_t>(v)];
   }
-  // Routed experts split over the expert-parallel ranks (not over tensor parallelism); their
-  // optimizer state over the ranks that hold the same experts.
-  const double local = dense / tp + expert / layout.expert_shards();
+  // Routed experts split over the expert-parallel and expert-TP ranks (not over tensor
+  // parallelism); their optimizer state over the ranks that hold the same expert shard.
+  const double dense_local = TransformerSpec::tp_local(dense, replicated, tp);
+  const double local = dense_local + expert / layout.expert_shards();
   const bool sharded = layout.sharding == Sharding::kFsdp || layout.sharding == Sharding::kHsdp;
   const double shard = sharded ? d.shard_group : 1;
   MemoryBreakdown mem;
@@ -604,7 +453,7 @@ MemoryBreakdown stage_memory(const TrainingConfig& config, const DerivedLayout& 
   mem.gradients_bytes = state.gradients * local / shard;
   if (layout.sharding == Sharding::kZero1) {
     mem.optimizer_bytes =
-        state.optimizer * (dense / tp / d.data_ranks + expert / layout.expert_shards() / d.expert_data_ranks);
+        state.optimizer * (dense_local / d.data_ranks + expert / layout.expert_shards() / d.expert_data_ranks);
   } else {
     mem.optimizer_bytes = state.optimizer * local / shard;
   }
@@ -667,12 +516,6 @@ void check_fits(const TrainingConfig& config, const DerivedLayout& derived, cons
        config.model.name, config.layout.name, derived.gpus, mem.total_bytes() / 1e9, mem.weights_bytes / 1e9,
        mem.gradients_bytes / 1e9, mem.optimizer_bytes / 1e9, mem.unsharded_bytes / 1e9, mem.activations_bytes / 1e9,
        mem.logits_bytes / 1e9, mem.runtime_bytes / 1e9, gpu.name, gpu.memory_bytes / 1e9, advice);
-}
-
-double model_flops_per_token(const TransformerSpec& model, int seq_len) {
-  const double embedding = model.tied_embeddings ? 0.0 : static_cast<double>(model.vocab * model.d_model);
-  return 6.0 * (static_cast<double>(model.active_parameters()) - embedding) +
-         12.0 * model.layers * static_cast<double>(model.d_model) * seq_len;
 }
 
 double compute_seconds(const StepTask& task, const GpuSpec& gpu, Precision precision, std::optional<double> mfu) {

@@ -92,6 +92,12 @@ struct TransformerSpec {
     return (vocab + (positions == PositionKind::kLearned ? max_positions : 0)) * d_model;
   }
   int64_t attention_parameters() const;  // q, k, v, o
+  // The part of a layer every tensor-parallel rank holds whole (Megatron builds MLA's
+  // down-projections "duplicated"), and which tensor parallelism therefore does not divide: MLA's
+  // down-projections and latent norms; 0 otherwise.
+  int64_t layer_replicated_parameters() const;
+  // One rank's share of `dense` parameters of which `replicated` are held whole by every TP rank.
+  static double tp_local(double dense, double replicated, double tp) { return (dense - replicated) / tp + replicated; }
   int64_t expert_parameters() const;     // one expert: gate, up, down
   // A layer's parameters that every tensor-parallel rank splits (attention, a dense MLP, shared
   // experts, the router, the norms), and those of its routed experts (split over expert
@@ -202,7 +208,7 @@ struct DerivedLayout {
   int gpus = 0;
   int dp = 0;                 // data-parallel ranks: gpus / (tp * pp * cp)
   int data_ranks = 0;         // ranks gradients are reduced over: dp * cp (Megatron's DP group with CP)
-  int expert_data_ranks = 0;  // ranks holding the same routed experts: tp * data_ranks / ep (folding)
+  int expert_data_ranks = 0;  // ranks holding the same routed experts: tp * data_ranks / (ep * etp) (folding)
   int microbatches = 0;       // per step and data-parallel rank: global_batch / (dp * micro_batch)
   int shard_group = 1;        // ranks sharing one copy of the sharded state (fsdp: data_ranks; hsdp: shard_group)
   int replicas = 1;           // data_ranks / shard_group
@@ -345,8 +351,9 @@ StepBreakdown run_timeline(const StepProgram& program, const std::vector<double>
 
 // Model FLOPs per training token: 6N + 12 L d s (torchtitan / PaLM), with N the parameters that
 // take part in matmuls: an untied input embedding is a lookup, not a matmul, so it is left out
-// (with it, Llama-3 70B is 488 GFLOP/token; without, 481.5). MFU is these over the GPU's peak,
-// so a step's achieved MFU never exceeds the kernels' own.
+// (with it, Llama-3 70B is 488 GFLOP/token; without, 481.5), and so is a learned position table.
+// With multi-head latent attention the 12 L d s term is 6 L (q_dim + o_dim) s, its widths. MFU is
+// these over the GPU's peak, so a step's achieved MFU never exceeds the kernels' own.
 double model_flops_per_token(const TransformerSpec& model, int seq_len);
 
 // A compute task's duration: its kernels' time, or with an `mfu` override its FLOPs at that share

@@ -15,7 +15,7 @@
 // library runs the last partial wave of output tiles part-empty (Ampere's wave quantization) or
 // shares it among all SMs (Hopper's persistent stream-K kernels). For two layer shapes (kGemmShapes)
 // it times C[m, n] = A[m, k] B[k, n] for m from kGemmMinM to kGemmMaxM in steps of kGemmStepM
-// tokens, and checks every product (A and B all ones: every element of C is exactly k).
+// tokens, and checks every element of every product against its exact value (fill_gemm_a).
 //
 // Usage: tandem_kernel_bench [--probe | --gemm] [--sizes 256M,1G] [--iters N] [--device D]
 //   --probe  only report whether a GPU is usable: exit 0 with a `device ...` line, or exit 77
@@ -226,14 +226,23 @@ void cublas_check(cublasStatus_t status, const char* what) {
     throw std::runtime_error(std::string(what) + " failed: cuBLAS status " + std::to_string(static_cast<int>(status)));
 }
 
-__global__ void fill_bf16_ones(__nv_bfloat16* p, int64_t count) {
+// The operands, row-major: A[i, :] = 1 + i % 2, B[:, j] = j % 3, so C[i, j] = k (1 + i % 2) (j % 3),
+// at most 4k: exact in bf16 for both shapes' k (8,192 = 2^13, 14,336 = 1.75 x 2^13), and exact in
+// the fp32 accumulator. A transposed operand or a wrong leading dimension breaks the pattern.
+__global__ void fill_gemm_a(__nv_bfloat16* a, int64_t count, int64_t k) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
-    p[i] = __float2bfloat16(1.0f);
+    a[i] = __float2bfloat16(static_cast<float>(1 + (i / k) % 2));
+}
+__global__ void fill_gemm_b(__nv_bfloat16* b, int64_t count, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x)
+    b[i] = __float2bfloat16(static_cast<float>((i % n) % 3));
 }
 
-__global__ void count_not(const __nv_bfloat16* c, int64_t count, float expected, unsigned long long* wrong) {
+__global__ void count_wrong_products(const __nv_bfloat16* c, int64_t count, int64_t n, int64_t k,
+                                     unsigned long long* wrong) {
   unsigned long long local = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const float expected = static_cast<float>(k * (1 + (i / n) % 2) * ((i % n) % 3));
     if (__bfloat162float(c[i]) != expected) ++local;
   }
   if (local != 0) atomicAdd(wrong, local);
@@ -257,15 +266,16 @@ int run_gemm(int iters, int device) {
   TANDEM_CUDA_CHECK(cudaMalloc(&b, sizeof(*b) * static_cast<size_t>(max_k * max_n)));
   TANDEM_CUDA_CHECK(cudaMalloc(&c, sizeof(*c) * static_cast<size_t>(kGemmMaxM * max_n)));
   TANDEM_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
-  fill_bf16_ones<<<grid_for(kGemmMaxM * max_k), kThreadsPerBlock, 0, stream>>>(a, kGemmMaxM * max_k);
-  fill_bf16_ones<<<grid_for(max_k * max_n), kThreadsPerBlock, 0, stream>>>(b, max_k * max_n);
-  TANDEM_CUDA_CHECK(cudaGetLastError());
+
   std::printf("# bf16 GEMM C[m,n] = A[m,k] B[k,n] through cublasGemmEx (fp32 compute, default algorithm); "
               "TFLOP/s = 2mnk / best of %d event-timed runs after %d warmups\n",
               iters, kWarmupRuns);
   const float alpha = 1.0f, beta = 0.0f;
   bool all_ok = true;
   for (const GemmShape& shape : kGemmShapes) {
+    fill_gemm_a<<<grid_for(kGemmMaxM * shape.k), kThreadsPerBlock, 0, stream>>>(a, kGemmMaxM * shape.k, shape.k);
+    fill_gemm_b<<<grid_for(shape.k * shape.n), kThreadsPerBlock, 0, stream>>>(b, shape.k * shape.n, shape.n);
+    TANDEM_CUDA_CHECK(cudaGetLastError());
     for (int64_t m = kGemmMinM; m <= kGemmMaxM; m += kGemmStepM) {
       // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies (n x k) by (k x m).
       auto gemm = [&] {
@@ -280,7 +290,7 @@ int run_gemm(int iters, int device) {
       TANDEM_CUDA_CHECK(cudaMemsetAsync(c, 0xFF, sizeof(*c) * static_cast<size_t>(count), stream));
       TANDEM_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), stream));
       gemm();
-      count_not<<<grid_for(count), kThreadsPerBlock, 0, stream>>>(c, count, static_cast<float>(shape.k), wrong);
+      count_wrong_products<<<grid_for(count), kThreadsPerBlock, 0, stream>>>(c, count, shape.n, shape.k, wrong);
       TANDEM_CUDA_CHECK(cudaGetLastError());
       unsigned long long wrong_host = 0;
       TANDEM_CUDA_CHECK(cudaMemcpyAsync(&wrong_host, wrong, sizeof(wrong_host), cudaMemcpyDeviceToHost, stream));

@@ -459,6 +459,13 @@ def add_gemm_rows(table, steps, sms, out):
     wrong = [r for r in records if r["check"] != "ok"]
     if wrong:
         table.add("GEMM sweep (bf16, cuBLAS)", f"wrong products at {len(wrong)} shapes, first m={wrong[0]['m']}", "FAIL")
+    if not step.ok:
+        table.add("GEMM sweep (bf16, cuBLAS)", f"{step.failure()} after {len(records)} shapes", "FAIL")
+    if not sms or any(not r["tflops"] > 0 for r in records):
+        table.add("GEMM by tokens (bf16, cuBLAS)",
+                  "not classified: " + ("the device's SM count is unknown" if not sms else "a shape measured 0 TFLOP/s"),
+                  "FAIL" if sms else "info")
+        return
     lines = ["# bf16 GEMM TFLOP/s by tokens (m); measured/best against the step model's two occupancy rules",
              f"{'shape':<18} {'m':>6} {'tiles':>6} {'TFLOP/s':>8} {'meas/best':>9} {'split':>6} {'wave':>6}"]
     errors = {True: [], False: []}
@@ -481,7 +488,7 @@ def add_gemm_rows(table, steps, sms, out):
     best_all = max(r["tflops"] for r in records)
     table.add("GEMM by tokens (bf16, cuBLAS)",
               f"{len(records)} shapes, best {best_all:.0f} TFLOP/s; follows {follows}: rms {rms[True]:.3f} split, "
-              f"{rms[False]:.3f} wave (gemm.txt)", "info" if not wrong else "FAIL")
+              f"{rms[False]:.3f} wave (gemm.txt)", "info" if not wrong and step.ok else "FAIL")
 
 
 def add_ctest_row(table, steps):
@@ -556,7 +563,8 @@ def summarize(out, elapsed=None, budget=None):
         add_wrong_rows(table, steps, out)
         add_nccl_rows(table, steps)
         add_fault_rows(table, steps)
-        add_gemm_rows(table, steps, int(device.get("sms", 0) or 132), out)
+        sms = device.get("sms", "")
+        add_gemm_rows(table, steps, int(sms) if sms.isdigit() else 0, out)
     table.add("time", time_row(steps, elapsed, budget), "info")
 
     passed, failed = table.counts()

@@ -171,6 +171,11 @@ class SummarizeRunTest(unittest.TestCase):
         status, output = self.summarize(steps)
         self.assertEqual(status, 0, output)
         self.assertIn("follows wave quantization", row(output, "GEMM by tokens (bf16, cuBLAS)")[0])
+        timed_out = passing_run()
+        timed_out["gemm_sweep"][0] = "124"
+        status, output = self.summarize(timed_out)
+        self.assertEqual(status, 1, output)
+        self.assertEqual(row(output, "GEMM sweep (bf16, cuBLAS)")[1], "FAIL")
         steps["gemm_sweep"][3] = gemm_log(splits_last_wave=True, wrong_m=4096)
         status, output = self.summarize(steps)
         self.assertEqual(status, 1, output)
