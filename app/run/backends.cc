@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,7 +38,12 @@ namespace {
 // device: ...").
 std::unique_ptr<Executor> make_device_executor(std::string_view name) {
   try {
-    if (name == "cuda") return std::make_unique<cuda::CudaExecutor>();
+    if (name == "cuda") {
+      // TANDEM_CUDA_GRAPH=1: launch each run as a CUDA graph (docs/real-hardware.md).
+      const char* graph = std::getenv("TANDEM_CUDA_GRAPH");
+      return std::make_unique<cuda::CudaExecutor>(
+          cuda::CudaOptions{.graph = graph != nullptr && std::string_view(graph) == "1"});
+    }
     const nccl::NcclMode mode = name == "nccl" ? nccl::NcclMode::kSchedule : nccl::NcclMode::kNative;
     return std::make_unique<nccl::NcclExecutor>(nccl::NcclOptions{.mode = mode});
   } catch (const Error& error) {

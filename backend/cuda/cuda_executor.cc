@@ -6,7 +6,8 @@
 // cudaEventRecord before the cudaStreamWaitEvent calls that wait for it (a wait issued before its
 // record would not wait at all). A control stream records the start event that every stream waits
 // for and, after waiting for every stream's last command, the stop event: RunResult::seconds is
-// the device time between the two. Scratch, staging and checksum memory belong to the executor
+// the device time between the two (with CudaOptions::graph the same commands are captured into a
+// CUDA graph, start and stop recorded around its launch). Scratch, staging and checksum memory belong to the executor
 // and grow to the largest run (never shrink); streams and events are pooled the same way.
 //
 // Faults, per message (one Send / Recv pair), from RunContext::on_send(src, dst, op index):
@@ -139,6 +140,19 @@ OpPosition message_position(const Message& m, const RunContext& context, OpKind 
 
 }  // namespace
 
+// A captured run's graph and its executable, destroyed when the run returns (or throws).
+struct GraphRun {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GraphRun() = default;
+  GraphRun(const GraphRun&) = delete;
+  GraphRun& operator=(const GraphRun&) = delete;
+  ~GraphRun() {
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+  }
+};
+
 struct CudaExecutor::Impl {
   explicit Impl(CudaOptions options_in) : options(options_in), space(options_in.device) {}
   ~Impl() {
@@ -148,6 +162,27 @@ struct CudaExecutor::Impl {
     if (control != nullptr) (void)cudaStreamDestroy(control);
     if (start != nullptr) (void)cudaEventDestroy(start);
     if (stop != nullptr) (void)cudaEventDestroy(stop);
+    if (fork != nullptr) (void)cudaEventDestroy(fork);
+  }
+
+  // The run's commands (`issue(fork)`) captured from the control stream (the fork / join pattern is
+  // how stream capture follows other streams), instantiated, then launched between the start event
+  // and the caller's stop event; `graph` owns them until the run returns.
+  template <typename Issue>
+  void launch_as_graph(Issue&& issue, GraphRun& graph) {
+    TANDEM_CUDA_CHECK(cudaStreamBeginCapture(control, cudaStreamCaptureModeThreadLocal));
+    try {
+      issue(fork);
+    } catch (...) {
+      cudaGraph_t partial = nullptr;
+      (void)cudaStreamEndCapture(control, &partial);
+      if (partial != nullptr) (void)cudaGraphDestroy(partial);
+      throw;
+    }
+    TANDEM_CUDA_CHECK(cudaStreamEndCapture(control, &graph.graph));
+    TANDEM_CUDA_CHECK(cudaGraphInstantiate(&graph.exec, graph.graph, 0));
+    TANDEM_CUDA_CHECK(cudaEventRecord(start, control));
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(graph.exec, control));
   }
 
   void ensure_streams(size_t count) {
@@ -242,6 +277,7 @@ struct CudaExecutor::Impl {
   cudaStream_t control = nullptr;
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
+  cudaEvent_t fork = nullptr;  // the captured run's fork (graph mode; start stays outside the graph)
   std::optional<double> copy_bandwidth_Bps;
 };
 
@@ -395,6 +431,7 @@ CudaExecutor::CudaExecutor(CudaOptions options) {
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->control, cudaStreamNonBlocking));
   TANDEM_CUDA_CHECK(cudaEventCreate(&impl_->start));
   TANDEM_CUDA_CHECK(cudaEventCreate(&impl_->stop));
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->fork, cudaEventDisableTiming));
 }
 
 CudaExecutor::~CudaExecutor() = default;
@@ -422,16 +459,26 @@ RunResult CudaExecutor::run(const Schedule& schedule, const CollectiveSpec& spec
 
   const cudaStream_t control = impl_->control;
   if (context.checksums) TANDEM_CUDA_CHECK(cudaMemsetAsync(sums, 0, sum_bytes, control));
-  TANDEM_CUDA_CHECK(cudaEventRecord(impl_->start, control));
-  for (size_t s = 0; s < plan.streams.size(); ++s) {
-    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(impl_->streams[s], impl_->start, 0));
-  }
-  Launch launch(plan, buffers, faults, context.checksums, scratch, staging, sums, impl_->streams, impl_->events);
-  for (const CommandRef& ref : issue_order(plan)) launch.issue(ref);
-  for (size_t s = 0; s < plan.streams.size(); ++s) {
-    const cudaEvent_t done = impl_->events[plan.event_count + s];
-    TANDEM_CUDA_CHECK(cudaEventRecord(done, impl_->streams[s]));
-    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(control, done, 0));
+  // Every stream waits for `fork` on the control stream, runs its commands, and the control stream
+  // waits for every stream's last one.
+  auto issue_all = [&](cudaEvent_t fork) {
+    TANDEM_CUDA_CHECK(cudaEventRecord(fork, control));
+    for (size_t s = 0; s < plan.streams.size(); ++s) {
+      TANDEM_CUDA_CHECK(cudaStreamWaitEvent(impl_->streams[s], fork, 0));
+    }
+    Launch launch(plan, buffers, faults, context.checksums, scratch, staging, sums, impl_->streams, impl_->events);
+    for (const CommandRef& ref : issue_order(plan)) launch.issue(ref);
+    for (size_t s = 0; s < plan.streams.size(); ++s) {
+      const cudaEvent_t done = impl_->events[plan.event_count + s];
+      TANDEM_CUDA_CHECK(cudaEventRecord(done, impl_->streams[s]));
+      TANDEM_CUDA_CHECK(cudaStreamWaitEvent(control, done, 0));
+    }
+  };
+  GraphRun graph;
+  if (impl_->options.graph) {
+    impl_->launch_as_graph(issue_all, graph);
+  } else {
+    issue_all(impl_->start);
   }
   TANDEM_CUDA_CHECK(cudaEventRecord(impl_->stop, control));
 

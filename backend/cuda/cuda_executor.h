@@ -20,6 +20,11 @@ namespace tandem::cuda {
 
 struct CudaOptions {
   int device = 0;  // the GPU every rank runs on
+  // Capture each run's launches into a CUDA graph and launch that: the device then runs the
+  // schedule without waiting for the host to issue its hundreds of copies, kernels and events one
+  // call at a time (what the default path's per-call floor below 64 MiB is suspected to be).
+  // RunResult::seconds stays the device time between the start and stop events, around the graph.
+  bool graph = false;
 };
 
 class CudaExecutor : public Executor {

@@ -15,6 +15,7 @@
 #                       schedule on NCCL (-g 1)
 #   fault_*             scenarios/faults/host/{link-flap,rank-hang}-host.yaml with --backend cuda
 #   cuda_busbw_all_reduce_{ring,tree}  8 ranks on the one GPU, 1 MiB .. 256 MiB, busbw and #wrong
+#   cuda_graph_busbw_all_reduce_ring   the same ring sweep with TANDEM_CUDA_GRAPH=1 (optional)
 #   cuda_<coll>_<algo>  every collective x algorithm cell (docs/algorithms.md), 8 ranks, #wrong
 #   cuda_all_reduce_*_<dtype|op>  other data types and reduction operators, #wrong
 #   host_<coll>_<algo>  the same cells on the host backend at the small sizes (side by side; optional)
@@ -220,6 +221,10 @@ for algo in ring tree; do
   run_step "cuda_busbw_all_reduce_$algo" 120 1 "$tandem" bench all_reduce --backend cuda -g 8 --algo "$algo" \
     -b 1M -e 256M -f 4 -n 20 -w 2 -c 1
 done
+# The same ring sweep with each run launched as one CUDA graph (optional): is the default path's
+# per-call floor below 64 MiB the host issuing the schedule's commands one call at a time?
+run_step cuda_graph_busbw_all_reduce_ring 120 0 env TANDEM_CUDA_GRAPH=1 "$tandem" bench all_reduce --backend cuda \
+  -g 8 --algo ring -b 1M -e 256M -f 4 -n 20 -w 2 -c 1
 
 # Every collective x algorithm cell at 1000, 64000 and 4096000 B (1000 B is 250 floats: counts that
 # do not divide by 8 ranks). Kept small: the check's reference runs on one CPU core.

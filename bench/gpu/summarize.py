@@ -357,8 +357,34 @@ def add_busbw_rows(table, steps, traffic, copy_GBps, out):
         f.write("\n".join(lines) + "\n")
 
 
+def add_graph_row(table, steps):
+    """The ring sweep launched as CUDA graphs against the default launch: time per call at the
+    smallest size and busbw at the largest, and #wrong (optional: a failed run only warns)."""
+    step, default = steps.get("cuda_graph_busbw_all_reduce_ring"), steps.get("cuda_busbw_all_reduce_ring")
+    if step is None:
+        return
+    label = "cuda graph all_reduce ring"
+    ok, wrong, checked, reason = check_bench(step)
+    if wrong:
+        table.add(label, reason, "FAIL")
+        return
+    if not ok:
+        table.add(label, reason, "WARN")
+        return
+    rows = {row["size"]: row["out_of_place"] for row in parse_bench_table(step.text()) if row["out_of_place"]}
+    base = {row["size"]: row["out_of_place"] for row in parse_bench_table(default.text())
+            if row["out_of_place"]} if default else {}
+    small, large = min(rows), max(rows)
+    def versus(size, key, unit, digits):
+        text = f"{rows[size][key]:.{digits}f} {unit}"
+        return text + (f" (default {base[size][key]:.{digits}f})" if size in base else "")
+    table.add(label, f"{size_text(small)}: {versus(small, 'time_us', 'us', 1)}; {size_text(large)}: "
+                     f"{versus(large, 'busbw', 'GB/s busbw', 1)}; #wrong 0 in {checked}", "info")
+
+
 def add_wrong_rows(table, steps, out):
-    cuda = [s for name, s in steps.items() if name.startswith("cuda_")]
+    # (The optional CUDA-graph sweep has its own row: add_graph_row.)
+    cuda = [s for name, s in steps.items() if name.startswith("cuda_") and not name.startswith("cuda_graph_")]
     host = [s for name, s in steps.items() if name.startswith("host_")]
     checked, failures = 0, []
     for step in cuda:
@@ -560,6 +586,7 @@ def summarize(out, elapsed=None, budget=None):
         copy_GBps = add_kernel_rows(table, steps)
         add_ctest_row(table, steps)
         add_busbw_rows(table, steps, traffic, copy_GBps, out)
+        add_graph_row(table, steps)
         add_wrong_rows(table, steps, out)
         add_nccl_rows(table, steps)
         add_fault_rows(table, steps)

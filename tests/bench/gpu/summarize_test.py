@@ -181,6 +181,22 @@ class SummarizeRunTest(unittest.TestCase):
         self.assertEqual(status, 1, output)
         self.assertEqual(row(output, "GEMM sweep (bf16, cuBLAS)"), ("wrong products at 2 shapes, first m=4096", "FAIL"))
 
+    def test_cuda_graph_sweep_is_compared_and_optional(self):
+        steps = passing_run()
+        steps["cuda_graph_busbw_all_reduce_ring"] = ["0", 20.0, "0", fixture("cuda_all_reduce_ring.txt")]
+        status, output = self.summarize(steps)
+        self.assertEqual(status, 0, output)
+        result, verdict = row(output, "cuda graph all_reduce ring")
+        self.assertEqual(verdict, "info")
+        self.assertTrue(result.startswith("1 MiB: "), result)
+        self.assertIn("(default ", result)
+        # The #wrong row still counts the 34 default runs only.
+        self.assertIn("over 34 runs", row(output, "#wrong, cuda backend")[0])
+        steps["cuda_graph_busbw_all_reduce_ring"] = ["1", 1.0, "0", "error: operation not permitted when stream is capturing\n"]
+        status, output = self.summarize(steps)
+        self.assertEqual(status, 0, output)  # optional: a warning, not a failure
+        self.assertEqual(row(output, "cuda graph all_reduce ring")[1], "WARN")
+
     def test_busbw_and_side_by_side_files(self):
         self.summarize(passing_run())
         with open(os.path.join(self.out, "busbw.txt"), encoding="utf-8") as f:
