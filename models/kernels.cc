@@ -2,20 +2,14 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <string>
 
 #include "core/error.h"
+#include "models/names_internal.h"
 
 namespace tandem::models {
 namespace {
-
-std::string lower(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // Per GPU, docs/kernels.md has the sources:
 // - GEMM: the Maximum Achievable Matmul FLOPS (MAMF) measured by a brute-force shape search with
@@ -48,17 +42,13 @@ constexpr GpuKernelTable kGB200{148, 0.729, 0.723, 0.62, 0.47, 0.35, 0.30, true}
 std::string_view name(Precision precision) { return precision == Precision::kFP8 ? "fp8" : "bf16"; }
 
 Precision parse_precision(std::string_view text) {
-  if (lower(text) == "bf16") return Precision::kBF16;
-  if (lower(text) == "fp8") return Precision::kFP8;
-  fail(ErrorCode::kInvalidArgument, "unknown precision '{}' (expected: bf16, fp8)", text);
+  return parse_named(text, {Precision::kBF16, Precision::kFP8}, "precision");
 }
 
 std::string_view name(KernelStack stack) { return stack == KernelStack::kEager ? "eager" : "fused"; }
 
 KernelStack parse_kernel_stack(std::string_view text) {
-  if (lower(text) == "fused") return KernelStack::kFused;
-  if (lower(text) == "eager") return KernelStack::kEager;
-  fail(ErrorCode::kInvalidArgument, "unknown kernels '{}' (expected: fused, eager)", text);
+  return parse_named(text, {KernelStack::kFused, KernelStack::kEager}, "kernels");
 }
 
 std::string_view name(AttentionImpl impl) {
@@ -78,11 +68,10 @@ std::string_view name(AttentionImpl impl) {
 }
 
 AttentionImpl parse_attention_impl(std::string_view text) {
-  for (AttentionImpl impl : {AttentionImpl::kAuto, AttentionImpl::kFlash2, AttentionImpl::kFlash3,
-                             AttentionImpl::kCudnn, AttentionImpl::kUnfused}) {
-    if (lower(text) == name(impl)) return impl;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown attention '{}' (expected: auto, flash2, flash3, cudnn, unfused)", text);
+  return parse_named(text,
+                     {AttentionImpl::kAuto, AttentionImpl::kFlash2, AttentionImpl::kFlash3, AttentionImpl::kCudnn,
+                      AttentionImpl::kUnfused},
+                     "attention");
 }
 
 AttentionImpl resolved(AttentionImpl impl, KernelStack stack) {

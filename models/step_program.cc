@@ -507,10 +507,16 @@ class StepBuilder {
     if (per_param <= 0) return -1;
     double params = 0;
     for (const Unit& unit : u) params += tp_local(unit) + unit.expert_params / config_.layout.expert_shards();
-    const KernelCost pass =
-        memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, per_param * params);
-    const int task = compute(s, 0, pass, "gradient accumulation", {});
-    program_.tasks[static_cast<size_t>(task)].fixed_s = per_param * params / cluster_.gpu.hbm_Bps;
+    return memory_pass(s, per_param * params, "gradient accumulation", {});
+  }
+
+  // A compute task that streams `bytes` through HBM (the optimizer, gradient accumulation); under an
+  // mfu override it keeps its time at the datasheet bandwidth (fixed_s), having no FLOPs.
+  int memory_pass(int s, double bytes, std::string_view what, std::vector<int> deps) {
+    const int task =
+        compute(s, 0, memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, bytes), what,
+                std::move(deps));
+    program_.tasks[static_cast<size_t>(task)].fixed_s = bytes / cluster_.gpu.hbm_Bps;
     return task;
   }
 
@@ -642,17 +648,8 @@ class StepBuilder {
     }
     if (sharding == Sharding::kFsdp || sharding == Sharding::kHsdp) local /= d_.shard_group;
     local += local_experts;
-    const double traffic = local * kOptimizerTrafficBytesPerParam;
-    StepTask optimizer;
-    optimizer.kind = TaskKind::kCompute;
-    optimizer.stage = s;
-    optimizer.stream = program_.compute_stream[static_cast<size_t>(s)];
-    optimizer.fixed_s = traffic / cluster_.gpu.hbm_Bps;
-    optimizer.kernel_s = memory_bound(KernelEnv{cluster_.gpu, config_.precision, config_.kernels}, traffic).seconds;
-    optimizer.label = label("optimizer");
     // FSDP reduces every microbatch's gradients; the optimizer waits for the last of each unit.
-    optimizer.deps = grad_reductions;
-    last_compute_ = add(std::move(optimizer));
+    memory_pass(s, local * kOptimizerTrafficBytesPerParam, "optimizer", grad_reductions);
   }
 
   struct Pending {

@@ -38,12 +38,7 @@ int64_t TransformerSpec::layer_parameters() const {
 
 std::string_view name(MlpKind kind) { return kind == MlpKind::kGelu ? "gelu" : "swiglu"; }
 
-MlpKind parse_mlp_kind(std::string_view text) {
-  for (MlpKind kind : {MlpKind::kSwiGlu, MlpKind::kGelu}) {
-    if (name_key(text) == name(kind)) return kind;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown mlp '{}' (expected: swiglu, gelu)", text);
-}
+MlpKind parse_mlp_kind(std::string_view text) { return parse_named(text, {MlpKind::kSwiGlu, MlpKind::kGelu}, "mlp"); }
 
 std::string_view name(PositionKind kind) {
   switch (kind) {
@@ -58,10 +53,7 @@ std::string_view name(PositionKind kind) {
 }
 
 PositionKind parse_position_kind(std::string_view text) {
-  for (PositionKind kind : {PositionKind::kRope, PositionKind::kAlibi, PositionKind::kLearned}) {
-    if (name_key(text) == name(kind)) return kind;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown positions '{}' (expected: rope, alibi, learned)", text);
+  return parse_named(text, {PositionKind::kRope, PositionKind::kAlibi, PositionKind::kLearned}, "positions");
 }
 
 int64_t TransformerSpec::layer_dense_parameters(int layer) const {

@@ -26,10 +26,7 @@ std::string_view name(Sharding sharding) {
 }
 
 Sharding parse_sharding(std::string_view text) {
-  for (Sharding s : {Sharding::kNone, Sharding::kZero1, Sharding::kFsdp, Sharding::kHsdp}) {
-    if (name_key(text) == name(s)) return s;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown sharding '{}' (expected: none, zero1, fsdp, hsdp)", text);
+  return parse_named(text, {Sharding::kNone, Sharding::kZero1, Sharding::kFsdp, Sharding::kHsdp}, "sharding");
 }
 
 std::string_view name(Recompute recompute) {
@@ -65,10 +62,8 @@ std::string_view name(GradAccumulation mode) {
 }
 
 GradAccumulation parse_grad_accumulation(std::string_view text) {
-  for (GradAccumulation mode : {GradAccumulation::kFused, GradAccumulation::kHook, GradAccumulation::kDeepSpeed}) {
-    if (name_key(text) == name(mode)) return mode;
-  }
-  fail(ErrorCode::kInvalidArgument, "unknown grad_accumulation '{}' (expected: fused, hook, deepspeed)", text);
+  return parse_named(text, {GradAccumulation::kFused, GradAccumulation::kHook, GradAccumulation::kDeepSpeed},
+                     "grad_accumulation");
 }
 
 // The model (TransformerSpec, presets, model FLOPs): transformer.cc.

@@ -2,21 +2,12 @@
 // layer_kernels.cc; step_program.cc; step_timeline.cc) share. Internal to models/.
 #pragma once
 
-#include <cctype>
 #include <cstddef>
-#include <string>
-#include <string_view>
 
+#include "models/names_internal.h"
 #include "models/workload.h"
 
 namespace tandem::models {
-
-// Lower case, '_' read as '-': how every name in a scenario is compared.
-inline std::string name_key(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 // The first layer of virtual stage v.
 inline int first_layer(const DerivedLayout& d, int v) {
