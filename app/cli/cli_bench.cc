@@ -540,7 +540,8 @@ void add_sweep_options(CLI::App& command, const std::shared_ptr<BenchOptions>& o
   command
       .add_option("--backend", options->backend,
                   "host (ranks as threads, real data), sim (simulated cluster: --cluster, --nodes, ...), cuda "
-                  "(every rank on one GPU), nccl (tandem's schedules on NCCL) or nccl-native (NCCL's own "
+                  "(every rank on one GPU; TANDEM_CUDA_GRAPH=1 launches each run as one CUDA graph), nccl (tandem's "
+                  "schedules on NCCL) or nccl-native (NCCL's own "
                   "collectives); cuda and nccl need GPUs")
       ->capture_default_str();
   command.add_option("-b,--minbytes", options->min_bytes, "smallest size in bytes")->capture_default_str();

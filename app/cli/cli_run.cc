@@ -122,7 +122,8 @@ void add_run_command(CLI::App& app, CommandStatus& status) {
       "1 otherwise.");
   command->add_option("scenario", options->scenario, "the scenario file")->required();
   command->add_option("--backend", options->backend,
-                      "sim (the simulator), host (real data, one thread per rank), cuda (every rank on one GPU) or "
+                      "sim (the simulator), host (real data, one thread per rank), cuda (every rank on one GPU; "
+                      "TANDEM_CUDA_GRAPH=1: each run as one CUDA graph) or "
                       "nccl (tandem's schedules on NCCL; GPUs needed for both); default: the scenario's");
   command->add_option("--out", options->out_dir, "write results.json and results.csv into this folder")
       ->check(output_folder_path())
